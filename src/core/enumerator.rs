@@ -1,0 +1,232 @@
+//! The split enumerator contract (Flink's `SplitEnumerator`) and the context the coordinator
+//! gives it (Flink's `SplitEnumeratorContext`): assignments, no-more-splits, events to readers
+//! and periodic asynchronous calls such as partition discovery.
+
+use std::any::Any;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::source::SourceSplit;
+use crate::error::{Error, Result};
+
+/// A custom message between the enumerator and a reader (Flink's `SourceEvent`).
+pub struct SourceEvent(pub Box<dyn Any + Send>);
+
+impl fmt::Debug for SourceEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SourceEvent(..)")
+    }
+}
+
+/// Runs on the coordinator: discovers splits and assigns them to readers.
+///
+/// Every method runs on the coordinator task and must not block; slow work (metadata requests)
+/// goes through [`EnumeratorContext::call_async`].
+pub trait SplitEnumerator: Send + 'static {
+    type Split: SourceSplit;
+    /// The enumerator's checkpoint.
+    type State;
+    /// What a [`EnumeratorContext::call_async`] callable returns to
+    /// [`SplitEnumerator::handle_call_result`].
+    type CallResult: Send + 'static;
+
+    /// Called once, after restored splits were added back and before any reader registers.
+    fn start(&mut self, ctx: &mut EnumeratorContext<Self::Split, Self::CallResult>) -> Result<()>;
+
+    /// A reader asks for a split (pull-based sources).
+    fn handle_split_request(
+        &mut self,
+        _ctx: &mut EnumeratorContext<Self::Split, Self::CallResult>,
+        _reader: usize,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// Splits that must be assigned again: at restore, the unfinished splits of the state file.
+    fn add_splits_back(
+        &mut self,
+        ctx: &mut EnumeratorContext<Self::Split, Self::CallResult>,
+        splits: Vec<Self::Split>,
+    ) -> Result<()>;
+
+    /// A reader registered and can take splits.
+    fn add_reader(
+        &mut self,
+        ctx: &mut EnumeratorContext<Self::Split, Self::CallResult>,
+        reader: usize,
+    ) -> Result<()>;
+
+    /// The enumerator's checkpoint; taken before the readers are asked for theirs.
+    fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Self::State>;
+
+    /// Checkpoint `checkpoint_id` is durable.
+    fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+
+    /// A custom event from a reader.
+    fn handle_source_event(
+        &mut self,
+        _ctx: &mut EnumeratorContext<Self::Split, Self::CallResult>,
+        _reader: usize,
+        _event: SourceEvent,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// The result of a callable registered with [`EnumeratorContext::call_async`].
+    fn handle_call_result(
+        &mut self,
+        _ctx: &mut EnumeratorContext<Self::Split, Self::CallResult>,
+        _result: Result<Self::CallResult>,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// The job ends.
+    fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// What the coordinator tells a reader, in order, on one channel per reader.
+#[derive(Debug)]
+pub enum ReaderCommand<S> {
+    AddSplits(Vec<S>),
+    NoMoreSplits,
+    SourceEvent(SourceEvent),
+    /// Snapshot split states and answer; everything assigned before this is included.
+    TriggerCheckpoint(u64),
+    CheckpointComplete(u64),
+    /// Graceful shutdown: stop emitting, report the final state, end.
+    Stop,
+}
+
+/// The enumerator's handle on the job (Flink's `SplitEnumeratorContext`).
+pub struct EnumeratorContext<S, C> {
+    parallelism: usize,
+    registered: BTreeSet<usize>,
+    readers: Vec<mpsc::UnboundedSender<ReaderCommand<S>>>,
+    calls: mpsc::UnboundedSender<Result<C>>,
+    call_tasks: Vec<JoinHandle<()>>,
+    no_more_splits_sent: BTreeSet<usize>,
+}
+
+impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
+    pub(crate) fn new(
+        readers: Vec<mpsc::UnboundedSender<ReaderCommand<S>>>,
+        calls: mpsc::UnboundedSender<Result<C>>,
+    ) -> Self {
+        EnumeratorContext {
+            parallelism: readers.len(),
+            registered: BTreeSet::new(),
+            readers,
+            calls,
+            call_tasks: Vec::new(),
+            no_more_splits_sent: BTreeSet::new(),
+        }
+    }
+
+    /// The number of readers in the job.
+    pub fn current_parallelism(&self) -> usize {
+        self.parallelism
+    }
+
+    /// The readers that have registered so far.
+    pub fn registered_readers(&self) -> &BTreeSet<usize> {
+        &self.registered
+    }
+
+    pub(crate) fn register_reader(&mut self, reader: usize) {
+        self.registered.insert(reader);
+    }
+
+    /// Assign splits to one reader.
+    pub fn assign_splits(&mut self, reader: usize, splits: Vec<S>) -> Result<()> {
+        if splits.is_empty() {
+            return Ok(());
+        }
+        self.send(reader, ReaderCommand::AddSplits(splits))
+    }
+
+    /// Tell a reader it will get no more splits (bounded sources).
+    pub fn signal_no_more_splits(&mut self, reader: usize) -> Result<()> {
+        if self.no_more_splits_sent.insert(reader) {
+            self.send(reader, ReaderCommand::NoMoreSplits)?;
+        }
+        Ok(())
+    }
+
+    /// Send a custom event to a reader.
+    pub fn send_event_to_reader(&mut self, reader: usize, event: SourceEvent) -> Result<()> {
+        self.send(reader, ReaderCommand::SourceEvent(event))
+    }
+
+    pub(crate) fn send(&self, reader: usize, command: ReaderCommand<S>) -> Result<()> {
+        let tx = self.readers.get(reader).ok_or_else(|| {
+            Error::runtime(
+                "enumerator",
+                format!(
+                    "reader {reader} does not exist (parallelism {})",
+                    self.parallelism
+                ),
+            )
+        })?;
+        // A reader that already ended has dropped its receiver; nothing is lost by ignoring it,
+        // since a reader only ends after it was told there are no more splits.
+        let _ = tx.send(command);
+        Ok(())
+    }
+
+    /// Run `callable` off the coordinator (it may block), first after `initial_delay`, then
+    /// every `period` if one is given (fixed delay between the end of one call and the next);
+    /// each result goes to [`SplitEnumerator::handle_call_result`].
+    pub fn call_async<F>(
+        &mut self,
+        mut callable: F,
+        initial_delay: Duration,
+        period: Option<Duration>,
+    ) where
+        F: FnMut() -> Result<C> + Send + 'static,
+    {
+        let results = self.calls.clone();
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(initial_delay).await;
+            loop {
+                let joined = tokio::task::spawn_blocking(move || {
+                    let result = callable();
+                    (callable, result)
+                })
+                .await;
+                let (returned, result) = match joined {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        let _ = results.send(Err(Error::runtime("enumerator call", e)));
+                        return;
+                    }
+                };
+                callable = returned;
+                if results.send(result).is_err() {
+                    return;
+                }
+                match period {
+                    Some(p) => tokio::time::sleep(p).await,
+                    None => return,
+                }
+            }
+        });
+        self.call_tasks.push(task);
+    }
+}
+
+impl<S, C> Drop for EnumeratorContext<S, C> {
+    fn drop(&mut self) {
+        for task in &self.call_tasks {
+            task.abort();
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! A bounded source of the numbers `from..to` (Flink's `NumberSequenceSource`): the range is cut
+//! into contiguous splits, handed out on request (Flink's `IteratorSourceEnumerator`), and each
+//! split is emitted in order. It exercises the whole runtime without Kafka, and the data generator
+//! builds on its splits.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::emitter::{EofOnRecordEvaluator, ReaderOutput, RecordEmitter};
+use super::enumerator::{EnumeratorContext, SplitEnumerator};
+use super::fetcher::FetcherMode;
+use super::reader_base::{ReaderOptions, SourceReaderBase};
+use super::source::{Boundedness, FinishReason, ReaderContext, Source, SourceSplit, SplitId};
+use super::split_reader::{RecordsWithSplitIds, SplitReader, SplitsChange};
+use crate::error::Result;
+
+/// A contiguous range of a sequence; the split is also its progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NumberSequenceSplit {
+    /// Stable id: the split's index in the original cut.
+    pub id: String,
+    /// The next number to emit (inclusive).
+    pub next: u64,
+    /// The end of the range (exclusive).
+    pub end: u64,
+}
+
+impl SourceSplit for NumberSequenceSplit {
+    fn split_id(&self) -> SplitId {
+        Arc::from(self.id.as_str())
+    }
+}
+
+impl NumberSequenceSplit {
+    pub fn remaining(&self) -> u64 {
+        self.end.saturating_sub(self.next)
+    }
+}
+
+/// Cut `from..to` into `n` contiguous ranges of near-equal size (none empty, unless the
+/// range is empty, in which case there are no splits).
+pub fn split_range(from: u64, to: u64, n: usize) -> Vec<NumberSequenceSplit> {
+    let total = to.saturating_sub(from);
+    let n = (n.max(1) as u64).min(total);
+    (0..n)
+        .map(|i| NumberSequenceSplit {
+            id: i.to_string(),
+            next: from + total * i / n,
+            end: from + total * (i + 1) / n,
+        })
+        .collect()
+}
+
+/// Hands out splits on request; a reader asking when none are left is told no more will come
+/// (Flink's `IteratorSourceEnumerator`).
+pub struct IteratorEnumerator<S> {
+    remaining: VecDeque<S>,
+}
+
+impl<S> IteratorEnumerator<S> {
+    pub fn new(splits: impl IntoIterator<Item = S>) -> Self {
+        IteratorEnumerator {
+            remaining: splits.into_iter().collect(),
+        }
+    }
+}
+
+impl<S: SourceSplit> SplitEnumerator for IteratorEnumerator<S> {
+    type Split = S;
+    type State = Vec<S>;
+    type CallResult = ();
+
+    fn start(&mut self, _ctx: &mut EnumeratorContext<S, ()>) -> Result<()> {
+        Ok(())
+    }
+
+    fn handle_split_request(
+        &mut self,
+        ctx: &mut EnumeratorContext<S, ()>,
+        reader: usize,
+    ) -> Result<()> {
+        match self.remaining.pop_front() {
+            Some(split) => ctx.assign_splits(reader, vec![split]),
+            None => ctx.signal_no_more_splits(reader),
+        }
+    }
+
+    fn add_splits_back(
+        &mut self,
+        _ctx: &mut EnumeratorContext<S, ()>,
+        splits: Vec<S>,
+    ) -> Result<()> {
+        for split in splits.into_iter().rev() {
+            self.remaining.push_front(split);
+        }
+        Ok(())
+    }
+
+    fn add_reader(&mut self, _ctx: &mut EnumeratorContext<S, ()>, _reader: usize) -> Result<()> {
+        Ok(()) // readers pull
+    }
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<S>> {
+        Ok(self.remaining.iter().cloned().collect())
+    }
+}
+
+/// Emits its splits' numbers in batches of `batch_size`.
+pub struct NumberSequenceSplitReader {
+    splits: VecDeque<NumberSequenceSplit>,
+    batch_size: u64,
+}
+
+impl NumberSequenceSplitReader {
+    pub fn new(batch_size: usize) -> Self {
+        NumberSequenceSplitReader {
+            splits: VecDeque::new(),
+            batch_size: batch_size.max(1) as u64,
+        }
+    }
+}
+
+impl SplitReader for NumberSequenceSplitReader {
+    type Element = u64;
+    type Split = NumberSequenceSplit;
+
+    fn fetch(&mut self) -> Result<RecordsWithSplitIds<u64>> {
+        let mut batch = RecordsWithSplitIds::default();
+        let Some(split) = self.splits.front_mut() else {
+            return Ok(batch);
+        };
+        let end = split.end.min(split.next.saturating_add(self.batch_size));
+        let values: Vec<u64> = (split.next..end).collect();
+        split.next = end;
+        batch.records.push((split.split_id(), values));
+        if split.next >= split.end {
+            batch
+                .finished
+                .push((split.split_id(), FinishReason::StoppingOffset));
+            self.splits.pop_front();
+        }
+        Ok(batch)
+    }
+
+    fn handle_splits_changes(&mut self, change: SplitsChange<NumberSequenceSplit>) -> Result<()> {
+        match change {
+            SplitsChange::Add(splits) => self.splits.extend(splits),
+            SplitsChange::Remove(ids) => self.splits.retain(|s| !ids.contains(&s.split_id())),
+        }
+        Ok(())
+    }
+}
+
+/// Emits each number as it is and advances the split past it.
+pub struct NumberEmitter;
+
+impl RecordEmitter<u64, u64, NumberSequenceSplit> for NumberEmitter {
+    fn emit_record(
+        &mut self,
+        element: u64,
+        output: &mut ReaderOutput<u64>,
+        split: &mut NumberSequenceSplit,
+    ) -> Result<()> {
+        output.collect(element);
+        split.next = element + 1;
+        Ok(())
+    }
+}
+
+/// The numbers `from..to`, in `splits` ranges.
+pub struct NumberSequenceSource {
+    pub from: u64,
+    pub to: u64,
+    /// Number of splits; defaults to the parallelism when `None`.
+    pub splits: usize,
+    pub batch_size: usize,
+    pub fetcher_mode: FetcherMode,
+    pub queue_capacity: usize,
+    pub eof: Option<Arc<dyn EofOnRecordEvaluator<u64>>>,
+}
+
+impl NumberSequenceSource {
+    pub fn new(from: u64, to: u64, splits: usize) -> Self {
+        NumberSequenceSource {
+            from,
+            to,
+            splits,
+            batch_size: 1024,
+            fetcher_mode: FetcherMode::Single,
+            queue_capacity: super::queue::DEFAULT_CAPACITY,
+            eof: None,
+        }
+    }
+}
+
+impl Source for NumberSequenceSource {
+    type Split = NumberSequenceSplit;
+    type EnumeratorState = Vec<NumberSequenceSplit>;
+    type Enumerator = IteratorEnumerator<NumberSequenceSplit>;
+    type Reader = SourceReaderBase<NumberSequenceSplitReader, u64, NumberEmitter>;
+    type Output = u64;
+
+    fn kind(&self) -> &'static str {
+        "number_sequence"
+    }
+
+    fn boundedness(&self) -> Boundedness {
+        Boundedness::Bounded
+    }
+
+    fn create_enumerator(&self) -> Result<Self::Enumerator> {
+        Ok(IteratorEnumerator::new(split_range(
+            self.from,
+            self.to,
+            self.splits,
+        )))
+    }
+
+    fn restore_enumerator(&self, state: Vec<NumberSequenceSplit>) -> Result<Self::Enumerator> {
+        Ok(IteratorEnumerator::new(state))
+    }
+
+    fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {
+        let batch_size = self.batch_size;
+        let mut options = ReaderOptions::new(context.index);
+        options.fetcher_mode = self.fetcher_mode;
+        options.queue_capacity = self.queue_capacity;
+        options.request_splits = true;
+        options.eof = self.eof.clone();
+        options.stats = context.fetch_stats;
+        Ok(SourceReaderBase::new(
+            Box::new(move || Ok(NumberSequenceSplitReader::new(batch_size))),
+            NumberEmitter,
+            options,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_contiguous_and_cover_everything() {
+        for (total, n) in [(10u64, 3usize), (2, 4), (0, 4), (100_000, 4), (7, 7)] {
+            let splits = split_range(5, 5 + total, n);
+            assert_eq!(splits.len() as u64, total.min(n as u64));
+            let mut next = 5;
+            for s in &splits {
+                assert_eq!(s.next, next);
+                assert!(s.end > s.next);
+                next = s.end;
+            }
+            assert_eq!(next, 5 + total);
+        }
+    }
+}

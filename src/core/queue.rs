@@ -1,0 +1,173 @@
+//! The bounded hand-off between fetcher threads and the reader task (Flink's
+//! `FutureCompletingBlockingQueue`): `put` blocks a fetcher while the queue is full (the
+//! backpressure), `poll` never blocks, and an availability future wakes the reader.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+
+use super::reader::AvailabilityFuture;
+
+/// The default capacity in batches, as in Flink (`source.reader.element.queue.capacity` = 2).
+pub const DEFAULT_CAPACITY: usize = 2;
+
+/// A bounded queue of batches with a blocking, interruptible `put` and an async availability signal.
+pub struct ElementQueue<B> {
+    items: Mutex<VecDeque<B>>,
+    not_full: Condvar,
+    capacity: usize,
+    available: Arc<Notify>,
+    pushed: AtomicU64,
+    popped: AtomicU64,
+}
+
+impl<B> ElementQueue<B> {
+    pub fn new(capacity: usize) -> Self {
+        ElementQueue {
+            items: Mutex::new(VecDeque::with_capacity(capacity.max(1))),
+            not_full: Condvar::new(),
+            capacity: capacity.max(1),
+            available: Arc::new(Notify::new()),
+            pushed: AtomicU64::new(0),
+            popped: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, VecDeque<B>> {
+        // A panic while holding this lock cannot leave the deque half-updated (push/pop are
+        // atomic from our side), so a poisoned lock is still safe to use.
+        self.items.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Block until there is room, then append. Returns the batch back, without enqueuing it, if
+    /// `wake` is raised (see [`ElementQueue::wake_up_putting`]) before there is room.
+    pub fn put(&self, batch: B, wake: &AtomicBool) -> Result<(), B> {
+        let mut items = self.lock();
+        loop {
+            if wake.swap(false, Ordering::AcqRel) {
+                return Err(batch);
+            }
+            if items.len() < self.capacity {
+                items.push_back(batch);
+                self.pushed.fetch_add(1, Ordering::Relaxed);
+                drop(items);
+                self.available.notify_one();
+                return Ok(());
+            }
+            items = self.not_full.wait(items).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Interrupt a fetcher blocked in `put` with this `wake` flag (or its next `put`).
+    pub fn wake_up_putting(&self, wake: &AtomicBool) {
+        let _items = self.lock();
+        wake.store(true, Ordering::Release);
+        self.not_full.notify_all();
+    }
+
+    /// Take the oldest batch, if any; never blocks.
+    pub fn poll(&self) -> Option<B> {
+        let mut items = self.lock();
+        let batch = items.pop_front();
+        if batch.is_some() {
+            self.popped.fetch_add(1, Ordering::Relaxed);
+            drop(items);
+            self.not_full.notify_all();
+        }
+        batch
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Drop every queued batch for which `drop_it` is true (used when splits are removed).
+    pub fn retain(&self, mut keep: impl FnMut(&mut B) -> bool) {
+        let mut items = self.lock();
+        items.retain_mut(|b| keep(b));
+        drop(items);
+        self.not_full.notify_all();
+    }
+
+    /// Wake the reader without a batch (a fetcher failed or went idle).
+    pub fn notify_available(&self) {
+        self.available.notify_one();
+    }
+
+    /// Completes after the next `put` or `notify_available` (or at once if one happened since
+    /// the last wait: the signal is stored, so no wake-up is lost).
+    pub fn available(&self) -> AvailabilityFuture {
+        let notify = Arc::clone(&self.available);
+        Box::pin(async move { notify.notified().await })
+    }
+
+    /// Batches enqueued since creation.
+    pub fn pushed(&self) -> u64 {
+        self.pushed.load(Ordering::Relaxed)
+    }
+
+    /// Batches taken since creation.
+    pub fn popped(&self) -> u64 {
+        self.popped.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn put_blocks_when_full_until_a_poll() {
+        let q = Arc::new(ElementQueue::new(2));
+        let wake = AtomicBool::new(false);
+        q.put(1, &wake).unwrap();
+        q.put(2, &wake).unwrap();
+        let q2 = Arc::clone(&q);
+        let t = std::thread::spawn(move || {
+            let wake = AtomicBool::new(false);
+            q2.put(3, &wake).unwrap();
+        });
+        // the third put cannot complete while the queue holds two batches
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.poll(), Some(1));
+        t.join().unwrap();
+        assert_eq!(q.poll(), Some(2));
+        assert_eq!(q.poll(), Some(3));
+        assert_eq!(q.poll(), None);
+        assert_eq!((q.pushed(), q.popped()), (3, 3));
+    }
+
+    #[test]
+    fn wake_up_interrupts_a_blocked_put_and_returns_the_batch() {
+        let q = Arc::new(ElementQueue::new(1));
+        let wake = Arc::new(AtomicBool::new(false));
+        q.put(1, &wake).unwrap();
+        let (q2, w2) = (Arc::clone(&q), Arc::clone(&wake));
+        let t = std::thread::spawn(move || q2.put(2, &w2));
+        q.wake_up_putting(&wake);
+        assert_eq!(t.join().unwrap(), Err(2));
+        assert_eq!(q.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn availability_is_not_lost_when_signalled_before_waiting() {
+        let q = ElementQueue::new(2);
+        q.put(7, &AtomicBool::new(false)).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), q.available())
+            .await
+            .expect("stored signal completes the future");
+        assert_eq!(q.poll(), Some(7));
+    }
+}

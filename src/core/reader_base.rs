@@ -1,0 +1,291 @@
+//! `SourceReaderBase` (Flink's class of that name): the reader every tidegate source uses. It
+//! owns the fetcher manager and the element queue, emits fetched batches through the source's
+//! [`RecordEmitter`], keeps per-split progress and finishing reasons, and applies the
+//! end-of-stream evaluator.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tracing::{debug, info};
+
+use super::emitter::{EofOnRecordEvaluator, ReaderOutput, RecordEmitter, RecordPosition};
+use super::enumerator::SourceEvent;
+use super::fetcher::{FetchStats, FetcherMode, SplitFetcherManager, SplitReaderFactory};
+use super::queue::{ElementQueue, DEFAULT_CAPACITY};
+use super::reader::{AvailabilityFuture, InputStatus, ReaderRequest, SourceReader};
+use super::source::{FinishReason, Finished, SourceSplit, SplitId, SplitSnapshot};
+use super::split_reader::{RecordsWithSplitIds, SplitReader};
+use crate::error::Result;
+
+/// How a [`SourceReaderBase`] is set up.
+pub struct ReaderOptions<T> {
+    pub index: usize,
+    pub fetcher_mode: FetcherMode,
+    /// Capacity of the element queue, in batches (Flink's default: 2).
+    pub queue_capacity: usize,
+    /// Pull-based sources ask the enumerator for a split whenever they have none.
+    pub request_splits: bool,
+    pub eof: Option<Arc<dyn EofOnRecordEvaluator<T>>>,
+    /// Emit the record the evaluator matched, then end the split.
+    pub eof_emit_marker: bool,
+    pub stats: Arc<FetchStats>,
+}
+
+impl<T> ReaderOptions<T> {
+    pub fn new(index: usize) -> Self {
+        ReaderOptions {
+            index,
+            fetcher_mode: FetcherMode::Single,
+            queue_capacity: DEFAULT_CAPACITY,
+            request_splits: false,
+            eof: None,
+            eof_emit_marker: false,
+            stats: Arc::new(FetchStats::default()),
+        }
+    }
+}
+
+struct SplitEntry<S> {
+    split: S,
+    finished: Option<Finished>,
+}
+
+/// Handles source events for a reader built on [`SourceReaderBase`] (for example, the periodic
+/// source removes events this way). Returns splits to remove.
+pub type SourceEventHandler = Box<dyn FnMut(SourceEvent) -> Vec<SplitId> + Send>;
+
+/// The reader every tidegate source is built from.
+pub struct SourceReaderBase<R: SplitReader, T, E> {
+    manager: SplitFetcherManager<R>,
+    queue: Arc<ElementQueue<RecordsWithSplitIds<R::Element>>>,
+    emitter: E,
+    splits: HashMap<SplitId, SplitEntry<R::Split>>,
+    unfinished: usize,
+    no_more_splits: bool,
+    options: ReaderOptions<T>,
+    requests: Vec<ReaderRequest>,
+    split_requested: bool,
+    event_handler: Option<SourceEventHandler>,
+}
+
+impl<R, T, E> SourceReaderBase<R, T, E>
+where
+    R: SplitReader,
+    T: RecordPosition + Send + 'static,
+    E: RecordEmitter<R::Element, T, R::Split> + 'static,
+{
+    pub fn new(factory: SplitReaderFactory<R>, emitter: E, options: ReaderOptions<T>) -> Self {
+        let queue = Arc::new(ElementQueue::new(options.queue_capacity));
+        let manager = SplitFetcherManager::new(
+            factory,
+            options.fetcher_mode,
+            Arc::clone(&queue),
+            Arc::clone(&options.stats),
+            options.index,
+        );
+        SourceReaderBase {
+            manager,
+            queue,
+            emitter,
+            splits: HashMap::new(),
+            unfinished: 0,
+            no_more_splits: false,
+            options,
+            requests: Vec::new(),
+            split_requested: false,
+            event_handler: None,
+        }
+    }
+
+    /// Handle source events with `handler` (splits it returns are removed).
+    pub fn with_event_handler(mut self, handler: SourceEventHandler) -> Self {
+        self.event_handler = Some(handler);
+        self
+    }
+
+    /// Splits not finished yet.
+    pub fn unfinished_splits(&self) -> usize {
+        self.unfinished
+    }
+
+    fn finish_split(&mut self, id: &SplitId, finished: Finished, from_fetcher: bool) {
+        let Some(entry) = self.splits.get_mut(id) else {
+            return;
+        };
+        if entry.finished.is_some() {
+            return;
+        }
+        entry.finished = Some(finished);
+        self.unfinished -= 1;
+        info!(reader = self.options.index, split_id = %id, reason = ?finished.reason, at = ?finished.at, "split finished");
+        if from_fetcher {
+            self.manager.split_finished(id);
+        } else {
+            self.manager.remove_splits(std::slice::from_ref(id));
+            // its records still queued will not be emitted
+            self.queue.retain(|batch| {
+                batch.records.retain(|(sid, _)| sid != id);
+                true
+            });
+        }
+        self.maybe_request_split();
+    }
+
+    fn maybe_request_split(&mut self) {
+        if self.options.request_splits
+            && !self.no_more_splits
+            && self.unfinished == 0
+            && !self.split_requested
+        {
+            self.split_requested = true;
+            self.requests.push(ReaderRequest::SplitRequest);
+        }
+    }
+
+    fn idle_status(&self) -> InputStatus {
+        if self.no_more_splits && self.unfinished == 0 && self.queue.is_empty() {
+            InputStatus::EndOfInput
+        } else {
+            InputStatus::NothingAvailable
+        }
+    }
+
+    fn emit_batch(
+        &mut self,
+        batch: RecordsWithSplitIds<R::Element>,
+        output: &mut ReaderOutput<T>,
+    ) -> Result<()> {
+        for (id, elements) in batch.records {
+            let Some(entry) = self.splits.get_mut(&id) else {
+                continue; // removed split
+            };
+            if entry.finished.is_some() {
+                continue; // ended by the evaluator: drop what was already fetched
+            }
+            let mut ended = None;
+            for element in elements {
+                self.emitter
+                    .emit_record(element, output, &mut entry.split)?;
+                if let Some(at) = output.take_end_of_split() {
+                    ended = Some(at);
+                    break;
+                }
+            }
+            if let Some(at) = ended {
+                self.finish_split(
+                    &id,
+                    Finished {
+                        reason: FinishReason::EofRecord,
+                        at,
+                    },
+                    false,
+                );
+            }
+        }
+        for (id, reason) in batch.finished {
+            self.finish_split(&id, Finished::new(reason), true);
+        }
+        Ok(())
+    }
+}
+
+impl<R, T, E> SourceReader for SourceReaderBase<R, T, E>
+where
+    R: SplitReader,
+    T: RecordPosition + Send + 'static,
+    E: RecordEmitter<R::Element, T, R::Split> + 'static,
+{
+    type Split = R::Split;
+    type Output = T;
+
+    fn create_output(&self) -> ReaderOutput<T> {
+        ReaderOutput::new(self.options.eof.clone(), self.options.eof_emit_marker)
+    }
+
+    fn start(&mut self) -> Result<Vec<ReaderRequest>> {
+        self.maybe_request_split();
+        Ok(std::mem::take(&mut self.requests))
+    }
+
+    fn poll_next(&mut self, output: &mut ReaderOutput<T>) -> Result<InputStatus> {
+        self.manager.check_errors()?;
+        match self.queue.poll() {
+            Some(batch) => {
+                self.emit_batch(batch, output)?;
+                Ok(InputStatus::MoreAvailable)
+            }
+            None => Ok(self.idle_status()),
+        }
+    }
+
+    fn is_available(&self) -> AvailabilityFuture {
+        self.queue.available()
+    }
+
+    fn add_splits(&mut self, splits: Vec<R::Split>) -> Result<()> {
+        self.split_requested = false;
+        let mut fresh = Vec::with_capacity(splits.len());
+        for split in splits {
+            let id = split.split_id();
+            debug!(reader = self.options.index, split_id = %id, "split added");
+            if let Some(old) = self.splits.get(&id) {
+                if old.finished.is_none() {
+                    // already being read: a duplicate assignment would read it twice
+                    continue;
+                }
+            }
+            self.splits.insert(
+                id,
+                SplitEntry {
+                    split: split.clone(),
+                    finished: None,
+                },
+            );
+            self.unfinished += 1;
+            fresh.push(split);
+        }
+        if !fresh.is_empty() {
+            self.manager.add_splits(fresh)?;
+        }
+        self.maybe_request_split();
+        Ok(())
+    }
+
+    fn notify_no_more_splits(&mut self) {
+        self.no_more_splits = true;
+        // let the driver re-check the end of input
+        self.queue.notify_available();
+    }
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Vec<SplitSnapshot<R::Split>> {
+        let mut snapshot: Vec<_> = self
+            .splits
+            .values()
+            .map(|e| SplitSnapshot {
+                split: e.split.clone(),
+                finished: e.finished,
+            })
+            .collect();
+        snapshot.sort_by_key(|s| s.split.split_id());
+        snapshot
+    }
+
+    fn handle_source_event(&mut self, event: SourceEvent) -> Result<()> {
+        if let Some(handler) = self.event_handler.as_mut() {
+            let removed = handler(event);
+            for id in removed {
+                self.finish_split(&id, Finished::new(FinishReason::Removed), false);
+            }
+        }
+        Ok(())
+    }
+
+    fn take_requests(&mut self) -> Vec<ReaderRequest> {
+        std::mem::take(&mut self.requests)
+    }
+
+    fn close(&mut self) -> Result<()> {
+        self.manager.close();
+        Ok(())
+    }
+}

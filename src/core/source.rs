@@ -1,0 +1,107 @@
+//! The `Source` contract of FLIP-27 (Flink's `Source` and `SourceSplit`): a source ties its split,
+//! enumerator, reader and checkpoint types together and creates the enumerator and the readers.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::enumerator::SplitEnumerator;
+use super::reader::SourceReader;
+use crate::error::Result;
+
+/// A split's stable id (`topic-partition` for Kafka). Cheap to clone.
+pub type SplitId = Arc<str>;
+
+/// Whether the source ends on its own (Flink's `Boundedness`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Boundedness {
+    /// Every split has an end and the enumerator eventually signals no more splits.
+    Bounded,
+    /// The source runs until stopped.
+    ContinuousUnbounded,
+}
+
+/// A unit of work assigned to one reader (Flink's `SourceSplit`). The split value is also its
+/// progress: readers update it as they emit, and checkpoints store it with serde.
+pub trait SourceSplit: Clone + Debug + Send + Serialize + DeserializeOwned + 'static {
+    /// Stable id, the same across restarts.
+    fn split_id(&self) -> SplitId;
+}
+
+/// Why a split stopped. Recorded in the state file so a restart never reads a finished split again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The position reached the split's stop (exclusive), or its bounded range is done.
+    StoppingOffset,
+    /// The end-of-stream evaluator matched a record (FLIP-208).
+    EofRecord,
+    /// The split was empty from the start (start >= stop).
+    Empty,
+    /// The split disappeared from its origin (a deleted partition, a removed event).
+    Removed,
+}
+
+/// A finished split's reason, and where the EOF record was for [`FinishReason::EofRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finished {
+    pub reason: FinishReason,
+    /// The position of the matching record (its offset, for Kafka), when the reason is `eof_record`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<i64>,
+}
+
+impl Finished {
+    pub fn new(reason: FinishReason) -> Self {
+        Finished { reason, at: None }
+    }
+}
+
+/// A split as a checkpoint stores it: its current progress, and whether it is finished.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(bound = "S: SourceSplit")]
+pub struct SplitSnapshot<S: SourceSplit> {
+    pub split: S,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<Finished>,
+}
+
+/// A source: the factory of its enumerator and readers (Flink's `Source`).
+///
+/// The associated types are serialized with serde into the state file, so they are the
+/// split and enumerator-state serializers of Flink.
+pub trait Source: Send + Sync + 'static {
+    type Split: SourceSplit;
+    /// The enumerator's checkpoint.
+    type EnumeratorState: Serialize + DeserializeOwned + Send + 'static;
+    type Enumerator: SplitEnumerator<Split = Self::Split, State = Self::EnumeratorState>;
+    type Reader: SourceReader<Split = Self::Split, Output = Self::Output>;
+    /// What the readers emit downstream.
+    type Output: super::emitter::RecordPosition + Send + 'static;
+
+    /// A short name stored in the state file ("kafka", "datagen"); a state file written by
+    /// another kind of source is rejected.
+    fn kind(&self) -> &'static str;
+
+    fn boundedness(&self) -> Boundedness;
+
+    /// A fresh enumerator, for a job without state.
+    fn create_enumerator(&self) -> Result<Self::Enumerator>;
+
+    /// An enumerator from its checkpoint.
+    fn restore_enumerator(&self, state: Self::EnumeratorState) -> Result<Self::Enumerator>;
+
+    /// Reader `index` of `parallelism`.
+    fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader>;
+}
+
+/// What a reader knows of its place in the job (Flink's `SourceReaderContext`).
+#[derive(Debug, Clone)]
+pub struct ReaderContext {
+    pub index: usize,
+    pub parallelism: usize,
+    /// Counters of this reader's fetch hand-off, shared with the job's statistics.
+    pub fetch_stats: Arc<super::fetcher::FetchStats>,
+}

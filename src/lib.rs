@@ -1,0 +1,7 @@
+//! tidegate: Apache Flink's FLIP-27 source model in one Rust daemon. Bounded and stop-on-record
+//! Kafka reads, a data generator and a periodic source, checkpointed to a local state file.
+
+pub mod core;
+pub mod error;
+
+pub use error::{Error, Result};
