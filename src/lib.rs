@@ -5,3 +5,7 @@ pub mod core;
 pub mod error;
 
 pub use error::{Error, Result};
+pub mod expr;
+pub mod format;
+pub mod kafka;
+pub mod record;

@@ -84,6 +84,13 @@ impl<T: RecordPosition> ReaderOutput<T> {
         self.records.push(record);
     }
 
+    /// Emit a record that is not data for the evaluator (a dead letter): never an end of stream.
+    pub fn collect_unevaluated(&mut self, record: T) {
+        if self.ended_at.is_none() {
+            self.records.push(record);
+        }
+    }
+
     /// Whether the evaluator matched since the last [`ReaderOutput::take_end_of_split`].
     pub fn is_end_of_split(&self) -> bool {
         self.ended_at.is_some()

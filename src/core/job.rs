@@ -29,6 +29,10 @@ use super::source::{ReaderContext, Source, SourceSplit, SplitSnapshot};
 use super::state::StateStore;
 use crate::error::{Error, Result, StateError};
 
+/// The id under which a reader's last snapshot (end of input, or stop) is taken; it is part of
+/// whichever checkpoint completes next.
+pub const FINAL_SNAPSHOT: u64 = u64::MAX;
+
 /// How a job runs.
 #[derive(Debug, Clone)]
 pub struct JobOptions {
@@ -211,7 +215,8 @@ impl<S: Source> Job<S> {
             .map_err(|e| Error::io("cannot start the sink thread", e))?;
 
         let mut reader_txs = Vec::with_capacity(parallelism);
-        let mut reader_tasks = Vec::with_capacity(parallelism);
+        let mut reader_aborts = Vec::with_capacity(parallelism);
+        let mut reader_watchers = Vec::with_capacity(parallelism);
         let mut fetch_stats = Vec::with_capacity(parallelism);
         for index in 0..parallelism {
             let (tx, rx) = mpsc::unbounded_channel();
@@ -234,9 +239,10 @@ impl<S: Source> Job<S> {
                     .run(reader, rx)
                     .instrument(info_span!("reader", reader = index)),
             );
+            reader_aborts.push(task.abort_handle());
             // a panicking reader must fail the job, not leave the coordinator waiting for it
             let panics = events_tx.clone();
-            reader_tasks.push(tokio::spawn(async move {
+            reader_watchers.push(tokio::spawn(async move {
                 if let Err(e) = task.await {
                     if e.is_panic() {
                         let message = format!("reader {index} panicked");
@@ -292,16 +298,33 @@ impl<S: Source> Job<S> {
             .run(events_rx, calls_rx, self.stop.clone(), &self.options)
             .await;
         drop(events_tx);
-        for task in &reader_tasks {
-            task.abort();
+        if outcome.is_err() {
+            for task in &reader_aborts {
+                task.abort();
+            }
         }
         let Coordinator {
             sink,
             mut enumerator,
             last_splits,
+            ctx,
             ..
         } = coordinator;
         drop(sink);
+        // closing the command channels lets finished readers end
+        drop(ctx);
+        let drained = tokio::time::timeout(Duration::from_secs(30), async {
+            for watcher in reader_watchers {
+                let _ = watcher.await;
+            }
+        })
+        .await;
+        if drained.is_err() {
+            warn!("readers did not end within 30s of the job; aborting them");
+            for task in &reader_aborts {
+                task.abort();
+            }
+        }
         if let Err(e) = enumerator.close() {
             warn!(error = %e, "closing the enumerator failed");
         }
@@ -568,9 +591,7 @@ impl<S: Source> Coordinator<S> {
             "checkpoint complete"
         );
         for reader in 0..self.parallelism {
-            if !self.finished_readers.contains_key(&reader) {
-                let _ = self.ctx.send(reader, ReaderCommand::CheckpointComplete(id));
-            }
+            let _ = self.ctx.send(reader, ReaderCommand::CheckpointComplete(id));
         }
         self.enumerator.notify_checkpoint_complete(id)?;
         self.last_splits = checkpoint.splits;
@@ -613,9 +634,9 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
     async fn run<R: SourceReader<Split = S, Output = T>>(
         self,
         mut reader: R,
-        commands: mpsc::UnboundedReceiver<ReaderCommand<S>>,
+        mut commands: mpsc::UnboundedReceiver<ReaderCommand<S>>,
     ) {
-        let result = self.drive(&mut reader, commands).await;
+        let result = self.drive(&mut reader, &mut commands).await;
         let close = tokio::task::block_in_place(|| reader.close());
         let outcome = result.and_then(|finished| close.map(|_| finished));
         match outcome {
@@ -624,9 +645,22 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
                     .events
                     .send((self.index, ReaderEvent::Finished { splits }));
             }
-            Ok(None) => {}
+            Ok(None) => return,
             Err(e) => {
                 let _ = self.events.send((self.index, ReaderEvent::Failed(e)));
+                return;
+            }
+        }
+        // A finished reader still hears which checkpoint made its last state durable (the Kafka
+        // source commits its final offsets then), until the job closes the channel.
+        drop(self.sink);
+        while let Some(command) = commands.recv().await {
+            if let ReaderCommand::CheckpointComplete(id) = command {
+                if let Err(e) =
+                    tokio::task::block_in_place(|| reader.notify_checkpoint_complete(id))
+                {
+                    warn!(reader = self.index, error = %e, "after-checkpoint action failed");
+                }
             }
         }
     }
@@ -639,7 +673,7 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
     async fn drive<R: SourceReader<Split = S, Output = T>>(
         &self,
         reader: &mut R,
-        mut commands: mpsc::UnboundedReceiver<ReaderCommand<S>>,
+        commands: &mut mpsc::UnboundedReceiver<ReaderCommand<S>>,
     ) -> Result<Option<Vec<SplitSnapshot<S>>>> {
         for request in reader.start()? {
             self.send(ReaderEvent::Request(request));
@@ -654,7 +688,7 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
                 match commands.try_recv() {
                     Ok(command) => {
                         if let Flow::Stop = self.handle(reader, command)? {
-                            return Ok(Some(reader.snapshot_state(u64::MAX)));
+                            return Ok(Some(reader.snapshot_state(FINAL_SNAPSHOT)));
                         }
                         status = InputStatus::MoreAvailable;
                     }
@@ -690,7 +724,7 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
                         command = commands.recv() => {
                             let Some(command) = command else { return Ok(None) };
                             if let Flow::Stop = self.handle(reader, command)? {
-                                return Ok(Some(reader.snapshot_state(u64::MAX)));
+                                return Ok(Some(reader.snapshot_state(FINAL_SNAPSHOT)));
                             }
                         }
                         _ = available => {}
@@ -699,7 +733,7 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
                 }
                 InputStatus::EndOfInput => {
                     debug!("end of input");
-                    return Ok(Some(reader.snapshot_state(u64::MAX)));
+                    return Ok(Some(reader.snapshot_state(FINAL_SNAPSHOT)));
                 }
             }
         }

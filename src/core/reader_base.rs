@@ -11,6 +11,7 @@ use tracing::{debug, info};
 use super::emitter::{EofOnRecordEvaluator, ReaderOutput, RecordEmitter, RecordPosition};
 use super::enumerator::SourceEvent;
 use super::fetcher::{FetchStats, FetcherMode, SplitFetcherManager, SplitReaderFactory};
+use super::job::FINAL_SNAPSHOT;
 use super::queue::{ElementQueue, DEFAULT_CAPACITY};
 use super::reader::{AvailabilityFuture, InputStatus, ReaderRequest, SourceReader};
 use super::source::{FinishReason, Finished, SourceSplit, SplitId, SplitSnapshot};
@@ -50,6 +51,11 @@ struct SplitEntry<S> {
     finished: Option<Finished>,
 }
 
+/// Called with the split states of a checkpoint once it completed, and whether they are the
+/// reader's final states (the Kafka source commits offsets to its consumer group this way).
+pub type CheckpointListener<S> =
+    Box<dyn FnMut(u64, &[SplitSnapshot<S>], bool) -> Result<()> + Send>;
+
 /// Handles source events for a reader built on [`SourceReaderBase`] (for example, the periodic
 /// source removes events this way). Returns splits to remove.
 pub type SourceEventHandler = Box<dyn FnMut(SourceEvent) -> Vec<SplitId> + Send>;
@@ -66,6 +72,9 @@ pub struct SourceReaderBase<R: SplitReader, T, E> {
     requests: Vec<ReaderRequest>,
     split_requested: bool,
     event_handler: Option<SourceEventHandler>,
+    checkpoint_listener: Option<CheckpointListener<R::Split>>,
+    /// Snapshots of checkpoints not yet complete, for the listener.
+    snapshots: std::collections::BTreeMap<u64, Vec<SplitSnapshot<R::Split>>>,
 }
 
 impl<R, T, E> SourceReaderBase<R, T, E>
@@ -94,7 +103,15 @@ where
             requests: Vec::new(),
             split_requested: false,
             event_handler: None,
+            checkpoint_listener: None,
+            snapshots: std::collections::BTreeMap::new(),
         }
+    }
+
+    /// Call `listener` with each completed checkpoint's split states.
+    pub fn with_checkpoint_listener(mut self, listener: CheckpointListener<R::Split>) -> Self {
+        self.checkpoint_listener = Some(listener);
+        self
     }
 
     /// Handle source events with `handler` (splits it returns are removed).
@@ -257,7 +274,7 @@ where
         self.queue.notify_available();
     }
 
-    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Vec<SplitSnapshot<R::Split>> {
+    fn snapshot_state(&mut self, checkpoint_id: u64) -> Vec<SplitSnapshot<R::Split>> {
         let mut snapshot: Vec<_> = self
             .splits
             .values()
@@ -267,7 +284,27 @@ where
             })
             .collect();
         snapshot.sort_by_key(|s| s.split.split_id());
+        if self.checkpoint_listener.is_some() {
+            self.snapshots.insert(checkpoint_id, snapshot.clone());
+        }
         snapshot
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
+        // the final snapshot belongs to the first checkpoint that completes after it
+        let (snapshot, is_final) = match self.snapshots.remove(&checkpoint_id) {
+            Some(s) => (s, false),
+            None => match self.snapshots.remove(&FINAL_SNAPSHOT) {
+                Some(s) => (s, true),
+                None => return Ok(()),
+            },
+        };
+        // older checkpoints are subsumed by this one
+        self.snapshots.retain(|id, _| *id > checkpoint_id);
+        match self.checkpoint_listener.as_mut() {
+            Some(listener) => listener(checkpoint_id, &snapshot, is_final),
+            None => Ok(()),
+        }
     }
 
     fn handle_source_event(&mut self, event: SourceEvent) -> Result<()> {

@@ -1,0 +1,275 @@
+//! End-of-stream expressions: CEL (the `cel` crate) over a record's `key`, `value`, `headers`,
+//! `topic`, `partition`, `offset` and `timestamp`, compiled once and evaluated per record
+//! (FLIP-208's `EofOnRecordEvaluator`, written as an expression).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use cel::common::value::{CowVal, Val};
+use cel::context::VariableResolver;
+use cel::{Context, Env, Program, Value};
+use tracing::warn;
+
+use crate::core::EofOnRecordEvaluator;
+use crate::record::{Record, ValueFormat};
+
+/// The variables an expression may use.
+pub const VARIABLES: [&str; 7] = [
+    "key",
+    "value",
+    "headers",
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+];
+
+/// A compiled CEL expression over records.
+pub struct RecordExpression {
+    source: String,
+    program: Program,
+    env: Arc<Env>,
+    /// Evaluations that failed (a missing map key, a non-boolean result); they count as "no match".
+    errors: AtomicU64,
+}
+
+impl std::fmt::Debug for RecordExpression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordExpression")
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl RecordExpression {
+    /// Compile `source`; the error says where it is wrong, or which variable is unknown.
+    pub fn compile(source: &str) -> Result<Self, String> {
+        let env = Arc::new(Env::stdlib());
+        let program = env
+            .compile(source)
+            .map_err(|e| e.to_string().trim().to_string())?;
+        let references = program.references();
+        let mut unknown: Vec<&str> = references
+            .variables()
+            .into_iter()
+            .filter(|v| !VARIABLES.contains(v))
+            .collect();
+        unknown.sort_unstable();
+        if !unknown.is_empty() {
+            return Err(format!(
+                "unknown variable {} (an expression may use {})",
+                unknown.join(", "),
+                VARIABLES.join(", ")
+            ));
+        }
+        Ok(RecordExpression {
+            source: source.to_string(),
+            program,
+            env,
+            errors: AtomicU64::new(0),
+        })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Evaluations that failed so far.
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Evaluate against `record`: `Ok(true)` only for a boolean `true` result.
+    pub fn evaluate(&self, record: &Record) -> Result<bool, String> {
+        let resolver = RecordVariables { record };
+        let mut context = Context::with_env(Arc::clone(&self.env));
+        context.set_variable_resolver(&resolver);
+        match self.program.execute(&context) {
+            Ok(Value::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!("the expression returned {other:?}, not a boolean")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+impl EofOnRecordEvaluator<Record> for RecordExpression {
+    fn is_end_of_stream(&self, record: &Record) -> bool {
+        match self.evaluate(record) {
+            Ok(matched) => matched,
+            Err(e) => {
+                // The first failure is worth a warning (often a field missing from some records:
+                // guard it with has()); later ones are only counted, never per record in the log.
+                if self.errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                    warn!(expression = %self.source, topic = ?record.topic, partition = ?record.partition,
+                          offset = ?record.offset, error = %e,
+                          "end-of-stream expression failed on a record; treated as no match (further failures are counted, not logged)");
+                }
+                metrics::counter!("tidegate_eof_evaluation_errors_total").increment(1);
+                false
+            }
+        }
+    }
+}
+
+/// Resolves the record variables on demand, so an expression over `offset` never converts the value.
+struct RecordVariables<'r> {
+    record: &'r Record,
+}
+
+impl RecordVariables<'_> {
+    fn value(&self) -> Value {
+        let r = self.record;
+        match (&r.decoded, r.format, &r.value) {
+            (Some(decoded), _, _) => json_to_cel(decoded),
+            (None, _, None) => Value::Null,
+            (None, ValueFormat::String, Some(bytes)) => match std::str::from_utf8(bytes) {
+                Ok(s) => Value::String(Arc::new(s.to_string())),
+                Err(_) => Value::Bytes(Arc::new(bytes.clone())),
+            },
+            (None, _, Some(bytes)) => Value::Bytes(Arc::new(bytes.clone())),
+        }
+    }
+}
+
+fn bytes_or_string(bytes: &[u8]) -> Value {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => Value::String(Arc::new(s.to_string())),
+        Err(_) => Value::Bytes(Arc::new(bytes.to_vec())),
+    }
+}
+
+/// JSON to CEL: objects become maps, integers `int` (or `uint` beyond i64), other numbers `double`.
+pub fn json_to_cel(value: &serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match value {
+        J::Null => Value::Null,
+        J::Bool(b) => Value::Bool(*b),
+        J::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Value::Int(i),
+            (None, Some(u)) => Value::UInt(u),
+            _ => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        J::String(s) => Value::String(Arc::new(s.clone())),
+        J::Array(items) => Value::List(Arc::new(items.iter().map(json_to_cel).collect())),
+        J::Object(map) => {
+            let entries: HashMap<cel::objects::Key, Value> = map
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        cel::objects::Key::String(Arc::new(k.clone())),
+                        json_to_cel(v),
+                    )
+                })
+                .collect();
+            Value::Map(cel::objects::Map {
+                map: Arc::new(entries),
+            })
+        }
+    }
+}
+
+impl VariableResolver for RecordVariables<'_> {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        let r = self.record;
+        let value = match variable {
+            "value" => self.value(),
+            "key" => r.key.as_deref().map(bytes_or_string).unwrap_or(Value::Null),
+            "topic" => r
+                .topic
+                .as_deref()
+                .map(|t| Value::String(Arc::new(t.to_string())))
+                .unwrap_or(Value::Null),
+            "partition" => r
+                .partition
+                .map(|p| Value::Int(i64::from(p)))
+                .unwrap_or(Value::Null),
+            "offset" => r.offset.map(Value::Int).unwrap_or(Value::Null),
+            "timestamp" => r.timestamp.map(Value::Int).unwrap_or(Value::Null),
+            "headers" => {
+                let entries: HashMap<cel::objects::Key, Value> = r
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        let v = h
+                            .value
+                            .as_deref()
+                            .map(bytes_or_string)
+                            .unwrap_or(Value::Null);
+                        (cel::objects::Key::String(Arc::new(h.key.clone())), v)
+                    })
+                    .collect();
+                Value::Map(cel::objects::Map {
+                    map: Arc::new(entries),
+                })
+            }
+            _ => return None,
+        };
+        let boxed: Box<dyn Val> = value.try_into().ok()?;
+        Some(CowVal::Owned(boxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Header;
+    use serde_json::json;
+
+    fn record(value: serde_json::Value) -> Record {
+        Record {
+            topic: Some(Arc::from("trades")),
+            partition: Some(2),
+            offset: Some(41),
+            timestamp: Some(1_700_000_000_000),
+            key: Some(b"AAPL".to_vec()),
+            value: Some(serde_json::to_vec(&value).unwrap()),
+            decoded: Some(value),
+            format: ValueFormat::Json,
+            headers: vec![Header {
+                key: "source".into(),
+                value: Some(b"nyse".to_vec()),
+            }],
+            dead_letter: None,
+        }
+    }
+
+    #[test]
+    fn matches_on_value_fields_and_metadata() {
+        let close = record(json!({"type": "MARKET_CLOSE", "price": 10.5, "size": 3}));
+        let trade = record(json!({"type": "TRADE", "price": 10.5, "size": 3}));
+        let e = RecordExpression::compile(r#"value.type == "MARKET_CLOSE""#).unwrap();
+        assert_eq!(e.evaluate(&close), Ok(true));
+        assert_eq!(e.evaluate(&trade), Ok(false));
+        for (expr, expected) in [
+            ("offset == 41 && partition == 2", true),
+            ("topic == 'trades' && key == 'AAPL'", true),
+            ("headers.source == 'nyse'", true),
+            ("value.size > 2 && value.price > 10.0", true),
+            ("timestamp >= 1700000000000", true),
+            ("has(value.missing)", false),
+        ] {
+            let e = RecordExpression::compile(expr).unwrap();
+            assert_eq!(e.evaluate(&close), Ok(expected), "{expr}");
+        }
+    }
+
+    #[test]
+    fn a_failing_evaluation_is_no_match_and_counted() {
+        let e = RecordExpression::compile("value.missing == 1").unwrap();
+        let r = record(json!({"type": "TRADE"}));
+        assert!(e.evaluate(&r).is_err());
+        assert!(!e.is_end_of_stream(&r));
+        assert_eq!(e.errors(), 1);
+        let not_bool = RecordExpression::compile("offset + 1").unwrap();
+        assert!(!not_bool.is_end_of_stream(&r));
+    }
+
+    #[test]
+    fn compile_errors_say_where_and_unknown_variables_are_named() {
+        let err = RecordExpression::compile("value.type == ").unwrap_err();
+        assert!(err.contains("1:"), "{err}");
+        let err = RecordExpression::compile("vaule.type == 'X'").unwrap_err();
+        assert!(err.contains("vaule"), "{err}");
+    }
+}

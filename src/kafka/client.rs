@@ -1,0 +1,121 @@
+//! librdkafka client plumbing shared by the source, the sinks and the tests: client configs from
+//! tidegate settings plus pass-through properties, librdkafka logs routed to `tracing`, and
+//! secrets redacted wherever properties are shown.
+
+use std::collections::BTreeMap;
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::ConsumerContext;
+use rdkafka::error::KafkaError;
+use tracing::{debug, error, info, warn};
+
+/// Routes librdkafka's logs and errors to `tracing` (rust-rdkafka would use the `log` crate).
+#[derive(Debug, Clone, Default)]
+pub struct TracingContext {
+    /// Which client this is, for the logs ("reader-0", "sink").
+    pub name: String,
+}
+
+impl TracingContext {
+    pub fn new(name: impl Into<String>) -> Self {
+        TracingContext { name: name.into() }
+    }
+}
+
+impl ClientContext for TracingContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        let client = self.name.as_str();
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                error!(client, facility = fac, "librdkafka: {log_message}")
+            }
+            RDKafkaLogLevel::Warning => warn!(client, facility = fac, "librdkafka: {log_message}"),
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                info!(client, facility = fac, "librdkafka: {log_message}")
+            }
+            RDKafkaLogLevel::Debug => debug!(client, facility = fac, "librdkafka: {log_message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        // Transport errors (a broker going away) are retried by librdkafka itself: warn only.
+        warn!(client = %self.name, error = %error, "librdkafka: {reason}");
+    }
+}
+
+impl ConsumerContext for TracingContext {}
+
+/// Property names whose values must never be logged or printed.
+pub fn is_secret(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    k.contains("password")
+        || k.contains("secret")
+        || k.ends_with(".key.pem")
+        || k.contains("sasl.jaas")
+        || k == "ssl.key.pem"
+        || k.contains("token")
+}
+
+/// Properties as they may be shown: secrets replaced by `***`.
+pub fn redacted(properties: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    properties
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                if is_secret(k) {
+                    "***".to_string()
+                } else {
+                    v.clone()
+                },
+            )
+        })
+        .collect()
+}
+
+/// A client config: `defaults` first, then `bootstrap.servers`, then the user's pass-through
+/// properties, which win over both.
+pub fn client_config(
+    bootstrap_servers: &str,
+    defaults: &[(&str, &str)],
+    properties: &BTreeMap<String, String>,
+) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    for (k, v) in defaults {
+        config.set(*k, *v);
+    }
+    config.set("bootstrap.servers", bootstrap_servers);
+    for (k, v) in properties {
+        config.set(k, v);
+    }
+    config.set_log_level(RDKafkaLogLevel::Warning);
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_redacted() {
+        let props: BTreeMap<String, String> = [
+            ("sasl.password", "hunter2"),
+            ("ssl.key.password", "k"),
+            ("sasl.oauthbearer.client.secret", "s"),
+            ("fetch.min.bytes", "1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let shown = redacted(&props);
+        assert_eq!(shown["sasl.password"], "***");
+        assert_eq!(shown["ssl.key.password"], "***");
+        assert_eq!(shown["sasl.oauthbearer.client.secret"], "***");
+        assert_eq!(shown["fetch.min.bytes"], "1");
+        assert!(!format!("{shown:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,493 @@
+//! The Kafka split enumerator (Flink's `KafkaSourceEnumerator`): discovers the subscribed
+//! partitions from metadata at start and every discovery interval, resolves their offsets once,
+//! assigns each split to its owner reader, and finishes the splits of partitions that disappear.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use super::client::TracingContext;
+use super::offsets::{OffsetsResolver, StartingOffsets, TopicPartition};
+use super::split::{split_owner, KafkaPartitionSplit};
+use super::{Instance, KafkaSourceSettings, Subscription};
+use crate::core::{EnumeratorContext, SourceEvent, SourceSplit, SplitEnumerator, SplitId};
+use crate::error::{Error, Result};
+
+/// Sent to a reader to finish splits whose partitions no longer exist.
+#[derive(Debug)]
+pub struct RemoveSplits(pub Vec<SplitId>);
+
+/// A split the enumerator knows, with its offsets as resolved at discovery.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KnownSplit {
+    /// For an unassigned split, where it will start; for an assigned one, where it started
+    /// (its progress is in the readers' split states).
+    pub split: KafkaPartitionSplit,
+    pub assigned: bool,
+    /// The partition disappeared from the cluster.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
+}
+
+/// The enumerator's checkpoint.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct KafkaEnumeratorState {
+    /// Whether the first discovery (with the configured starting offsets) happened; partitions
+    /// discovered after it start at earliest.
+    pub initial_discovery_done: bool,
+    pub splits: Vec<KnownSplit>,
+}
+
+/// What one discovery found.
+#[derive(Debug)]
+pub struct Discovery {
+    /// Every subscribed partition that exists now (owned by this instance).
+    pub partitions: BTreeSet<TopicPartition>,
+    /// Partitions not known before, with resolved offsets.
+    pub new_splits: Vec<KafkaPartitionSplit>,
+    /// Subscribed topics that do not exist.
+    pub missing_topics: Vec<String>,
+}
+
+/// Assigns Kafka partitions to readers.
+pub struct KafkaSourceEnumerator {
+    settings: Arc<KafkaSourceSettings>,
+    known: BTreeMap<SplitId, KnownSplit>,
+    /// Shared with the discovery callable, so it only resolves offsets of new partitions.
+    known_partitions: Arc<Mutex<HashSet<TopicPartition>>>,
+    initial_done: Arc<AtomicBool>,
+    pending: BTreeMap<usize, Vec<SplitId>>,
+    no_more_splits: bool,
+    parallelism: usize,
+}
+
+impl KafkaSourceEnumerator {
+    pub fn new(settings: Arc<KafkaSourceSettings>, state: Option<KafkaEnumeratorState>) -> Self {
+        let state = state.unwrap_or_default();
+        let known: BTreeMap<SplitId, KnownSplit> = state
+            .splits
+            .into_iter()
+            .map(|k| (k.split.split_id(), k))
+            .collect();
+        let partitions = known
+            .values()
+            .map(|k| (k.split.topic.clone(), k.split.partition))
+            .collect();
+        KafkaSourceEnumerator {
+            settings,
+            known,
+            known_partitions: Arc::new(Mutex::new(partitions)),
+            initial_done: Arc::new(AtomicBool::new(state.initial_discovery_done)),
+            pending: BTreeMap::new(),
+            no_more_splits: false,
+            parallelism: 1,
+        }
+    }
+
+    fn owner(&self, split: &KafkaPartitionSplit) -> usize {
+        reader_owner(
+            &split.topic,
+            split.partition,
+            self.parallelism,
+            self.settings.instance,
+        )
+    }
+
+    fn add_pending(&mut self, split: KafkaPartitionSplit) {
+        let owner = self.owner(&split);
+        let id = split.split_id();
+        self.known.insert(
+            id.clone(),
+            KnownSplit {
+                split,
+                assigned: false,
+                removed: false,
+            },
+        );
+        let list = self.pending.entry(owner).or_default();
+        if !list.contains(&id) {
+            list.push(id);
+        }
+    }
+
+    fn assign_pending(
+        &mut self,
+        ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
+    ) -> Result<()> {
+        let readers: Vec<usize> = ctx.registered_readers().iter().copied().collect();
+        for reader in readers {
+            if let Some(ids) = self.pending.remove(&reader) {
+                let mut splits = Vec::with_capacity(ids.len());
+                for id in ids {
+                    if let Some(k) = self.known.get_mut(&id) {
+                        k.assigned = true;
+                        info!(reader, split_id = %id, next_offset = k.split.next_offset, stop_offset = ?k.split.stop_offset, "assigning split");
+                        splits.push(k.split.clone());
+                    }
+                }
+                ctx.assign_splits(reader, splits)?;
+            }
+            if self.no_more_splits {
+                ctx.signal_no_more_splits(reader)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn handle_discovery(
+        &mut self,
+        ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
+        d: Discovery,
+    ) -> Result<()> {
+        let initial = !self.initial_done.load(Ordering::Acquire);
+        if initial && !d.missing_topics.is_empty() {
+            if self.settings.wait_for_topics {
+                info!(topics = ?d.missing_topics, "waiting for the subscribed topics to exist");
+                return Ok(());
+            }
+            return Err(Error::runtime(
+                "partition discovery",
+                format!(
+                    "{} does not exist (set source.wait_for_topics = true to wait for it)",
+                    d.missing_topics.join(", ")
+                ),
+            ));
+        }
+        {
+            let mut known = self
+                .known_partitions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            for s in &d.new_splits {
+                known.insert((s.topic.clone(), s.partition));
+            }
+        }
+        if !d.new_splits.is_empty() {
+            info!(
+                count = d.new_splits.len(),
+                initial, "discovered new partitions"
+            );
+        }
+        for split in d.new_splits {
+            self.add_pending(split);
+        }
+        // partitions that disappeared: their splits end
+        let gone: Vec<SplitId> = self
+            .known
+            .iter()
+            .filter(|(_, k)| {
+                !k.removed
+                    && !d
+                        .partitions
+                        .contains(&(k.split.topic.clone(), k.split.partition))
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            let Some(k) = self.known.get_mut(&id) else {
+                continue;
+            };
+            warn!(split_id = %id, "partition no longer exists; finishing its split");
+            k.removed = true;
+            let owner = reader_owner(
+                &k.split.topic,
+                k.split.partition,
+                self.parallelism,
+                self.settings.instance,
+            );
+            if k.assigned {
+                ctx.send_event_to_reader(
+                    owner,
+                    SourceEvent(Box::new(RemoveSplits(vec![id.clone()]))),
+                )?;
+            } else if let Some(list) = self.pending.get_mut(&owner) {
+                list.retain(|p| *p != id);
+            }
+        }
+        self.initial_done.store(true, Ordering::Release);
+        if self.settings.discovery_interval.is_none() {
+            self.no_more_splits = true;
+        }
+        self.assign_pending(ctx)
+    }
+}
+
+/// The reader (of this instance) that owns a partition. With one instance this is Flink's
+/// `getSplitOwner`; with `count` instances, the owner slot over all `count × parallelism` readers
+/// is dealt round-robin to instances, so consecutive partitions spread over instances and readers.
+pub fn reader_owner(topic: &str, partition: i32, parallelism: usize, instance: Instance) -> usize {
+    let count = instance.count.max(1);
+    split_owner(topic, partition, count * parallelism.max(1)) / count
+}
+
+/// Whether this instance reads a partition.
+pub fn instance_owns(topic: &str, partition: i32, parallelism: usize, instance: Instance) -> bool {
+    let count = instance.count.max(1);
+    split_owner(topic, partition, count * parallelism.max(1)) % count == instance.index
+}
+
+impl SplitEnumerator for KafkaSourceEnumerator {
+    type Split = KafkaPartitionSplit;
+    type State = KafkaEnumeratorState;
+    type CallResult = Discovery;
+
+    fn start(&mut self, ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>) -> Result<()> {
+        self.parallelism = ctx.current_parallelism();
+        // pending restored splits were queued before the parallelism was known
+        let restored: Vec<KafkaPartitionSplit> = self
+            .pending
+            .values()
+            .flatten()
+            .filter_map(|id| self.known.get(id).map(|k| k.split.clone()))
+            .collect();
+        self.pending.clear();
+        for split in restored {
+            self.add_pending(split);
+        }
+        let consumer = Arc::new(admin_consumer(&self.settings)?);
+        let settings = Arc::clone(&self.settings);
+        let known = Arc::clone(&self.known_partitions);
+        let initial_done = Arc::clone(&self.initial_done);
+        let parallelism = self.parallelism;
+        let period = match (
+            self.settings.discovery_interval,
+            self.settings.wait_for_topics,
+        ) {
+            (Some(p), _) => Some(p),
+            (None, true) => Some(Duration::from_secs(1)), // retry until the topics exist
+            (None, false) => None,
+        };
+        ctx.call_async(
+            move || {
+                discover(
+                    &settings,
+                    &consumer,
+                    &known,
+                    initial_done.load(Ordering::Acquire),
+                    parallelism,
+                )
+            },
+            Duration::ZERO,
+            period,
+        );
+        Ok(())
+    }
+
+    fn add_splits_back(
+        &mut self,
+        _ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
+        splits: Vec<KafkaPartitionSplit>,
+    ) -> Result<()> {
+        for split in splits {
+            self.known_partitions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((split.topic.clone(), split.partition));
+            self.add_pending(split);
+        }
+        Ok(())
+    }
+
+    fn add_reader(
+        &mut self,
+        ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
+        _reader: usize,
+    ) -> Result<()> {
+        self.assign_pending(ctx)
+    }
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<KafkaEnumeratorState> {
+        Ok(KafkaEnumeratorState {
+            initial_discovery_done: self.initial_done.load(Ordering::Acquire),
+            splits: self.known.values().cloned().collect(),
+        })
+    }
+
+    fn handle_call_result(
+        &mut self,
+        ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
+        result: Result<Discovery>,
+    ) -> Result<()> {
+        match result {
+            Ok(d) => {
+                if self.no_more_splits {
+                    return Ok(()); // a retry that raced the end of discovery
+                }
+                self.handle_discovery(ctx, d)
+            }
+            Err(e) if !self.initial_done.load(Ordering::Acquire) => Err(e),
+            Err(e) => {
+                warn!(error = %e, "partition discovery failed; keeping the current splits");
+                metrics::counter!("tidegate_kafka_discovery_failures_total").increment(1);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A consumer for metadata and offset lookups only (no assignment). It carries the group id,
+/// if any, for committed offsets, and the isolation level, so `latest` is the last stable offset.
+pub fn admin_consumer(settings: &KafkaSourceSettings) -> Result<BaseConsumer<TracingContext>> {
+    let mut defaults: Vec<(&str, &str)> = vec![
+        ("enable.auto.commit", "false"),
+        ("isolation.level", "read_committed"),
+        ("client.id", "tidegate-enumerator"),
+        ("allow.auto.create.topics", "false"),
+    ];
+    if let Some(group) = &settings.group_id {
+        defaults.push(("group.id", group));
+    }
+    super::client::client_config(&settings.bootstrap_servers, &defaults, &settings.properties)
+        .create_with_context(TracingContext::new("enumerator"))
+        .map_err(|e| Error::kafka("creating the enumerator's client", e))
+}
+
+/// One discovery: the subscribed partitions that exist, and offsets for the new ones.
+pub fn discover(
+    settings: &KafkaSourceSettings,
+    consumer: &BaseConsumer<TracingContext>,
+    known: &Mutex<HashSet<TopicPartition>>,
+    initial_done: bool,
+    parallelism: usize,
+) -> Result<Discovery> {
+    let timeout = settings.request_timeout;
+    let servers = &settings.bootstrap_servers;
+    let metadata_err = |e| {
+        Error::kafka(
+            format!("fetching metadata from {servers} (timeout {timeout:?})"),
+            e,
+        )
+    };
+    let mut partitions = BTreeSet::new();
+    let mut missing_topics = Vec::new();
+    let mut add_topic = |topic: &rdkafka::metadata::MetadataTopic, only: Option<&BTreeSet<i32>>| {
+        for p in topic.partitions() {
+            if only.is_none_or(|o| o.contains(&p.id())) {
+                partitions.insert((topic.name().to_string(), p.id()));
+            }
+        }
+    };
+    match &settings.subscription {
+        Subscription::Topics(topics) | Subscription::Partitions(_, topics) => {
+            let wanted: Option<BTreeMap<&str, BTreeSet<i32>>> = match &settings.subscription {
+                Subscription::Partitions(list, _) => {
+                    let mut m: BTreeMap<&str, BTreeSet<i32>> = BTreeMap::new();
+                    for (t, p) in list {
+                        m.entry(t.as_str()).or_default().insert(*p);
+                    }
+                    Some(m)
+                }
+                _ => None,
+            };
+            for name in topics {
+                let md = consumer
+                    .fetch_metadata(Some(name), timeout)
+                    .map_err(metadata_err)?;
+                match md.topics().first() {
+                    Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
+                        let only = wanted.as_ref().and_then(|w| w.get(name.as_str()));
+                        if let Some(only) = only {
+                            for p in only {
+                                if !t.partitions().iter().any(|tp| tp.id() == *p) {
+                                    missing_topics.push(format!("partition {name}:{p}"));
+                                }
+                            }
+                        }
+                        add_topic(t, only)
+                    }
+                    _ => missing_topics.push(format!("topic {name}")),
+                }
+            }
+        }
+        Subscription::Pattern(pattern) => {
+            let md = consumer
+                .fetch_metadata(None, timeout)
+                .map_err(metadata_err)?;
+            for t in md.topics() {
+                if t.error().is_none() && pattern.is_match(t.name()) && !t.name().starts_with("__")
+                {
+                    add_topic(t, None);
+                }
+            }
+        }
+    }
+    partitions.retain(|(t, p)| instance_owns(t, *p, parallelism, settings.instance));
+    let new: Vec<TopicPartition> = {
+        let known = known.lock().unwrap_or_else(|p| p.into_inner());
+        partitions
+            .iter()
+            .filter(|tp| !known.contains(*tp))
+            .cloned()
+            .collect()
+    };
+    let resolver = OffsetsResolver::new(consumer, timeout, settings.group_id.as_deref());
+    // the configured starting offsets apply to the first discovery; later partitions are new
+    // data, read from their beginning
+    let starting = if initial_done {
+        &StartingOffsets::Earliest
+    } else {
+        &settings.starting
+    };
+    let starts = resolver.resolve_start(starting, &new)?;
+    let stops = resolver.resolve_stop(&settings.stopping, &new)?;
+    let new_splits = new
+        .into_iter()
+        .map(|tp| {
+            let start = starts.get(&tp).copied().unwrap_or(0);
+            let stop = stops.get(&tp).copied().flatten();
+            KafkaPartitionSplit::new(tp.0, tp.1, start, stop)
+        })
+        .collect();
+    Ok(Discovery {
+        partitions,
+        new_splits,
+        missing_topics,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_instance_uses_flinks_owner() {
+        let one = Instance { index: 0, count: 1 };
+        for p in 0..12 {
+            assert_eq!(
+                reader_owner("trades", p, 3, one),
+                split_owner("trades", p, 3)
+            );
+            assert!(instance_owns("trades", p, 3, one));
+        }
+    }
+
+    #[test]
+    fn instances_split_partitions_and_readers_evenly() {
+        let (count, parallelism) = (2usize, 2usize);
+        let mut per_reader = BTreeMap::new();
+        for p in 0..16 {
+            let owners: Vec<usize> = (0..count)
+                .filter(|i| instance_owns("trades", p, parallelism, Instance { index: *i, count }))
+                .collect();
+            assert_eq!(
+                owners.len(),
+                1,
+                "partition {p} must belong to exactly one instance"
+            );
+            let inst = Instance {
+                index: owners[0],
+                count,
+            };
+            *per_reader
+                .entry((owners[0], reader_owner("trades", p, parallelism, inst)))
+                .or_insert(0) += 1;
+        }
+        assert_eq!(per_reader.len(), 4);
+        assert!(per_reader.values().all(|n| *n == 4), "{per_reader:?}");
+    }
+}

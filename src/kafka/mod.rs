@@ -1,0 +1,384 @@
+//! The Kafka source (Flink's `KafkaSource`): settings, the builder, and the `Source` that ties
+//! the partition-discovery enumerator, the split readers and the record emitter together.
+
+pub mod client;
+pub mod emitter;
+pub mod enumerator;
+pub mod offsets;
+pub mod split;
+pub mod split_reader;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use regex::Regex;
+use tracing::{debug, warn};
+
+use crate::core::{
+    Boundedness, EofOnRecordEvaluator, FetcherMode, ReaderContext, ReaderOptions, Source,
+    SourceReaderBase,
+};
+use crate::error::{Error, Result};
+use crate::format::{DecodeErrorPolicy, ValueDecoder};
+use crate::record::{Record, ValueFormat};
+
+pub use enumerator::{KafkaEnumeratorState, KafkaSourceEnumerator, RemoveSplits};
+pub use offsets::{CommittedReset, StartingOffsets, StoppingOffsets, TopicPartition};
+pub use split::KafkaPartitionSplit;
+pub use split_reader::KafkaPartitionSplitReader;
+
+/// What to read.
+#[derive(Debug, Clone)]
+pub enum Subscription {
+    Topics(Vec<String>),
+    /// Topics whose whole name matches.
+    Pattern(Regex),
+    /// Fixed partitions, and their topics.
+    Partitions(Vec<TopicPartition>, Vec<String>),
+}
+
+impl Subscription {
+    pub fn partitions(list: Vec<TopicPartition>) -> Self {
+        let mut topics: Vec<String> = list.iter().map(|(t, _)| t.clone()).collect();
+        topics.sort();
+        topics.dedup();
+        Subscription::Partitions(list, topics)
+    }
+
+    /// A pattern that must match the whole topic name, as in Flink.
+    pub fn pattern(pattern: &str) -> std::result::Result<Self, regex::Error> {
+        Regex::new(&format!("^(?:{pattern})$")).map(Subscription::Pattern)
+    }
+}
+
+/// This process's share of the work when a job runs as several instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Instance {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Default for Instance {
+    fn default() -> Self {
+        Instance { index: 0, count: 1 }
+    }
+}
+
+/// Everything the enumerator and readers need to talk to Kafka.
+#[derive(Debug, Clone)]
+pub struct KafkaSourceSettings {
+    pub bootstrap_servers: String,
+    pub subscription: Subscription,
+    pub starting: StartingOffsets,
+    pub stopping: StoppingOffsets,
+    /// `None`: discover once, at start.
+    pub discovery_interval: Option<Duration>,
+    pub wait_for_topics: bool,
+    pub group_id: Option<String>,
+    /// librdkafka properties, passed through.
+    pub properties: BTreeMap<String, String>,
+    /// Timeout of metadata and offset requests.
+    pub request_timeout: Duration,
+    pub instance: Instance,
+    /// librdkafka's `auto.offset.reset` for a position deleted by retention: `error` (default),
+    /// `earliest` or `latest`.
+    pub offset_reset: String,
+}
+
+impl KafkaSourceSettings {
+    pub fn new(bootstrap_servers: impl Into<String>, subscription: Subscription) -> Self {
+        KafkaSourceSettings {
+            bootstrap_servers: bootstrap_servers.into(),
+            subscription,
+            starting: StartingOffsets::Earliest,
+            stopping: StoppingOffsets::None,
+            discovery_interval: None,
+            wait_for_topics: false,
+            group_id: None,
+            properties: BTreeMap::new(),
+            request_timeout: Duration::from_secs(30),
+            instance: Instance::default(),
+            offset_reset: "error".to_string(),
+        }
+    }
+}
+
+/// Creates the value decoder of each reader.
+pub type DecoderFactory = Arc<dyn Fn() -> Result<Box<dyn ValueDecoder>> + Send + Sync>;
+
+/// The Kafka source.
+pub struct KafkaSource {
+    pub settings: Arc<KafkaSourceSettings>,
+    pub decoder: DecoderFactory,
+    pub decode_errors: DecodeErrorPolicy,
+    pub eof: Option<Arc<dyn EofOnRecordEvaluator<Record>>>,
+    pub eof_emit_marker: bool,
+    pub fetcher_mode: FetcherMode,
+    pub queue_capacity: usize,
+    pub max_batch_records: usize,
+}
+
+impl KafkaSource {
+    /// A builder in the spirit of Flink's `KafkaSource.builder()`.
+    pub fn builder() -> KafkaSourceBuilder {
+        KafkaSourceBuilder::default()
+    }
+}
+
+/// Builds a [`KafkaSource`] without a config file (tests, Rust programs).
+#[derive(Default)]
+pub struct KafkaSourceBuilder {
+    bootstrap_servers: Option<String>,
+    subscription: Option<Subscription>,
+    starting: Option<StartingOffsets>,
+    stopping: Option<StoppingOffsets>,
+    discovery_interval: Option<Duration>,
+    group_id: Option<String>,
+    properties: BTreeMap<String, String>,
+    format: ValueFormat,
+    decoder: Option<DecoderFactory>,
+    decode_errors: DecodeErrorPolicy,
+    eof: Option<Arc<dyn EofOnRecordEvaluator<Record>>>,
+    eof_emit_marker: bool,
+    fetcher_mode: FetcherMode,
+    wait_for_topics: bool,
+}
+
+impl KafkaSourceBuilder {
+    pub fn bootstrap_servers(mut self, servers: impl Into<String>) -> Self {
+        self.bootstrap_servers = Some(servers.into());
+        self
+    }
+    pub fn topics<I: IntoIterator<Item = S>, S: Into<String>>(mut self, topics: I) -> Self {
+        self.subscription = Some(Subscription::Topics(
+            topics.into_iter().map(Into::into).collect(),
+        ));
+        self
+    }
+    pub fn topic_pattern(mut self, pattern: &str) -> Result<Self> {
+        self.subscription = Some(
+            Subscription::pattern(pattern)
+                .map_err(|e| Error::config("source.topic_pattern", e.to_string()))?,
+        );
+        Ok(self)
+    }
+    pub fn partitions(mut self, partitions: Vec<TopicPartition>) -> Self {
+        self.subscription = Some(Subscription::partitions(partitions));
+        self
+    }
+    pub fn starting_offsets(mut self, starting: StartingOffsets) -> Self {
+        self.starting = Some(starting);
+        self
+    }
+    /// Stop at these offsets (the source becomes bounded unless `StoppingOffsets::None`).
+    pub fn bounded(mut self, stopping: StoppingOffsets) -> Self {
+        self.stopping = Some(stopping);
+        self
+    }
+    pub fn partition_discovery_interval(mut self, interval: Duration) -> Self {
+        self.discovery_interval = (!interval.is_zero()).then_some(interval);
+        self
+    }
+    pub fn group_id(mut self, group: impl Into<String>) -> Self {
+        self.group_id = Some(group.into());
+        self
+    }
+    pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.insert(key.into(), value.into());
+        self
+    }
+    pub fn format(mut self, format: ValueFormat) -> Self {
+        self.format = format;
+        self
+    }
+    /// A custom decoder (Avro, or anything else).
+    pub fn decoder(mut self, factory: DecoderFactory) -> Self {
+        self.decoder = Some(factory);
+        self
+    }
+    pub fn decode_errors(mut self, policy: DecodeErrorPolicy) -> Self {
+        self.decode_errors = policy;
+        self
+    }
+    /// End a split at the first record this evaluator matches (FLIP-208); a closure works.
+    pub fn eof_evaluator(mut self, eof: Arc<dyn EofOnRecordEvaluator<Record>>) -> Self {
+        self.eof = Some(eof);
+        self
+    }
+    /// End a split at the first record this CEL expression matches.
+    pub fn eof_expression(self, expression: &str) -> Result<Self> {
+        let compiled = crate::expr::RecordExpression::compile(expression)
+            .map_err(|e| Error::config("source.eof", e))?;
+        Ok(self.eof_evaluator(Arc::new(compiled)))
+    }
+    pub fn eof_emit_marker(mut self, emit: bool) -> Self {
+        self.eof_emit_marker = emit;
+        self
+    }
+    pub fn fetcher_mode(mut self, mode: FetcherMode) -> Self {
+        self.fetcher_mode = mode;
+        self
+    }
+    pub fn wait_for_topics(mut self, wait: bool) -> Self {
+        self.wait_for_topics = wait;
+        self
+    }
+
+    pub fn build(self) -> Result<KafkaSource> {
+        let servers = self
+            .bootstrap_servers
+            .ok_or_else(|| Error::config("source.bootstrap_servers", "is required"))?;
+        let subscription = self.subscription.ok_or_else(|| {
+            Error::config(
+                "source.topics",
+                "one of topics, topic_pattern or partitions is required",
+            )
+        })?;
+        let mut settings = KafkaSourceSettings::new(servers, subscription);
+        settings.starting = self.starting.unwrap_or(StartingOffsets::Earliest);
+        settings.stopping = self.stopping.unwrap_or(StoppingOffsets::None);
+        settings.discovery_interval = self.discovery_interval;
+        settings.group_id = self.group_id;
+        settings.properties = self.properties;
+        settings.wait_for_topics = self.wait_for_topics;
+        let format = self.format;
+        let decoder = match self.decoder {
+            Some(d) => d,
+            None => {
+                if crate::format::simple_decoder(format).is_none() {
+                    return Err(Error::config(
+                        "source.format",
+                        "avro needs a schema registry or a schema file",
+                    ));
+                }
+                Arc::new(move || {
+                    crate::format::simple_decoder(format)
+                        .ok_or_else(|| Error::config("source.format", "no decoder"))
+                })
+            }
+        };
+        Ok(KafkaSource {
+            settings: Arc::new(settings),
+            decoder,
+            decode_errors: self.decode_errors,
+            eof: self.eof,
+            eof_emit_marker: self.eof_emit_marker,
+            fetcher_mode: self.fetcher_mode,
+            queue_capacity: crate::core::queue::DEFAULT_CAPACITY,
+            max_batch_records: 4096,
+        })
+    }
+}
+
+impl Source for KafkaSource {
+    type Split = KafkaPartitionSplit;
+    type EnumeratorState = KafkaEnumeratorState;
+    type Enumerator = KafkaSourceEnumerator;
+    type Reader = SourceReaderBase<KafkaPartitionSplitReader, Record, emitter::KafkaRecordEmitter>;
+    type Output = Record;
+
+    fn kind(&self) -> &'static str {
+        "kafka"
+    }
+
+    fn boundedness(&self) -> Boundedness {
+        if self.settings.stopping.is_bounded() {
+            Boundedness::Bounded
+        } else {
+            Boundedness::ContinuousUnbounded
+        }
+    }
+
+    fn create_enumerator(&self) -> Result<KafkaSourceEnumerator> {
+        Ok(KafkaSourceEnumerator::new(Arc::clone(&self.settings), None))
+    }
+
+    fn restore_enumerator(&self, state: KafkaEnumeratorState) -> Result<KafkaSourceEnumerator> {
+        Ok(KafkaSourceEnumerator::new(
+            Arc::clone(&self.settings),
+            Some(state),
+        ))
+    }
+
+    fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {
+        let index = context.index;
+        let mut options = ReaderOptions::new(index);
+        options.fetcher_mode = self.fetcher_mode;
+        options.queue_capacity = self.queue_capacity;
+        options.eof = self.eof.clone();
+        options.eof_emit_marker = self.eof_emit_marker;
+        options.stats = context.fetch_stats;
+        let settings = Arc::clone(&self.settings);
+        let max_batch = self.max_batch_records;
+        let factory = Box::new(move || KafkaPartitionSplitReader::new(&settings, index, max_batch));
+        let emitter =
+            emitter::KafkaRecordEmitter::new((self.decoder)()?, self.decode_errors, index);
+        let mut reader = SourceReaderBase::new(factory, emitter, options).with_event_handler(
+            Box::new(|event| match event.0.downcast::<RemoveSplits>() {
+                Ok(remove) => remove.0,
+                Err(_) => Vec::new(),
+            }),
+        );
+        if let Some(group) = self.settings.group_id.clone() {
+            reader =
+                reader.with_checkpoint_listener(offset_committer(&self.settings, group, index)?);
+        }
+        Ok(reader)
+    }
+}
+
+/// Commits the checkpointed positions to the consumer group, asynchronously: a progress report
+/// for monitoring (the state file stays the source of truth).
+fn offset_committer(
+    settings: &KafkaSourceSettings,
+    group: String,
+    reader: usize,
+) -> Result<crate::core::reader_base::CheckpointListener<KafkaPartitionSplit>> {
+    let client_id = format!("tidegate-committer-{reader}");
+    let consumer: BaseConsumer<client::TracingContext> = client::client_config(
+        &settings.bootstrap_servers,
+        &[
+            ("group.id", &group),
+            ("client.id", &client_id),
+            ("enable.auto.commit", "false"),
+        ],
+        &settings.properties,
+    )
+    .create_with_context(client::TracingContext::new(format!("committer-{reader}")))
+    .map_err(|e| Error::kafka("creating the offset committer", e))?;
+    Ok(Box::new(move |checkpoint, splits, is_final| {
+        let mut tpl = TopicPartitionList::new();
+        for s in splits {
+            tpl.add_partition_offset(
+                &s.split.topic,
+                s.split.partition,
+                Offset::Offset(s.split.next_offset),
+            )
+            .map_err(|e| Error::kafka("building the offsets to commit", e))?;
+        }
+        if tpl.count() == 0 {
+            return Ok(());
+        }
+        // The final commit is synchronous: the reader (and this consumer) ends right after it.
+        // Earlier ones are asynchronous, so a slow group coordinator never stalls reading.
+        let mode = if is_final {
+            CommitMode::Sync
+        } else {
+            CommitMode::Async
+        };
+        match consumer.commit(&tpl, mode) {
+            Ok(()) => {
+                debug!(checkpoint, group = %group, partitions = tpl.count(), "offsets committed")
+            }
+            Err(e) => {
+                warn!(checkpoint, group = %group, error = %e, "committing offsets failed (progress report only)")
+            }
+        }
+        // serve the commit callbacks queued on the consumer
+        let _ = consumer.poll(Duration::ZERO);
+        Ok(())
+    }))
+}

@@ -1,0 +1,302 @@
+//! Where splits start and stop (Flink's `OffsetsInitializer`s), resolved to concrete offsets by
+//! the enumerator once, at discovery, so a restart never resolves `latest` again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::client::TracingContext;
+use crate::error::{Error, Result};
+
+/// A topic and a partition.
+pub type TopicPartition = (String, i32);
+
+/// Where a committed-offsets start goes when the group has no offset for a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommittedReset {
+    Earliest,
+    Latest,
+    /// An error naming the partition.
+    None,
+}
+
+/// Where splits start (inclusive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartingOffsets {
+    Earliest,
+    Latest,
+    /// The group's committed offsets (needs `group_id`), else `reset`.
+    Committed {
+        reset: CommittedReset,
+    },
+    /// The first offset whose timestamp is at or after this (ms since the epoch); latest if none.
+    Timestamp(i64),
+    /// Given offsets; partitions not listed start at earliest.
+    Specific(BTreeMap<TopicPartition, i64>),
+}
+
+/// Where splits stop (exclusive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoppingOffsets {
+    /// Unbounded.
+    None,
+    /// The end of each partition when it is discovered (the last stable offset under
+    /// `read_committed`).
+    Latest,
+    /// The first offset whose timestamp is at or after this (ms); the end of the partition if none.
+    Timestamp(i64),
+    /// Given offsets; partitions not listed stop at latest.
+    Specific(BTreeMap<TopicPartition, i64>),
+}
+
+impl StoppingOffsets {
+    pub fn is_bounded(&self) -> bool {
+        !matches!(self, StoppingOffsets::None)
+    }
+}
+
+/// Parse `topic:partition` (the partition after the last colon, so topics may contain colons).
+pub fn parse_topic_partition(s: &str) -> Option<TopicPartition> {
+    let (topic, partition) = s.rsplit_once(':')?;
+    let partition: i32 = partition.trim().parse().ok()?;
+    (!topic.is_empty() && partition >= 0).then(|| (topic.to_string(), partition))
+}
+
+/// Resolves offset specifications against the cluster with one ListOffsets request per kind.
+pub struct OffsetsResolver<'a> {
+    consumer: &'a BaseConsumer<TracingContext>,
+    timeout: Duration,
+    group_id: Option<&'a str>,
+}
+
+impl<'a> OffsetsResolver<'a> {
+    pub fn new(
+        consumer: &'a BaseConsumer<TracingContext>,
+        timeout: Duration,
+        group_id: Option<&'a str>,
+    ) -> Self {
+        OffsetsResolver {
+            consumer,
+            timeout,
+            group_id,
+        }
+    }
+
+    /// ListOffsets for each partition: `spec` is a timestamp, or `Offset::End` / `Offset::Beginning`.
+    /// `None` where no record is at or after the timestamp.
+    fn list_offsets(
+        &self,
+        partitions: &[TopicPartition],
+        spec: Offset,
+    ) -> Result<HashMap<TopicPartition, Option<i64>>> {
+        let mut out = HashMap::new();
+        if partitions.is_empty() {
+            return Ok(out);
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition) in partitions {
+            tpl.add_partition_offset(topic, *partition, spec)
+                .map_err(|e| Error::kafka(format!("offsets request for {topic}:{partition}"), e))?;
+        }
+        let what = match spec {
+            Offset::End => "latest offsets".to_string(),
+            Offset::Beginning => "earliest offsets".to_string(),
+            Offset::Offset(ts) => format!("offsets for timestamp {ts}"),
+            other => format!("offsets for {other:?}"),
+        };
+        let result = self
+            .consumer
+            .offsets_for_times(tpl, self.timeout)
+            .map_err(|e| Error::kafka(format!("listing {what} (timeout {:?})", self.timeout), e))?;
+        for elem in result.elements() {
+            elem.error().map_err(|e| {
+                Error::kafka(
+                    format!("listing {what} of {}:{}", elem.topic(), elem.partition()),
+                    e,
+                )
+            })?;
+            let offset = match elem.offset() {
+                Offset::Offset(n) if n >= 0 => Some(n),
+                _ => None,
+            };
+            out.insert((elem.topic().to_string(), elem.partition()), offset);
+        }
+        Ok(out)
+    }
+
+    fn end_or_start(
+        &self,
+        partitions: &[TopicPartition],
+        spec: Offset,
+    ) -> Result<HashMap<TopicPartition, i64>> {
+        self.list_offsets(partitions, spec)?
+            .into_iter()
+            .map(|(tp, o)| {
+                o.map(|o| (tp.clone(), o)).ok_or_else(|| {
+                    Error::runtime(
+                        "resolving offsets",
+                        format!("the broker returned no offset for {}:{}", tp.0, tp.1),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    pub fn latest(&self, partitions: &[TopicPartition]) -> Result<HashMap<TopicPartition, i64>> {
+        self.end_or_start(partitions, Offset::End)
+    }
+
+    pub fn earliest(&self, partitions: &[TopicPartition]) -> Result<HashMap<TopicPartition, i64>> {
+        self.end_or_start(partitions, Offset::Beginning)
+    }
+
+    /// Timestamp lookups, falling back to the end of the partition where nothing is that late.
+    fn for_timestamp(
+        &self,
+        partitions: &[TopicPartition],
+        ts: i64,
+    ) -> Result<HashMap<TopicPartition, i64>> {
+        let found = self.list_offsets(partitions, Offset::Offset(ts))?;
+        let missing: Vec<TopicPartition> = found
+            .iter()
+            .filter(|(_, o)| o.is_none())
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        let ends = self.latest(&missing)?;
+        Ok(found
+            .into_iter()
+            .map(|(tp, o)| {
+                let offset = o.unwrap_or_else(|| ends[&tp]);
+                (tp, offset)
+            })
+            .collect())
+    }
+
+    /// Concrete start offsets for newly discovered partitions.
+    pub fn resolve_start(
+        &self,
+        spec: &StartingOffsets,
+        partitions: &[TopicPartition],
+    ) -> Result<HashMap<TopicPartition, i64>> {
+        match spec {
+            StartingOffsets::Earliest => self.earliest(partitions),
+            StartingOffsets::Latest => self.latest(partitions),
+            StartingOffsets::Timestamp(ts) => self.for_timestamp(partitions, *ts),
+            StartingOffsets::Specific(map) => {
+                let unlisted: Vec<TopicPartition> = partitions
+                    .iter()
+                    .filter(|tp| !map.contains_key(*tp))
+                    .cloned()
+                    .collect();
+                let mut out = self.earliest(&unlisted)?;
+                for tp in partitions {
+                    if let Some(o) = map.get(tp) {
+                        out.insert(tp.clone(), *o);
+                    }
+                }
+                Ok(out)
+            }
+            StartingOffsets::Committed { reset } => self.committed(partitions, *reset),
+        }
+    }
+
+    fn committed(
+        &self,
+        partitions: &[TopicPartition],
+        reset: CommittedReset,
+    ) -> Result<HashMap<TopicPartition, i64>> {
+        let Some(group) = self.group_id else {
+            return Err(Error::config(
+                "source.starting_offsets",
+                "`committed` needs source.group_id",
+            ));
+        };
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition) in partitions {
+            tpl.add_partition(topic, *partition);
+        }
+        let committed = self
+            .consumer
+            .committed_offsets(tpl, self.timeout)
+            .map_err(|e| Error::kafka(format!("reading committed offsets of group {group}"), e))?;
+        let mut out = HashMap::new();
+        let mut without = Vec::new();
+        for elem in committed.elements() {
+            let tp = (elem.topic().to_string(), elem.partition());
+            match elem.offset() {
+                Offset::Offset(n) if n >= 0 => {
+                    out.insert(tp, n);
+                }
+                _ => without.push(tp),
+            }
+        }
+        if !without.is_empty() {
+            let resolved = match reset {
+                CommittedReset::Earliest => self.earliest(&without)?,
+                CommittedReset::Latest => self.latest(&without)?,
+                CommittedReset::None => {
+                    let names: Vec<String> =
+                        without.iter().map(|(t, p)| format!("{t}:{p}")).collect();
+                    return Err(Error::runtime(
+                        "starting offsets",
+                        format!(
+                            "group {group} has no committed offset for {} and the reset is `none` \
+                             (set source.starting_offsets = {{ committed = \"earliest\" }} or \"latest\")",
+                            names.join(", ")
+                        ),
+                    ));
+                }
+            };
+            out.extend(resolved);
+        }
+        Ok(out)
+    }
+
+    /// Concrete stop offsets (`None` = unbounded).
+    pub fn resolve_stop(
+        &self,
+        spec: &StoppingOffsets,
+        partitions: &[TopicPartition],
+    ) -> Result<HashMap<TopicPartition, Option<i64>>> {
+        let wrap =
+            |m: HashMap<TopicPartition, i64>| m.into_iter().map(|(tp, o)| (tp, Some(o))).collect();
+        match spec {
+            StoppingOffsets::None => Ok(partitions.iter().map(|tp| (tp.clone(), None)).collect()),
+            StoppingOffsets::Latest => self.latest(partitions).map(wrap),
+            StoppingOffsets::Timestamp(ts) => self.for_timestamp(partitions, *ts).map(wrap),
+            StoppingOffsets::Specific(map) => {
+                let unlisted: Vec<TopicPartition> = partitions
+                    .iter()
+                    .filter(|tp| !map.contains_key(*tp))
+                    .cloned()
+                    .collect();
+                let mut out: HashMap<TopicPartition, Option<i64>> = wrap(self.latest(&unlisted)?);
+                for tp in partitions {
+                    if let Some(o) = map.get(tp) {
+                        out.insert(tp.clone(), Some(*o));
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_partition_strings() {
+        assert_eq!(
+            parse_topic_partition("trades:0"),
+            Some(("trades".into(), 0))
+        );
+        assert_eq!(parse_topic_partition("a:b:12"), Some(("a:b".into(), 12)));
+        assert_eq!(parse_topic_partition("trades"), None);
+        assert_eq!(parse_topic_partition(":1"), None);
+        assert_eq!(parse_topic_partition("t:-1"), None);
+    }
+}

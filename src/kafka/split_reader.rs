@@ -1,0 +1,475 @@
+//! The Kafka split reader (Flink's `KafkaPartitionSplitReader`): one rust-rdkafka `BaseConsumer`
+//! per fetcher thread, assigned and positioned by hand (no group rebalancing). It hands batches of
+//! records to the reader and finishes a split when the consumer *position* reaches its stop offset,
+//! so transaction markers and compaction gaps cannot hang a bounded read.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use metrics::{Counter, Gauge};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use tracing::{debug, info, warn};
+
+use super::client::{client_config, TracingContext};
+use super::split::KafkaPartitionSplit;
+use super::KafkaSourceSettings;
+use crate::core::{
+    FinishReason, RecordsWithSplitIds, SourceSplit, SplitId, SplitReader, SplitsChange,
+};
+use crate::error::{Error, Result};
+use crate::record::{Header, Record};
+
+/// How long one `fetch` waits for the first record: bounds how late split changes are seen.
+const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+/// How often positions of bounded splits are checked when records keep arriving.
+const POSITION_CHECK_EVERY: Duration = Duration::from_millis(500);
+
+struct SplitMetrics {
+    records: Counter,
+    bytes: Counter,
+    remaining: Gauge,
+    fetch_lag: Gauge,
+}
+
+impl SplitMetrics {
+    fn new(topic: &str, partition: i32) -> Self {
+        let labels = [
+            ("topic", topic.to_string()),
+            ("partition", partition.to_string()),
+        ];
+        SplitMetrics {
+            records: metrics::counter!("tidegate_kafka_records_in_total", &labels),
+            bytes: metrics::counter!("tidegate_kafka_bytes_in_total", &labels),
+            remaining: metrics::gauge!("tidegate_kafka_records_remaining", &labels),
+            fetch_lag: metrics::gauge!("tidegate_kafka_fetch_lag_seconds", &labels),
+        }
+    }
+}
+
+struct LiveSplit {
+    id: SplitId,
+    topic: Arc<str>,
+    partition: i32,
+    /// Exclusive; `None` for unbounded.
+    stop: Option<i64>,
+    /// The offset after the last record handed over.
+    position: i64,
+    metrics: SplitMetrics,
+    /// Index of this split's records in the batch being built.
+    slot: Option<usize>,
+    fetched_records: u64,
+    fetched_bytes: u64,
+    last_timestamp: Option<i64>,
+}
+
+/// Reads the splits of one fetcher with one consumer.
+pub struct KafkaPartitionSplitReader {
+    consumer: BaseConsumer<TracingContext>,
+    /// Live splits by topic, then partition.
+    splits: HashMap<Box<str>, HashMap<i32, LiveSplit>>,
+    live: usize,
+    finished: Vec<(SplitId, FinishReason)>,
+    max_batch_records: usize,
+    last_position_check: Instant,
+    bootstrap_servers: String,
+}
+
+impl KafkaPartitionSplitReader {
+    pub fn new(
+        settings: &KafkaSourceSettings,
+        reader_index: usize,
+        max_batch_records: usize,
+    ) -> Result<Self> {
+        let client_id = format!("tidegate-reader-{reader_index}");
+        // Manual assignment still needs a group id in librdkafka; without the user's group this
+        // one is never joined or committed to (no subscribe, no commits from this consumer).
+        let group = settings
+            .group_id
+            .clone()
+            .unwrap_or_else(|| "tidegate-manual-assignment".to_string());
+        let reset = settings.offset_reset.as_str();
+        let defaults: Vec<(&str, &str)> = vec![
+            ("group.id", &group),
+            ("client.id", &client_id),
+            // offsets are ours (the state file), never librdkafka's
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            // an EOF event makes us look at the position, which moves past transaction markers
+            ("enable.partition.eof", "true"),
+            ("isolation.level", "read_committed"),
+            // a start offset deleted by retention is an error unless configured otherwise
+            ("auto.offset.reset", reset),
+            ("allow.auto.create.topics", "false"),
+        ];
+        let consumer: BaseConsumer<TracingContext> =
+            client_config(&settings.bootstrap_servers, &defaults, &settings.properties)
+                .create_with_context(TracingContext::new(format!("reader-{reader_index}")))
+                .map_err(|e| Error::kafka("creating a reader's consumer", e))?;
+        Ok(KafkaPartitionSplitReader {
+            consumer,
+            splits: HashMap::new(),
+            live: 0,
+            finished: Vec::new(),
+            max_batch_records: max_batch_records.max(1),
+            last_position_check: Instant::now(),
+            bootstrap_servers: settings.bootstrap_servers.clone(),
+        })
+    }
+
+    fn tpl_of(&self, topic: &str, partitions: &[i32]) -> TopicPartitionList {
+        let mut tpl = TopicPartitionList::new();
+        for p in partitions {
+            tpl.add_partition(topic, *p);
+        }
+        tpl
+    }
+
+    /// Stop fetching a split and report it finished.
+    fn finish(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        reason: FinishReason,
+        out: &mut Vec<(SplitId, FinishReason)>,
+    ) {
+        let Some(parts) = self.splits.get_mut(topic) else {
+            return;
+        };
+        let Some(split) = parts.remove(&partition) else {
+            return;
+        };
+        self.live -= 1;
+        split.metrics.remaining.set(0.0);
+        info!(split_id = %split.id, position = split.position, stop_offset = ?split.stop, ?reason, "split reached its end");
+        let tpl = self.tpl_of(topic, &[partition]);
+        if let Err(e) = self.consumer.incremental_unassign(&tpl) {
+            warn!(split_id = %split.id, error = %e, "could not unassign a finished split");
+        }
+        out.push((split.id, reason));
+    }
+
+    /// Finish bounded splits whose consumer position reached the stop offset: the position moves
+    /// past transaction markers and aborted records that are never delivered as messages.
+    fn check_positions(&mut self, out: &mut Vec<(SplitId, FinishReason)>) -> Result<()> {
+        self.last_position_check = Instant::now();
+        if !self
+            .splits
+            .values()
+            .flat_map(|p| p.values())
+            .any(|s| s.stop.is_some())
+        {
+            return Ok(());
+        }
+        let positions = self
+            .consumer
+            .position()
+            .map_err(|e| Error::kafka("reading consumer positions", e))?;
+        let mut done = Vec::new();
+        for elem in positions.elements() {
+            let Offset::Offset(pos) = elem.offset() else {
+                continue;
+            };
+            if let Some(split) = self
+                .splits
+                .get_mut(elem.topic())
+                .and_then(|p| p.get_mut(&elem.partition()))
+            {
+                if pos > split.position {
+                    split.position = pos;
+                }
+                if let Some(stop) = split.stop {
+                    split
+                        .metrics
+                        .remaining
+                        .set((stop - split.position).max(0) as f64);
+                    if pos >= stop {
+                        done.push((split.topic.clone(), split.partition));
+                    }
+                }
+            }
+        }
+        for (topic, partition) in done {
+            self.finish(&topic, partition, FinishReason::StoppingOffset, out);
+        }
+        Ok(())
+    }
+
+    /// Which splits' positions retention deleted, for the error message.
+    fn describe_out_of_range(&self) -> String {
+        let mut lost = Vec::new();
+        for split in self.splits.values().flat_map(|p| p.values()) {
+            if let Ok((low, _)) = self.consumer.fetch_watermarks(
+                &split.topic,
+                split.partition,
+                Duration::from_secs(5),
+            ) {
+                if split.position < low {
+                    lost.push(format!(
+                        "{}:{} wants offset {} but the earliest available is {low}",
+                        split.topic, split.partition, split.position
+                    ));
+                }
+            }
+        }
+        if lost.is_empty() {
+            "a start offset is out of range".to_string()
+        } else {
+            lost.join("; ")
+        }
+    }
+
+    fn record_of(message: &BorrowedMessage<'_>, topic: &Arc<str>) -> Record {
+        let headers = match message.headers() {
+            Some(h) => h
+                .iter()
+                .map(|h| Header {
+                    key: h.key.to_string(),
+                    value: h.value.map(<[u8]>::to_vec),
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        Record {
+            topic: Some(Arc::clone(topic)),
+            partition: Some(message.partition()),
+            offset: Some(message.offset()),
+            timestamp: message.timestamp().to_millis(),
+            key: message.key().map(<[u8]>::to_vec),
+            value: message.payload().map(<[u8]>::to_vec),
+            headers,
+            ..Record::default()
+        }
+    }
+}
+
+impl SplitReader for KafkaPartitionSplitReader {
+    type Element = Record;
+    type Split = KafkaPartitionSplit;
+
+    fn fetch(&mut self) -> Result<RecordsWithSplitIds<Record>> {
+        let mut batch = RecordsWithSplitIds::default();
+        let mut finished = std::mem::take(&mut self.finished);
+        if self.live == 0 {
+            batch.finished = finished;
+            return Ok(batch);
+        }
+        let mut groups: Vec<(SplitId, Vec<Record>)> = Vec::new();
+        let mut count = 0;
+        let mut eof = false;
+        let mut idle = false;
+        let mut timeout = POLL_TIMEOUT;
+        let mut to_finish: Vec<(Arc<str>, i32)> = Vec::new();
+        while count < self.max_batch_records {
+            let message = match self.consumer.poll(timeout) {
+                None => {
+                    idle = count == 0;
+                    break;
+                }
+                Some(Ok(m)) => m,
+                Some(Err(KafkaError::PartitionEOF(_))) => {
+                    eof = true;
+                    timeout = Duration::ZERO;
+                    continue;
+                }
+                Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset))) => {
+                    return Err(Error::runtime(
+                        "reading Kafka",
+                        format!(
+                            "{} (retention deleted it; set source.offset_reset = \"earliest\" or \"latest\" to continue from there)",
+                            self.describe_out_of_range()
+                        ),
+                    ));
+                }
+                Some(Err(e @ KafkaError::MessageConsumptionFatal(_))) => {
+                    return Err(Error::kafka(
+                        format!("consuming from {}", self.bootstrap_servers),
+                        e,
+                    ));
+                }
+                Some(Err(e)) => {
+                    // transient: librdkafka retries broker failures by itself
+                    debug!(error = %e, "consumer error");
+                    metrics::counter!("tidegate_kafka_consumer_errors_total").increment(1);
+                    timeout = Duration::ZERO;
+                    continue;
+                }
+            };
+            timeout = Duration::ZERO;
+            let Some(split) = self
+                .splits
+                .get_mut(message.topic())
+                .and_then(|p| p.get_mut(&message.partition()))
+            else {
+                continue; // a split removed a moment ago
+            };
+            let offset = message.offset();
+            if split.stop.is_some_and(|stop| offset >= stop) {
+                to_finish.push((split.topic.clone(), split.partition));
+                continue;
+            }
+            let record = Self::record_of(&message, &split.topic);
+            split.position = offset + 1;
+            split.fetched_records += 1;
+            split.fetched_bytes += (record.value.as_ref().map_or(0, Vec::len)
+                + record.key.as_ref().map_or(0, Vec::len))
+                as u64;
+            split.last_timestamp = record.timestamp;
+            let slot = match split.slot {
+                Some(slot) => slot,
+                None => {
+                    groups.push((split.id.clone(), Vec::with_capacity(256)));
+                    split.slot = Some(groups.len() - 1);
+                    groups.len() - 1
+                }
+            };
+            groups[slot].1.push(record);
+            count += 1;
+            if split.stop.is_some_and(|stop| split.position >= stop) {
+                to_finish.push((split.topic.clone(), split.partition));
+            }
+        }
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        for split in self.splits.values_mut().flat_map(|p| p.values_mut()) {
+            split.slot = None;
+            if split.fetched_records > 0 {
+                split.metrics.records.increment(split.fetched_records);
+                split.metrics.bytes.increment(split.fetched_bytes);
+                split.fetched_records = 0;
+                split.fetched_bytes = 0;
+                if let Some(stop) = split.stop {
+                    split
+                        .metrics
+                        .remaining
+                        .set((stop - split.position).max(0) as f64);
+                }
+                if let Some(ts) = split.last_timestamp {
+                    split
+                        .metrics
+                        .fetch_lag
+                        .set((now_ms - ts).max(0) as f64 / 1000.0);
+                }
+            }
+        }
+        to_finish.dedup();
+        for (topic, partition) in to_finish {
+            self.finish(
+                &topic,
+                partition,
+                FinishReason::StoppingOffset,
+                &mut finished,
+            );
+        }
+        if eof || idle || self.last_position_check.elapsed() >= POSITION_CHECK_EVERY {
+            self.check_positions(&mut finished)?;
+        }
+        batch.records = groups;
+        batch.finished = finished;
+        Ok(batch)
+    }
+
+    fn handle_splits_changes(&mut self, change: SplitsChange<KafkaPartitionSplit>) -> Result<()> {
+        match change {
+            SplitsChange::Add(splits) => {
+                let mut tpl = TopicPartitionList::new();
+                for split in splits {
+                    let id = split.split_id();
+                    if split.is_empty() {
+                        info!(split_id = %id, next_offset = split.next_offset, stop_offset = ?split.stop_offset, "empty split: finished at once");
+                        self.finished.push((id, FinishReason::Empty));
+                        continue;
+                    }
+                    tpl.add_partition_offset(
+                        &split.topic,
+                        split.partition,
+                        Offset::Offset(split.next_offset),
+                    )
+                    .map_err(|e| Error::kafka(format!("assigning {id}"), e))?;
+                    let topic: Arc<str> = Arc::from(split.topic.as_str());
+                    let metrics = SplitMetrics::new(&split.topic, split.partition);
+                    if let Some(stop) = split.stop_offset {
+                        metrics
+                            .remaining
+                            .set((stop - split.next_offset).max(0) as f64);
+                    }
+                    debug!(split_id = %id, next_offset = split.next_offset, "fetching split");
+                    let parts = self
+                        .splits
+                        .entry(Box::from(split.topic.as_str()))
+                        .or_default();
+                    if parts
+                        .insert(
+                            split.partition,
+                            LiveSplit {
+                                id,
+                                topic,
+                                partition: split.partition,
+                                stop: split.stop_offset,
+                                position: split.next_offset,
+                                metrics,
+                                slot: None,
+                                fetched_records: 0,
+                                fetched_bytes: 0,
+                                last_timestamp: None,
+                            },
+                        )
+                        .is_none()
+                    {
+                        self.live += 1;
+                    }
+                }
+                if tpl.count() > 0 {
+                    self.consumer
+                        .incremental_assign(&tpl)
+                        .map_err(|e| Error::kafka("assigning partitions", e))?;
+                }
+            }
+            SplitsChange::Remove(ids) => {
+                let mut tpl = TopicPartitionList::new();
+                for parts in self.splits.values_mut() {
+                    parts.retain(|_, s| {
+                        let keep = !ids.contains(&s.id);
+                        if !keep {
+                            tpl.add_partition(&s.topic, s.partition);
+                        }
+                        keep
+                    });
+                }
+                self.live = self.splits.values().map(HashMap::len).sum();
+                if tpl.count() > 0 {
+                    if let Err(e) = self.consumer.incremental_unassign(&tpl) {
+                        warn!(error = %e, "could not unassign removed splits");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn pause_or_resume_splits(&mut self, pause: &[SplitId], resume: &[SplitId]) -> Result<()> {
+        let collect = |ids: &[SplitId]| {
+            let mut tpl = TopicPartitionList::new();
+            for s in self.splits.values().flat_map(|p| p.values()) {
+                if ids.contains(&s.id) {
+                    tpl.add_partition(&s.topic, s.partition);
+                }
+            }
+            tpl
+        };
+        let (p, r) = (collect(pause), collect(resume));
+        if p.count() > 0 {
+            self.consumer
+                .pause(&p)
+                .map_err(|e| Error::kafka("pausing splits", e))?;
+        }
+        if r.count() > 0 {
+            self.consumer
+                .resume(&r)
+                .map_err(|e| Error::kafka("resuming splits", e))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,55 @@
+//! The record that travels from a source to a sink: Kafka coordinates, key, value (raw bytes and,
+//! for structured formats, the decoded value), headers and timestamp.
+
+use std::sync::Arc;
+
+use crate::core::RecordPosition;
+
+/// How a record's value is to be read and rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueFormat {
+    /// Opaque bytes (rendered as base64 in JSON lines).
+    #[default]
+    Bytes,
+    /// UTF-8 text.
+    String,
+    /// A JSON document.
+    Json,
+    /// Avro (Confluent wire format with a schema registry, or raw with a local schema).
+    Avro,
+}
+
+/// One record header; Kafka allows repeated names and null values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub key: String,
+    pub value: Option<Vec<u8>>,
+}
+
+/// A record as sources emit it and sinks write it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Record {
+    /// The topic it was read from (Kafka source), if any.
+    pub topic: Option<Arc<str>>,
+    pub partition: Option<i32>,
+    /// Its offset in the partition (Kafka source) or its index (data generator).
+    pub offset: Option<i64>,
+    /// Milliseconds since the epoch.
+    pub timestamp: Option<i64>,
+    pub key: Option<Vec<u8>>,
+    /// The value as it is (or will be) stored in Kafka.
+    pub value: Option<Vec<u8>>,
+    /// The decoded value for `json` and `avro`; `None` for `bytes` and `string`.
+    pub decoded: Option<serde_json::Value>,
+    pub format: ValueFormat,
+    pub headers: Vec<Header>,
+    /// Set when the record could not be decoded and goes to the dead-letter topic instead.
+    pub dead_letter: Option<String>,
+}
+
+impl RecordPosition for Record {
+    fn position(&self) -> Option<i64> {
+        self.offset
+    }
+}

@@ -1,0 +1,379 @@
+//! The integration-test harness: a real Kafka broker (`KAFKA_BOOTSTRAP_SERVERS`, or a
+//! testcontainers Kafka when a Docker engine is reachable), unique topics, and helpers to create
+//! topics, produce (plain and transactional, with keys, headers and timestamps) and read back.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+
+/// The broker the tests run against.
+pub struct TestKafka {
+    pub bootstrap: String,
+}
+
+enum Broker {
+    External(String),
+    Container(
+        #[allow(dead_code)]
+        Box<
+            testcontainers_modules::testcontainers::Container<
+                testcontainers_modules::kafka::apache::Kafka,
+            >,
+        >,
+        String,
+    ),
+}
+
+static BROKER: OnceLock<Broker> = OnceLock::new();
+
+fn docker_reachable() -> bool {
+    std::env::var_os("DOCKER_HOST").is_some()
+        || std::path::Path::new("/var/run/docker.sock").exists()
+}
+
+impl TestKafka {
+    /// `KAFKA_BOOTSTRAP_SERVERS` if set; else a Kafka container when Docker is reachable; else a
+    /// failure that says how to start the local broker.
+    pub fn get() -> TestKafka {
+        let broker = BROKER.get_or_init(|| {
+            if let Ok(servers) = std::env::var("KAFKA_BOOTSTRAP_SERVERS") {
+                if !servers.trim().is_empty() {
+                    return Broker::External(servers);
+                }
+            }
+            if docker_reachable() {
+                use testcontainers_modules::testcontainers::runners::SyncRunner;
+                let container = testcontainers_modules::kafka::apache::Kafka::default()
+                    .start()
+                    .expect("starting a Kafka container with testcontainers");
+                let port = container
+                    .get_host_port_ipv4(testcontainers_modules::kafka::apache::KAFKA_PORT)
+                    .expect("the container's Kafka port");
+                return Broker::Container(Box::new(container), format!("127.0.0.1:{port}"));
+            }
+            panic!(
+                "no Kafka broker for the integration tests: start the local one with \
+                 `scripts/kafka start` and export KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 \
+                 (or make a Docker engine reachable for testcontainers)"
+            );
+        });
+        let bootstrap = match broker {
+            Broker::External(s) | Broker::Container(_, s) => s.clone(),
+        };
+        TestKafka { bootstrap }
+    }
+
+    fn config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap);
+        c
+    }
+
+    fn admin(&self) -> AdminClient<DefaultClientContext> {
+        self.config().create().expect("admin client")
+    }
+
+    /// A topic name no other test uses.
+    pub fn unique_topic(&self, prefix: &str) -> String {
+        static N: AtomicU64 = AtomicU64::new(0);
+        format!(
+            "{prefix}-{}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed),
+            chrono::Utc::now().timestamp_micros() % 1_000_000_000
+        )
+    }
+
+    /// Create a fresh topic with `partitions` partitions and return its name.
+    pub fn create_topic(&self, prefix: &str, partitions: i32) -> String {
+        let name = self.unique_topic(prefix);
+        self.create_named_topic(&name, partitions);
+        name
+    }
+
+    pub fn create_named_topic(&self, name: &str, partitions: i32) {
+        let admin = self.admin();
+        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        let results = block_on(admin.create_topics([&topic], &options)).expect("create_topics");
+        for r in results {
+            r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
+        }
+        self.wait_for_partitions(name, partitions);
+    }
+
+    pub fn add_partitions(&self, name: &str, total: usize) {
+        let admin = self.admin();
+        let np = NewPartitions::new(name, total);
+        let results = block_on(admin.create_partitions([&np], &AdminOptions::new()))
+            .expect("create_partitions");
+        for r in results {
+            r.unwrap_or_else(|(t, e)| panic!("adding partitions to {t}: {e}"));
+        }
+        self.wait_for_partitions(name, total as i32);
+    }
+
+    pub fn delete_topic(&self, name: &str) {
+        let admin = self.admin();
+        let _ = block_on(admin.delete_topics(&[name], &AdminOptions::new()));
+    }
+
+    /// Wait until metadata shows the topic with `partitions` partitions and a leader for each.
+    pub fn wait_for_partitions(&self, name: &str, partitions: i32) {
+        let consumer: BaseConsumer = self.config().create().expect("consumer");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(md) = consumer.fetch_metadata(Some(name), Duration::from_secs(5)) {
+                if let Some(t) = md.topics().first() {
+                    if t.error().is_none()
+                        && t.partitions().len() as i32 == partitions
+                        && t.partitions().iter().all(|p| p.leader() >= 0)
+                    {
+                        return;
+                    }
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "topic {name} never got {partitions} partitions"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn producer(&self, extra: &[(&str, &str)]) -> ThreadedProducer<DefaultProducerContext> {
+        let mut c = self.config();
+        c.set("linger.ms", "5")
+            .set("acks", "all")
+            .set("enable.idempotence", "true");
+        for (k, v) in extra {
+            c.set(*k, *v);
+        }
+        c.create().expect("producer")
+    }
+
+    /// Produce records and wait until all are acknowledged.
+    pub fn produce(&self, topic: &str, records: &[TestRecord]) {
+        let producer = self.producer(&[]);
+        for r in records {
+            send(&producer, topic, r);
+        }
+        producer.flush(Duration::from_secs(30)).expect("flush");
+    }
+
+    /// Produce batches in transactions; `commit = false` aborts that batch.
+    pub fn produce_transactions(&self, topic: &str, batches: &[(Vec<TestRecord>, bool)]) {
+        let id = format!("tidegate-test-{}", self.unique_topic("tx"));
+        let producer = self.producer(&[("transactional.id", &id)]);
+        producer
+            .init_transactions(Duration::from_secs(30))
+            .expect("init_transactions");
+        for (records, commit) in batches {
+            producer.begin_transaction().expect("begin_transaction");
+            for r in records {
+                send(&producer, topic, r);
+            }
+            producer.flush(Duration::from_secs(30)).expect("flush");
+            if *commit {
+                producer
+                    .commit_transaction(Duration::from_secs(30))
+                    .expect("commit");
+            } else {
+                producer
+                    .abort_transaction(Duration::from_secs(30))
+                    .expect("abort");
+            }
+        }
+    }
+
+    /// End offsets (high watermarks) of every partition.
+    pub fn end_offsets(&self, topic: &str) -> BTreeMap<i32, i64> {
+        let consumer: BaseConsumer = self.config().create().expect("consumer");
+        let md = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .expect("metadata");
+        md.topics()[0]
+            .partitions()
+            .iter()
+            .map(|p| {
+                let (_, high) = consumer
+                    .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
+                    .expect("watermarks");
+                (p.id(), high)
+            })
+            .collect()
+    }
+
+    /// Every committed record of the topic, per partition in offset order (read_committed).
+    pub fn read_all(&self, topic: &str) -> Vec<ReadRecord> {
+        let ends = self.end_offsets(topic);
+        let mut c = self.config();
+        c.set("group.id", "tidegate-test-reader")
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .set("enable.partition.eof", "true");
+        let consumer: BaseConsumer = c.create().expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        for p in ends.keys() {
+            tpl.add_partition_offset(topic, *p, Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&tpl).expect("assign");
+        let mut out = Vec::new();
+        let mut done: BTreeMap<i32, bool> = ends.iter().map(|(p, e)| (*p, *e == 0)).collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while done.values().any(|d| !d) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "reading {topic} back timed out"
+            );
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => {
+                    let headers = m
+                        .headers()
+                        .map(|h| {
+                            h.iter()
+                                .map(|h| {
+                                    (
+                                        h.key.to_string(),
+                                        h.value.map(|v| String::from_utf8_lossy(v).into_owned()),
+                                    )
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    out.push(ReadRecord {
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        key: m.key().map(|k| k.to_vec()),
+                        value: m.payload().map(|v| v.to_vec()),
+                        timestamp: m.timestamp().to_millis(),
+                        headers,
+                    });
+                    if m.offset() + 1 >= ends[&m.partition()] {
+                        done.insert(m.partition(), true);
+                    }
+                }
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                    done.insert(p, true);
+                }
+                Some(Err(e)) => panic!("reading {topic}: {e}"),
+                None => {}
+            }
+        }
+        out.sort_by_key(|r| (r.partition, r.offset));
+        out
+    }
+}
+
+fn send(producer: &ThreadedProducer<DefaultProducerContext>, topic: &str, r: &TestRecord) {
+    let mut headers = OwnedHeaders::new();
+    for (k, v) in &r.headers {
+        headers = headers.insert(Header {
+            key: k,
+            value: Some(v.as_bytes()),
+        });
+    }
+    let mut record = BaseRecord::to(topic).payload(&r.value).headers(headers);
+    if let Some(k) = &r.key {
+        record = record.key(k);
+    }
+    if let Some(p) = r.partition {
+        record = record.partition(p);
+    }
+    if let Some(ts) = r.timestamp {
+        record = record.timestamp(ts);
+    }
+    let mut pending = record;
+    loop {
+        match producer.send(pending) {
+            Ok(()) => return,
+            Err((
+                rdkafka::error::KafkaError::MessageProduction(
+                    rdkafka::types::RDKafkaErrorCode::QueueFull,
+                ),
+                back,
+            )) => {
+                pending = back;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err((e, _)) => panic!("producing to {topic}: {e}"),
+        }
+    }
+}
+
+/// A record to produce.
+#[derive(Debug, Clone, Default)]
+pub struct TestRecord {
+    pub partition: Option<i32>,
+    pub key: Option<String>,
+    pub value: String,
+    pub timestamp: Option<i64>,
+    pub headers: Vec<(String, String)>,
+}
+
+impl TestRecord {
+    pub fn to(partition: i32, value: impl Into<String>) -> Self {
+        TestRecord {
+            partition: Some(partition),
+            value: value.into(),
+            ..Default::default()
+        }
+    }
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+    pub fn at(mut self, timestamp: i64) -> Self {
+        self.timestamp = Some(timestamp);
+        self
+    }
+    pub fn header(mut self, k: &str, v: &str) -> Self {
+        self.headers.push((k.into(), v.into()));
+        self
+    }
+}
+
+/// A record read back from a topic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadRecord {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub timestamp: Option<i64>,
+    pub headers: Vec<(String, Option<String>)>,
+}
+
+/// Run a future on a small multi-threaded runtime (the job runtime needs one).
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(f)
+}
+
+/// Wait for `condition`, polling, up to `timeout`; panics with `what` if it never holds.
+pub fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
