@@ -15,15 +15,7 @@ use crate::core::EofOnRecordEvaluator;
 use crate::record::{Record, ValueFormat};
 
 /// The variables an expression may use.
-pub const VARIABLES: [&str; 7] = [
-    "key",
-    "value",
-    "headers",
-    "topic",
-    "partition",
-    "offset",
-    "timestamp",
-];
+pub const VARIABLES: [&str; 7] = ["key", "value", "headers", "topic", "partition", "offset", "timestamp"];
 
 /// A compiled CEL expression over records.
 pub struct RecordExpression {
@@ -46,9 +38,7 @@ impl RecordExpression {
     /// Compile `source`; the error says where it is wrong, or which variable is unknown.
     pub fn compile(source: &str) -> Result<Self, String> {
         let env = Arc::new(Env::stdlib());
-        let program = env
-            .compile(source)
-            .map_err(|e| e.to_string().trim().to_string())?;
+        let program = env.compile(source).map_err(|e| e.to_string().trim().to_string())?;
         let references = program.references();
         let mut unknown: Vec<&str> = references
             .variables()
@@ -155,16 +145,9 @@ pub fn json_to_cel(value: &serde_json::Value) -> Value {
         J::Object(map) => {
             let entries: HashMap<cel::objects::Key, Value> = map
                 .iter()
-                .map(|(k, v)| {
-                    (
-                        cel::objects::Key::String(Arc::new(k.clone())),
-                        json_to_cel(v),
-                    )
-                })
+                .map(|(k, v)| (cel::objects::Key::String(Arc::new(k.clone())), json_to_cel(v)))
                 .collect();
-            Value::Map(cel::objects::Map {
-                map: Arc::new(entries),
-            })
+            Value::Map(cel::objects::Map { map: Arc::new(entries) })
         }
     }
 }
@@ -180,10 +163,7 @@ impl VariableResolver for RecordVariables<'_> {
                 .as_deref()
                 .map(|t| Value::String(Arc::new(t.to_string())))
                 .unwrap_or(Value::Null),
-            "partition" => r
-                .partition
-                .map(|p| Value::Int(i64::from(p)))
-                .unwrap_or(Value::Null),
+            "partition" => r.partition.map(|p| Value::Int(i64::from(p))).unwrap_or(Value::Null),
             "offset" => r.offset.map(Value::Int).unwrap_or(Value::Null),
             "timestamp" => r.timestamp.map(Value::Int).unwrap_or(Value::Null),
             "headers" => {
@@ -191,17 +171,11 @@ impl VariableResolver for RecordVariables<'_> {
                     .headers
                     .iter()
                     .map(|h| {
-                        let v = h
-                            .value
-                            .as_deref()
-                            .map(bytes_or_string)
-                            .unwrap_or(Value::Null);
+                        let v = h.value.as_deref().map(bytes_or_string).unwrap_or(Value::Null);
                         (cel::objects::Key::String(Arc::new(h.key.clone())), v)
                     })
                     .collect();
-                Value::Map(cel::objects::Map {
-                    map: Arc::new(entries),
-                })
+                Value::Map(cel::objects::Map { map: Arc::new(entries) })
             }
             _ => return None,
         };

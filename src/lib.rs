@@ -5,7 +5,14 @@ pub mod core;
 pub mod error;
 
 pub use error::{Error, Result};
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod datagen;
 pub mod expr;
 pub mod format;
 pub mod kafka;
+pub mod metrics;
+pub mod progress;
 pub mod record;
+pub mod sink;

@@ -1,1 +1,33 @@
-fn main() {}
+//! The `tidegate` binary: parses the command line, runs the command, maps errors to exit codes
+//! (0 done, 1 runtime failure, 2 invalid config or usage, 3 unusable state file).
+
+use clap::Parser;
+use tidegate::cli::{Cli, Command, StateCommand};
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => tidegate::daemon::run(args),
+        Command::Validate { config, sets } => tidegate::daemon::validate(&config, &sets),
+        Command::State {
+            command: StateCommand::Show { file },
+        } => tidegate::daemon::show_state(&file),
+        Command::ConfigReference => {
+            print!("{}", tidegate::config::reference::markdown());
+            Ok(())
+        }
+    };
+    if let Err(e) = result {
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            let text = s.to_string();
+            if !message.contains(&text) {
+                message.push_str(&format!(": {text}"));
+            }
+            source = s.source();
+        }
+        eprintln!("tidegate: error: {message}");
+        std::process::exit(e.exit_code());
+    }
+}

@@ -39,12 +39,7 @@ where
 pub trait RecordEmitter<E, T, S>: Send {
     /// Emit `element` into `output` and update `split` to the position after it.
     /// An error fails the job (a decode failure under the `fail` policy, for example).
-    fn emit_record(
-        &mut self,
-        element: E,
-        output: &mut ReaderOutput<T>,
-        split: &mut S,
-    ) -> Result<()>;
+    fn emit_record(&mut self, element: E, output: &mut ReaderOutput<T>, split: &mut S) -> Result<()>;
 }
 
 /// Where records go when a reader emits them; applies the end-of-stream evaluator

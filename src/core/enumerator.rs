@@ -54,11 +54,7 @@ pub trait SplitEnumerator: Send + 'static {
     ) -> Result<()>;
 
     /// A reader registered and can take splits.
-    fn add_reader(
-        &mut self,
-        ctx: &mut EnumeratorContext<Self::Split, Self::CallResult>,
-        reader: usize,
-    ) -> Result<()>;
+    fn add_reader(&mut self, ctx: &mut EnumeratorContext<Self::Split, Self::CallResult>, reader: usize) -> Result<()>;
 
     /// The enumerator's checkpoint; taken before the readers are asked for theirs.
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Self::State>;
@@ -114,12 +110,14 @@ pub struct EnumeratorContext<S, C> {
     calls: mpsc::UnboundedSender<Result<C>>,
     call_tasks: Vec<JoinHandle<()>>,
     no_more_splits_sent: BTreeSet<usize>,
+    stats: std::sync::Arc<super::job::JobStats>,
 }
 
 impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
     pub(crate) fn new(
         readers: Vec<mpsc::UnboundedSender<ReaderCommand<S>>>,
         calls: mpsc::UnboundedSender<Result<C>>,
+        stats: std::sync::Arc<super::job::JobStats>,
     ) -> Self {
         EnumeratorContext {
             parallelism: readers.len(),
@@ -128,6 +126,7 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
             calls,
             call_tasks: Vec::new(),
             no_more_splits_sent: BTreeSet::new(),
+            stats,
         }
     }
 
@@ -150,6 +149,10 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
         if splits.is_empty() {
             return Ok(());
         }
+        let expected: u64 = splits.iter().filter_map(SourceSplit::remaining).sum();
+        self.stats
+            .expected_records
+            .fetch_add(expected, std::sync::atomic::Ordering::Relaxed);
         self.send(reader, ReaderCommand::AddSplits(splits))
     }
 
@@ -170,10 +173,7 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
         let tx = self.readers.get(reader).ok_or_else(|| {
             Error::runtime(
                 "enumerator",
-                format!(
-                    "reader {reader} does not exist (parallelism {})",
-                    self.parallelism
-                ),
+                format!("reader {reader} does not exist (parallelism {})", self.parallelism),
             )
         })?;
         // A reader that already ended has dropped its receiver; nothing is lost by ignoring it,
@@ -185,12 +185,8 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
     /// Run `callable` off the coordinator (it may block), first after `initial_delay`, then
     /// every `period` if one is given (fixed delay between the end of one call and the next);
     /// each result goes to [`SplitEnumerator::handle_call_result`].
-    pub fn call_async<F>(
-        &mut self,
-        mut callable: F,
-        initial_delay: Duration,
-        period: Option<Duration>,
-    ) where
+    pub fn call_async<F>(&mut self, mut callable: F, initial_delay: Duration, period: Option<Duration>)
+    where
         F: FnMut() -> Result<C> + Send + 'static,
     {
         let results = self.calls.clone();

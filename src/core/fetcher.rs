@@ -176,16 +176,8 @@ impl<R: SplitReader> SplitFetcherManager<R> {
 
     pub fn pause_or_resume(&mut self, pause: &[SplitId], resume: &[SplitId]) {
         for handle in self.fetchers.values() {
-            let p: Vec<_> = pause
-                .iter()
-                .filter(|s| handle.splits.contains(*s))
-                .cloned()
-                .collect();
-            let r: Vec<_> = resume
-                .iter()
-                .filter(|s| handle.splits.contains(*s))
-                .cloned()
-                .collect();
+            let p: Vec<_> = pause.iter().filter(|s| handle.splits.contains(*s)).cloned().collect();
+            let r: Vec<_> = resume.iter().filter(|s| handle.splits.contains(*s)).cloned().collect();
             if !p.is_empty() || !r.is_empty() {
                 handle.send(FetcherTask::PauseResume(p, r));
             }
@@ -341,8 +333,7 @@ impl<R: SplitReader> SplitFetcher<R> {
                     FetcherTask::Change(SplitsChange::Add(splits)) => {
                         had_splits = true;
                         assigned.extend(splits.iter().map(|s| s.split_id()));
-                        self.reader
-                            .handle_splits_changes(SplitsChange::Add(splits))?;
+                        self.reader.handle_splits_changes(SplitsChange::Add(splits))?;
                     }
                     FetcherTask::Change(SplitsChange::Remove(ids)) => {
                         for id in &ids {
@@ -356,8 +347,7 @@ impl<R: SplitReader> SplitFetcher<R> {
                                 self.stats.batches_dropped.fetch_add(1, Ordering::Relaxed);
                             }
                         }
-                        self.reader
-                            .handle_splits_changes(SplitsChange::Remove(ids))?;
+                        self.reader.handle_splits_changes(SplitsChange::Remove(ids))?;
                     }
                     FetcherTask::PauseResume(pause, resume) => {
                         self.reader.pause_or_resume_splits(&pause, &resume)?;
@@ -384,9 +374,7 @@ impl<R: SplitReader> SplitFetcher<R> {
                     .fetch_add(batch.record_count() as u64, Ordering::Relaxed);
                 let gone = self.queue.popped() + self.stats.batches_dropped.load(Ordering::Relaxed);
                 let in_flight = fetched.saturating_sub(gone);
-                self.stats
-                    .max_batches_in_flight
-                    .fetch_max(in_flight, Ordering::Relaxed);
+                self.stats.max_batches_in_flight.fetch_max(in_flight, Ordering::Relaxed);
                 pending = Some(batch);
             }
         }

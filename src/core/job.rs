@@ -74,6 +74,9 @@ pub struct Checkpoint<E, S: SourceSplit> {
     pub completed_at: String,
     pub enumerator: E,
     pub splits: Vec<SplitSnapshot<S>>,
+    /// The job reached the end of its input (not a stop): a restart has nothing left to do.
+    #[serde(default)]
+    pub end_of_input: bool,
 }
 
 /// Live counters of a running job, shared with metrics and progress reporting.
@@ -85,6 +88,8 @@ pub struct JobStats {
     pub checkpoint_failures: AtomicU64,
     /// Duration of the last completed checkpoint, in milliseconds.
     pub last_checkpoint_ms: AtomicU64,
+    /// Records the assigned bounded splits hold (an upper bound), for progress and ETA.
+    pub expected_records: AtomicU64,
     pub readers: Mutex<Vec<Arc<FetchStats>>>,
 }
 
@@ -104,13 +109,8 @@ pub struct JobReport<S: SourceSplit> {
 enum ReaderEvent<S: SourceSplit> {
     Registered,
     Request(ReaderRequest),
-    CheckpointAck {
-        id: u64,
-        splits: Vec<SplitSnapshot<S>>,
-    },
-    Finished {
-        splits: Vec<SplitSnapshot<S>>,
-    },
+    CheckpointAck { id: u64, splits: Vec<SplitSnapshot<S>> },
+    Finished { splits: Vec<SplitSnapshot<S>> },
     Failed(Error),
 }
 
@@ -130,6 +130,8 @@ struct Pending<S: Source> {
     enumerator: EnumState<S>,
     acks: HashMap<usize, Vec<SplitSnapshot<S::Split>>>,
     barrier_sent: bool,
+    /// The final checkpoint after every split ended on its own.
+    end_of_input: bool,
 }
 
 /// A job: a source, a sink, options, and optionally a state file to restore from and write to.
@@ -234,11 +236,7 @@ impl<S: Source> Job<S> {
                 sink: sink_tx.clone(),
                 stats: Arc::clone(&self.stats),
             };
-            let task = tokio::spawn(
-                driver
-                    .run(reader, rx)
-                    .instrument(info_span!("reader", reader = index)),
-            );
+            let task = tokio::spawn(driver.run(reader, rx).instrument(info_span!("reader", reader = index)));
             reader_aborts.push(task.abort_handle());
             // a panicking reader must fail the job, not leave the coordinator waiting for it
             let panics = events_tx.clone();
@@ -246,21 +244,22 @@ impl<S: Source> Job<S> {
                 if let Err(e) = task.await {
                     if e.is_panic() {
                         let message = format!("reader {index} panicked");
-                        let _ = panics
-                            .send((index, ReaderEvent::Failed(Error::runtime("job", message))));
+                        let _ = panics.send((index, ReaderEvent::Failed(Error::runtime("job", message))));
                     }
                 }
             }));
         }
         *self.stats.readers.lock().unwrap_or_else(|p| p.into_inner()) = fetch_stats;
 
-        let mut ctx = EnumeratorContext::new(reader_txs, calls_tx);
+        let mut ctx = EnumeratorContext::new(reader_txs, calls_tx, Arc::clone(&self.stats));
         let mut restored_finished = Vec::new();
+        let mut restored_end_of_input = false;
         let mut next_checkpoint_id = 1;
         let mut enumerator = match restored {
             Some(cp) => {
                 info!(checkpoint = cp.checkpoint_id, completed_at = %cp.completed_at, splits = cp.splits.len(), "restoring from the state file");
                 next_checkpoint_id = cp.checkpoint_id + 1;
+                restored_end_of_input = cp.end_of_input;
                 let mut enumerator = self.source.restore_enumerator(cp.enumerator)?;
                 let mut unfinished = Vec::new();
                 for snap in cp.splits {
@@ -293,6 +292,8 @@ impl<S: Source> Job<S> {
             next_checkpoint_id,
             final_id: None,
             last_splits: Vec::new(),
+            stopping: false,
+            restored_end_of_input,
         };
         let outcome = coordinator
             .run(events_rx, calls_rx, self.stop.clone(), &self.options)
@@ -360,6 +361,10 @@ struct Coordinator<S: Source> {
     next_checkpoint_id: u64,
     final_id: Option<u64>,
     last_splits: Vec<SplitSnapshot<S::Split>>,
+    /// A stop was requested (signal or `max_duration`).
+    stopping: bool,
+    /// The restored state says the input had already ended.
+    restored_end_of_input: bool,
 }
 
 impl<S: Source> Coordinator<S> {
@@ -376,13 +381,11 @@ impl<S: Source> Coordinator<S> {
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             t
         });
-        let deadline = options
-            .max_duration
-            .map(|d| tokio::time::Instant::now() + d);
+        let deadline = options.max_duration.map(|d| tokio::time::Instant::now() + d);
         let (_keep, idle_stop) = watch::channel(false);
         let mut stop = stop.unwrap_or(idle_stop);
-        let mut stopping = *stop.borrow();
-        if stopping {
+        self.stopping = *stop.borrow();
+        if self.stopping {
             self.stop_readers();
         }
         loop {
@@ -394,7 +397,7 @@ impl<S: Source> Coordinator<S> {
                             let _ = self.sink.send(SinkMessage::End).await;
                         }
                     }
-                    Some(SinkEvent::Closed) => return Ok(stopping),
+                    Some(SinkEvent::Closed) => return Ok(self.stopping),
                     Some(SinkEvent::Failed(e)) => return Err(e),
                     None => return Err(Error::runtime("sink", "the sink thread ended unexpectedly")),
                 },
@@ -408,18 +411,18 @@ impl<S: Source> Coordinator<S> {
                         self.enumerator.handle_call_result(&mut self.ctx, result)?;
                     }
                 }
-                _ = tick(&mut ticker), if self.pending.is_none() && self.final_id.is_none() && !stopping => {
+                _ = tick(&mut ticker), if self.pending.is_none() && self.final_id.is_none() && !self.stopping => {
                     self.trigger_checkpoint()?;
                 }
-                _ = sleep_until(deadline), if !stopping => {
+                _ = sleep_until(deadline), if !self.stopping => {
                     info!("job.max_duration reached; stopping");
-                    stopping = true;
+                    self.stopping = true;
                     self.stop_readers();
                 }
-                changed = stop.changed(), if !stopping => {
+                changed = stop.changed(), if !self.stopping => {
                     if changed.is_err() || *stop.borrow() {
                         info!("stop requested; taking a final checkpoint");
-                        stopping = true;
+                        self.stopping = true;
                         self.stop_readers();
                     }
                 }
@@ -435,11 +438,7 @@ impl<S: Source> Coordinator<S> {
         }
     }
 
-    async fn handle_reader_event(
-        &mut self,
-        reader: usize,
-        event: ReaderEvent<S::Split>,
-    ) -> Result<()> {
+    async fn handle_reader_event(&mut self, reader: usize, event: ReaderEvent<S::Split>) -> Result<()> {
         match event {
             ReaderEvent::Registered => {
                 debug!(reader, "reader registered");
@@ -447,12 +446,10 @@ impl<S: Source> Coordinator<S> {
                 self.enumerator.add_reader(&mut self.ctx, reader)?;
             }
             ReaderEvent::Request(ReaderRequest::SplitRequest) => {
-                self.enumerator
-                    .handle_split_request(&mut self.ctx, reader)?;
+                self.enumerator.handle_split_request(&mut self.ctx, reader)?;
             }
             ReaderEvent::Request(ReaderRequest::SourceEvent(event)) => {
-                self.enumerator
-                    .handle_source_event(&mut self.ctx, reader, event)?;
+                self.enumerator.handle_source_event(&mut self.ctx, reader, event)?;
             }
             ReaderEvent::CheckpointAck { id, splits } => {
                 if let Some(p) = self.pending.as_mut().filter(|p| p.id == id) {
@@ -464,7 +461,7 @@ impl<S: Source> Coordinator<S> {
                 debug!(reader, "reader finished");
                 self.finished_readers.insert(reader, splits);
                 if self.finished_readers.len() == self.parallelism && self.final_id.is_none() {
-                    self.start_final_checkpoint()?;
+                    self.start_final_checkpoint().await?;
                 }
                 self.maybe_send_barrier().await?;
             }
@@ -489,14 +486,22 @@ impl<S: Source> Coordinator<S> {
             enumerator,
             acks: HashMap::new(),
             barrier_sent: false,
+            end_of_input: false,
         });
         Ok(())
     }
 
-    fn start_final_checkpoint(&mut self) -> Result<()> {
+    async fn start_final_checkpoint(&mut self) -> Result<()> {
         let id = self.next_checkpoint_id;
         self.next_checkpoint_id += 1;
         self.final_id = Some(id);
+        let end_of_input = !self.stopping;
+        if end_of_input && !self.restored_end_of_input {
+            // ahead of the final barrier, so what the sink adds is durable with it
+            if self.sink.send(SinkMessage::EndOfInput).await.is_err() {
+                return Err(self.sink_failure());
+            }
+        }
         // an unfinished periodic checkpoint is superseded by this one
         self.pending = Some(Pending {
             id,
@@ -504,6 +509,7 @@ impl<S: Source> Coordinator<S> {
             enumerator: self.enumerator.snapshot_state(id)?,
             acks: HashMap::new(),
             barrier_sent: false,
+            end_of_input: end_of_input || self.restored_end_of_input,
         });
         Ok(())
     }
@@ -515,8 +521,7 @@ impl<S: Source> Coordinator<S> {
         if p.barrier_sent {
             return Ok(());
         }
-        let all_in = (0..self.parallelism)
-            .all(|r| p.acks.contains_key(&r) || self.finished_readers.contains_key(&r));
+        let all_in = (0..self.parallelism).all(|r| p.acks.contains_key(&r) || self.finished_readers.contains_key(&r));
         if !all_in {
             return Ok(());
         }
@@ -563,6 +568,7 @@ impl<S: Source> Coordinator<S> {
             completed_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             enumerator: p.enumerator,
             splits,
+            end_of_input: p.end_of_input,
         };
         if let Some(store) = &self.store {
             let store = Arc::clone(store);
@@ -571,16 +577,12 @@ impl<S: Source> Coordinator<S> {
                 .await
                 .map_err(|e| Error::runtime("checkpoint", e))?;
             if let Err(e) = written {
-                self.stats
-                    .checkpoint_failures
-                    .fetch_add(1, Ordering::Relaxed);
+                self.stats.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
                 return Err(e);
             }
         }
         let took = p.started.elapsed();
-        self.stats
-            .checkpoints_completed
-            .fetch_add(1, Ordering::Relaxed);
+        self.stats.checkpoints_completed.fetch_add(1, Ordering::Relaxed);
         self.stats
             .last_checkpoint_ms
             .store(took.as_millis() as u64, Ordering::Relaxed);
@@ -641,9 +643,7 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
         let outcome = result.and_then(|finished| close.map(|_| finished));
         match outcome {
             Ok(Some(splits)) => {
-                let _ = self
-                    .events
-                    .send((self.index, ReaderEvent::Finished { splits }));
+                let _ = self.events.send((self.index, ReaderEvent::Finished { splits }));
             }
             Ok(None) => return,
             Err(e) => {
@@ -656,9 +656,7 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
         drop(self.sink);
         while let Some(command) = commands.recv().await {
             if let ReaderCommand::CheckpointComplete(id) = command {
-                if let Err(e) =
-                    tokio::task::block_in_place(|| reader.notify_checkpoint_complete(id))
-                {
+                if let Err(e) = tokio::task::block_in_place(|| reader.notify_checkpoint_complete(id)) {
                     warn!(reader = self.index, error = %e, "after-checkpoint action failed");
                 }
             }
@@ -781,6 +779,7 @@ fn run_sink<T: 'static>(
                 })
             }
             SinkMessage::Barrier(id) => sink.flush().map(|_| Some(SinkEvent::Durable(id))),
+            SinkMessage::EndOfInput => sink.end_of_input().map(|_| None),
             SinkMessage::End => {
                 let event = match sink.close() {
                     Ok(()) => SinkEvent::Closed,

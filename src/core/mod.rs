@@ -22,9 +22,7 @@ pub use job::{Checkpoint, Job, JobOptions, JobReport, JobStats};
 pub use reader::{AvailabilityFuture, InputStatus, ReaderRequest, SourceReader};
 pub use reader_base::{ReaderOptions, SourceReaderBase};
 pub use sink::{CollectSink, Sink, SinkMessage};
-pub use source::{
-    Boundedness, FinishReason, Finished, ReaderContext, Source, SourceSplit, SplitId, SplitSnapshot,
-};
+pub use source::{Boundedness, FinishReason, Finished, ReaderContext, Source, SourceSplit, SplitId, SplitSnapshot};
 pub use split_reader::{RecordsWithSplitIds, SplitReader, SplitsChange};
 pub use state::StateStore;
 

@@ -31,10 +31,15 @@ impl SourceSplit for NumberSequenceSplit {
     fn split_id(&self) -> SplitId {
         Arc::from(self.id.as_str())
     }
+
+    fn remaining(&self) -> Option<u64> {
+        Some(self.end.saturating_sub(self.next))
+    }
 }
 
 impl NumberSequenceSplit {
-    pub fn remaining(&self) -> u64 {
+    /// Numbers left to emit.
+    pub fn left(&self) -> u64 {
         self.end.saturating_sub(self.next)
     }
 }
@@ -76,22 +81,14 @@ impl<S: SourceSplit> SplitEnumerator for IteratorEnumerator<S> {
         Ok(())
     }
 
-    fn handle_split_request(
-        &mut self,
-        ctx: &mut EnumeratorContext<S, ()>,
-        reader: usize,
-    ) -> Result<()> {
+    fn handle_split_request(&mut self, ctx: &mut EnumeratorContext<S, ()>, reader: usize) -> Result<()> {
         match self.remaining.pop_front() {
             Some(split) => ctx.assign_splits(reader, vec![split]),
             None => ctx.signal_no_more_splits(reader),
         }
     }
 
-    fn add_splits_back(
-        &mut self,
-        _ctx: &mut EnumeratorContext<S, ()>,
-        splits: Vec<S>,
-    ) -> Result<()> {
+    fn add_splits_back(&mut self, _ctx: &mut EnumeratorContext<S, ()>, splits: Vec<S>) -> Result<()> {
         for split in splits.into_iter().rev() {
             self.remaining.push_front(split);
         }
@@ -136,9 +133,7 @@ impl SplitReader for NumberSequenceSplitReader {
         split.next = end;
         batch.records.push((split.split_id(), values));
         if split.next >= split.end {
-            batch
-                .finished
-                .push((split.split_id(), FinishReason::StoppingOffset));
+            batch.finished.push((split.split_id(), FinishReason::StoppingOffset));
             self.splits.pop_front();
         }
         Ok(batch)
@@ -211,11 +206,7 @@ impl Source for NumberSequenceSource {
     }
 
     fn create_enumerator(&self) -> Result<Self::Enumerator> {
-        Ok(IteratorEnumerator::new(split_range(
-            self.from,
-            self.to,
-            self.splits,
-        )))
+        Ok(IteratorEnumerator::new(split_range(self.from, self.to, self.splits)))
     }
 
     fn restore_enumerator(&self, state: Vec<NumberSequenceSplit>) -> Result<Self::Enumerator> {

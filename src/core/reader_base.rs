@@ -53,8 +53,7 @@ struct SplitEntry<S> {
 
 /// Called with the split states of a checkpoint once it completed, and whether they are the
 /// reader's final states (the Kafka source commits offsets to its consumer group this way).
-pub type CheckpointListener<S> =
-    Box<dyn FnMut(u64, &[SplitSnapshot<S>], bool) -> Result<()> + Send>;
+pub type CheckpointListener<S> = Box<dyn FnMut(u64, &[SplitSnapshot<S>], bool) -> Result<()> + Send>;
 
 /// Handles source events for a reader built on [`SourceReaderBase`] (for example, the periodic
 /// source removes events this way). Returns splits to remove.
@@ -135,6 +134,11 @@ where
         entry.finished = Some(finished);
         self.unfinished -= 1;
         info!(reader = self.options.index, split_id = %id, reason = ?finished.reason, at = ?finished.at, "split finished");
+        let reason = serde_json::to_value(finished.reason)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        metrics::counter!("tidegate_splits_finished_total", "reason" => reason).increment(1);
         if from_fetcher {
             self.manager.split_finished(id);
         } else {
@@ -149,11 +153,7 @@ where
     }
 
     fn maybe_request_split(&mut self) {
-        if self.options.request_splits
-            && !self.no_more_splits
-            && self.unfinished == 0
-            && !self.split_requested
-        {
+        if self.options.request_splits && !self.no_more_splits && self.unfinished == 0 && !self.split_requested {
             self.split_requested = true;
             self.requests.push(ReaderRequest::SplitRequest);
         }
@@ -167,11 +167,7 @@ where
         }
     }
 
-    fn emit_batch(
-        &mut self,
-        batch: RecordsWithSplitIds<R::Element>,
-        output: &mut ReaderOutput<T>,
-    ) -> Result<()> {
+    fn emit_batch(&mut self, batch: RecordsWithSplitIds<R::Element>, output: &mut ReaderOutput<T>) -> Result<()> {
         for (id, elements) in batch.records {
             let Some(entry) = self.splits.get_mut(&id) else {
                 continue; // removed split
@@ -181,8 +177,7 @@ where
             }
             let mut ended = None;
             for element in elements {
-                self.emitter
-                    .emit_record(element, output, &mut entry.split)?;
+                self.emitter.emit_record(element, output, &mut entry.split)?;
                 if let Some(at) = output.take_end_of_split() {
                     ended = Some(at);
                     break;

@@ -12,6 +12,13 @@ pub trait Sink<T>: Send + 'static {
     /// Called for each checkpoint barrier; the checkpoint completes only after this returns.
     fn flush(&mut self) -> Result<()>;
 
+    /// Every split reached its end (not a stop): called once, before the final barrier, and never
+    /// again for a job whose state says it already ended. The data generator's end markers are
+    /// written here.
+    fn end_of_input(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// The job ends: flush and release resources.
     fn close(&mut self) -> Result<()> {
         self.flush()
@@ -24,6 +31,8 @@ pub enum SinkMessage<T> {
     Records(Vec<T>),
     /// Every reader's records before its snapshot for this checkpoint are ahead of this barrier.
     Barrier(u64),
+    /// The input is complete (sent before the final barrier).
+    EndOfInput,
     End,
 }
 

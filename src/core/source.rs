@@ -28,6 +28,11 @@ pub enum Boundedness {
 pub trait SourceSplit: Clone + Debug + Send + Serialize + DeserializeOwned + 'static {
     /// Stable id, the same across restarts.
     fn split_id(&self) -> SplitId;
+
+    /// Records left to read, when the split is bounded and says so (for progress and ETA).
+    fn remaining(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Why a split stopped. Recorded in the state file so a restart never reads a finished split again.

@@ -125,8 +125,7 @@ impl StateStore {
     fn write_inner(&self, bytes: &[u8], crash: Option<CrashPoint>) -> Result<()> {
         let ctx = |what: &str| format!("writing state file {}: {what}", self.path.display());
         let result = (|| -> Result<()> {
-            let mut file =
-                File::create(&self.temp).map_err(|e| Error::io(ctx("create temp file"), e))?;
+            let mut file = File::create(&self.temp).map_err(|e| Error::io(ctx("create temp file"), e))?;
             if crash == Some(CrashPoint::DuringTempWrite) {
                 file.write_all(&bytes[..bytes.len() / 2])
                     .map_err(|e| Error::io(ctx("write temp file"), e))?;
@@ -134,18 +133,14 @@ impl StateStore {
             }
             file.write_all(bytes)
                 .map_err(|e| Error::io(ctx("write temp file"), e))?;
-            file.sync_all()
-                .map_err(|e| Error::io(ctx("fsync temp file"), e))?;
+            file.sync_all().map_err(|e| Error::io(ctx("fsync temp file"), e))?;
             drop(file);
             if crash == Some(CrashPoint::BeforeRename) {
                 return Ok(());
             }
-            fs::rename(&self.temp, &self.path)
-                .map_err(|e| Error::io(ctx("rename temp file"), e))?;
-            let dir = File::open(parent_dir(&self.path))
-                .map_err(|e| Error::io(ctx("open directory"), e))?;
-            dir.sync_all()
-                .map_err(|e| Error::io(ctx("fsync directory"), e))?;
+            fs::rename(&self.temp, &self.path).map_err(|e| Error::io(ctx("rename temp file"), e))?;
+            let dir = File::open(parent_dir(&self.path)).map_err(|e| Error::io(ctx("open directory"), e))?;
+            dir.sync_all().map_err(|e| Error::io(ctx("fsync directory"), e))?;
             Ok(())
         })();
         if result.is_err() {
@@ -165,8 +160,7 @@ fn parent_dir(path: &Path) -> PathBuf {
 
 /// Serialize a payload with its header.
 pub fn encode<T: Serialize>(payload: &T) -> Result<Vec<u8>> {
-    let mut body = serde_json::to_vec_pretty(payload)
-        .map_err(|e| Error::runtime("serializing the checkpoint", e))?;
+    let mut body = serde_json::to_vec_pretty(payload).map_err(|e| Error::runtime("serializing the checkpoint", e))?;
     body.push(b'\n');
     let header = Header {
         format: FORMAT.into(),
@@ -174,8 +168,7 @@ pub fn encode<T: Serialize>(payload: &T) -> Result<Vec<u8>> {
         length: body.len(),
         crc32: crc32fast::hash(&body),
     };
-    let mut bytes = serde_json::to_vec(&header)
-        .map_err(|e| Error::runtime("serializing the state header", e))?;
+    let mut bytes = serde_json::to_vec(&header).map_err(|e| Error::runtime("serializing the state header", e))?;
     bytes.push(b'\n');
     bytes.extend_from_slice(&body);
     Ok(bytes)
@@ -193,14 +186,10 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StateError> {
             StateError::NotAStateFile("no header line".into())
         });
     };
-    let header: Header = serde_json::from_slice(&bytes[..newline]).map_err(|_| {
-        StateError::NotAStateFile("the first line is not a tidegate state header".into())
-    })?;
+    let header: Header = serde_json::from_slice(&bytes[..newline])
+        .map_err(|_| StateError::NotAStateFile("the first line is not a tidegate state header".into()))?;
     if header.format != FORMAT {
-        return Err(StateError::NotAStateFile(format!(
-            "format is {:?}",
-            header.format
-        )));
+        return Err(StateError::NotAStateFile(format!("format is {:?}", header.format)));
     }
     if header.version != STATE_VERSION {
         return Err(StateError::UnknownVersion {
@@ -271,23 +260,15 @@ mod tests {
             (good[..good.len() - 5].to_vec(), |e| {
                 matches!(e, StateError::Truncated(_))
             }),
-            (good[..newline / 2].to_vec(), |e| {
-                matches!(e, StateError::Truncated(_))
-            }),
+            (good[..newline / 2].to_vec(), |e| matches!(e, StateError::Truncated(_))),
             (vec![0x9f, 0x13, 0x00, 0xff, 0x42, b'\n', 0x01], |e| {
                 matches!(e, StateError::NotAStateFile(_))
             }),
+            (text.replacen("\"version\":1", "\"version\":9", 1).into_bytes(), |e| {
+                matches!(e, StateError::UnknownVersion { found: 9, .. })
+            }),
             (
-                text.replacen("\"version\":1", "\"version\":9", 1)
-                    .into_bytes(),
-                |e| matches!(e, StateError::UnknownVersion { found: 9, .. }),
-            ),
-            (
-                [
-                    &good[..=newline],
-                    text[newline + 1..].replacen('3', "4", 1).as_bytes(),
-                ]
-                .concat(),
+                [&good[..=newline], text[newline + 1..].replacen('3', "4", 1).as_bytes()].concat(),
                 |e| matches!(e, StateError::ChecksumMismatch { .. }),
             ),
         ];
@@ -307,13 +288,8 @@ mod tests {
         let s = store(&dir);
         s.write(&json!({"checkpoint": 1})).unwrap();
         for crash in [CrashPoint::DuringTempWrite, CrashPoint::BeforeRename] {
-            s.write_interrupted(&json!({"checkpoint": 2}), crash)
-                .unwrap();
-            assert_eq!(
-                s.load::<Value>().unwrap(),
-                Some(json!({"checkpoint": 1})),
-                "{crash:?}"
-            );
+            s.write_interrupted(&json!({"checkpoint": 2}), crash).unwrap();
+            assert_eq!(s.load::<Value>().unwrap(), Some(json!({"checkpoint": 1})), "{crash:?}");
         }
         // the next process finds the temp file, discards it, and still reads the old state
         drop(s);

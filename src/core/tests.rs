@@ -41,11 +41,7 @@ fn run(
 /// Output grouped by split range: every value must appear in the order of its split.
 fn assert_in_order_per_split(values: &[u64], splits: &[(u64, u64)]) {
     for (start, end) in splits {
-        let mine: Vec<u64> = values
-            .iter()
-            .copied()
-            .filter(|v| v >= start && v < end)
-            .collect();
+        let mine: Vec<u64> = values.iter().copied().filter(|v| v >= start && v < end).collect();
         assert!(
             mine.windows(2).all(|w| w[0] < w[1]),
             "split {start}..{end} out of order"
@@ -55,12 +51,7 @@ fn assert_in_order_per_split(values: &[u64], splits: &[(u64, u64)]) {
 
 #[test]
 fn exact_output_for_one_or_many_splits_and_idle_readers() {
-    for (count, splits, parallelism) in [
-        (10_000u64, 1usize, 1usize),
-        (10_000, 4, 2),
-        (10_000, 3, 5),
-        (5, 5, 8),
-    ] {
+    for (count, splits, parallelism) in [(10_000u64, 1usize, 1usize), (10_000, 4, 2), (10_000, 3, 5), (5, 5, 8)] {
         let (sink, out) = CollectSink::new();
         let report = run(
             NumberSequenceSource::new(0, count, splits),
@@ -94,14 +85,7 @@ fn exact_output_for_one_or_many_splits_and_idle_readers() {
 #[test]
 fn an_empty_source_ends_at_once() {
     let (sink, out) = CollectSink::new();
-    let report = run(
-        NumberSequenceSource::new(7, 7, 4),
-        3,
-        Box::new(sink),
-        None,
-        None,
-    )
-    .expect("job runs");
+    let report = run(NumberSequenceSource::new(7, 7, 4), 3, Box::new(sink), None, None).expect("job runs");
     assert!(out.lock().unwrap().is_empty());
     assert!(report.splits.is_empty());
 }
@@ -129,21 +113,12 @@ fn eof_evaluator_stops_two_of_four_splits_before_the_marker() {
     let report = run(source, 2, Box::new(sink), None, None).expect("job runs");
     let mut values = out.lock().unwrap().clone();
     values.sort_unstable();
-    let expected: Vec<u64> = (0..100)
-        .chain(250..500)
-        .chain(500..600)
-        .chain(750..1000)
-        .collect();
+    let expected: Vec<u64> = (0..100).chain(250..500).chain(500..600).chain(750..1000).collect();
     assert_eq!(values, expected);
     let reasons: BTreeMap<String, (FinishReason, Option<i64>)> = report
         .splits
         .iter()
-        .map(|s| {
-            (
-                s.split.id.clone(),
-                s.finished.map(|f| (f.reason, f.at)).unwrap(),
-            )
-        })
+        .map(|s| (s.split.id.clone(), s.finished.map(|f| (f.reason, f.at)).unwrap()))
         .collect();
     assert_eq!(reasons["0"], (FinishReason::EofRecord, Some(100)));
     assert_eq!(reasons["1"].0, FinishReason::StoppingOffset);
@@ -182,9 +157,7 @@ fn backpressure_bounds_the_batches_in_flight() {
         inner,
         delay: Duration::from_micros(300),
     };
-    runtime()
-        .block_on(job.run(Box::new(sink)))
-        .expect("job runs");
+    runtime().block_on(job.run(Box::new(sink))).expect("job runs");
     assert_eq!(out.lock().unwrap().len(), 20_000);
     let readers = stats.readers.lock().unwrap();
     for r in readers.iter() {
@@ -192,10 +165,7 @@ fn backpressure_bounds_the_batches_in_flight() {
         let fetched = r.batches_fetched.load(Ordering::Relaxed);
         // a reader's queue holds 2 batches and each of its (at most 2 live) fetchers one more
         assert!(max <= 2 + 2, "{max} batches in flight, bound is 4");
-        assert!(
-            max >= 2,
-            "the slow sink should have filled the queue (max {max})"
-        );
+        assert!(max >= 2, "the slow sink should have filled the queue (max {max})");
         assert!(fetched >= 100, "{fetched} batches");
     }
 }
@@ -286,15 +256,9 @@ fn crash_and_restore(p1: usize, p2: usize) {
     }
     assert!(seen.iter().all(|c| *c >= 1), "a number was lost");
     // a duplicate is a number the first run emitted after its split's checkpointed position
-    let resumed = |v: u64| {
-        resume_at
-            .iter()
-            .any(|(next, end, _)| v >= *next && v < *end)
-    };
+    let resumed = |v: u64| resume_at.iter().any(|(next, end, _)| v >= *next && v < *end);
     let duplicates: Vec<u64> = (0..count).filter(|v| seen[*v as usize] > 1).collect();
-    assert!(duplicates
-        .iter()
-        .all(|v| seen[*v as usize] == 2 && resumed(*v)));
+    assert!(duplicates.iter().all(|v| seen[*v as usize] == 2 && resumed(*v)));
     assert!(
         second.iter().all(|v| resumed(*v)),
         "the restart re-read before a checkpointed position"
@@ -357,33 +321,16 @@ fn a_graceful_stop_resumes_with_no_gap_and_no_duplicate() {
     let job = Job::new(source, JobOptions::new("stop", 3))
         .with_state(StateStore::open(&path).unwrap())
         .with_stop_signal(rx);
-    let report = runtime()
-        .block_on(job.run(Box::new(sink)))
-        .expect("stops cleanly");
+    let report = runtime().block_on(job.run(Box::new(sink))).expect("stops cleanly");
     assert!(report.stopped);
     let first = first.lock().unwrap().clone();
-    assert!(
-        first.len() >= 5_000 && first.len() < 100_000,
-        "{}",
-        first.len()
-    );
+    assert!(first.len() >= 5_000 && first.len() < 100_000, "{}", first.len());
 
     let (sink, second) = CollectSink::new();
     let mut source = NumberSequenceSource::new(0, 100_000, 3);
     source.batch_size = 100;
-    run(
-        source,
-        2,
-        Box::new(sink),
-        Some(StateStore::open(&path).unwrap()),
-        None,
-    )
-    .expect("resumes");
-    let mut all: Vec<u64> = first
-        .iter()
-        .chain(second.lock().unwrap().iter())
-        .copied()
-        .collect();
+    run(source, 2, Box::new(sink), Some(StateStore::open(&path).unwrap()), None).expect("resumes");
+    let mut all: Vec<u64> = first.iter().chain(second.lock().unwrap().iter()).copied().collect();
     all.sort_unstable();
     assert_eq!(all, (0..100_000).collect::<Vec<_>>());
 }
@@ -432,4 +379,59 @@ fn a_corrupt_state_file_is_refused_and_left_untouched() {
     assert_eq!(err.exit_code(), 3, "{err}");
     assert!(out.lock().unwrap().is_empty());
     assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+/// Counts `end_of_input` calls.
+struct EndCountingSink {
+    ends: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Sink<u64> for EndCountingSink {
+    fn write(&mut self, _records: Vec<u64>) -> Result<()> {
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn end_of_input(&mut self) -> Result<()> {
+        self.ends.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[test]
+fn end_of_input_reaches_the_sink_once_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("numbers.state");
+    let ends = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for _ in 0..2 {
+        let sink = EndCountingSink {
+            ends: Arc::clone(&ends),
+        };
+        run(
+            NumberSequenceSource::new(0, 100, 2),
+            2,
+            Box::new(sink),
+            Some(StateStore::open(&path).unwrap()),
+            None,
+        )
+        .unwrap();
+    }
+    assert_eq!(ends.load(Ordering::SeqCst), 1);
+    let cp: NumberCheckpoint = crate::core::state::read_state(&path).unwrap().unwrap();
+    assert!(cp.end_of_input);
+}
+
+#[test]
+fn a_stopped_job_does_not_signal_end_of_input() {
+    let ends = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (tx, rx) = tokio::sync::watch::channel(true); // stop at once
+    let sink = EndCountingSink {
+        ends: Arc::clone(&ends),
+    };
+    let job = Job::new(NumberSequenceSource::new(0, 1_000_000, 2), JobOptions::new("stop", 2)).with_stop_signal(rx);
+    let report = runtime().block_on(job.run(Box::new(sink))).unwrap();
+    drop(tx);
+    assert!(report.stopped);
+    assert_eq!(ends.load(Ordering::SeqCst), 0);
 }

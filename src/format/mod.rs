@@ -79,14 +79,8 @@ mod tests {
 
     #[test]
     fn decoders_accept_their_format_and_reject_others() {
-        assert_eq!(
-            JsonDecoder.decode(br#"{"a":1}"#),
-            Ok(Some(serde_json::json!({"a": 1})))
-        );
-        assert!(JsonDecoder
-            .decode(b"{not json")
-            .unwrap_err()
-            .contains("not valid JSON"));
+        assert_eq!(JsonDecoder.decode(br#"{"a":1}"#), Ok(Some(serde_json::json!({"a": 1}))));
+        assert!(JsonDecoder.decode(b"{not json").unwrap_err().contains("not valid JSON"));
         assert_eq!(StringDecoder.decode("héllo".as_bytes()), Ok(None));
         assert!(StringDecoder.decode(&[0xff, 0xfe]).is_err());
         assert_eq!(BytesDecoder.decode(&[0xff]), Ok(None));

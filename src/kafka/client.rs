@@ -27,10 +27,7 @@ impl ClientContext for TracingContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         let client = self.name.as_str();
         match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => {
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
                 error!(client, facility = fac, "librdkafka: {log_message}")
             }
             RDKafkaLogLevel::Warning => warn!(client, facility = fac, "librdkafka: {log_message}"),
@@ -64,16 +61,7 @@ pub fn is_secret(key: &str) -> bool {
 pub fn redacted(properties: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     properties
         .iter()
-        .map(|(k, v)| {
-            (
-                k.clone(),
-                if is_secret(k) {
-                    "***".to_string()
-                } else {
-                    v.clone()
-                },
-            )
-        })
+        .map(|(k, v)| (k.clone(), if is_secret(k) { "***".to_string() } else { v.clone() }))
         .collect()
 }
 

@@ -69,11 +69,7 @@ pub struct KafkaSourceEnumerator {
 impl KafkaSourceEnumerator {
     pub fn new(settings: Arc<KafkaSourceSettings>, state: Option<KafkaEnumeratorState>) -> Self {
         let state = state.unwrap_or_default();
-        let known: BTreeMap<SplitId, KnownSplit> = state
-            .splits
-            .into_iter()
-            .map(|k| (k.split.split_id(), k))
-            .collect();
+        let known: BTreeMap<SplitId, KnownSplit> = state.splits.into_iter().map(|k| (k.split.split_id(), k)).collect();
         let partitions = known
             .values()
             .map(|k| (k.split.topic.clone(), k.split.partition))
@@ -90,12 +86,7 @@ impl KafkaSourceEnumerator {
     }
 
     fn owner(&self, split: &KafkaPartitionSplit) -> usize {
-        reader_owner(
-            &split.topic,
-            split.partition,
-            self.parallelism,
-            self.settings.instance,
-        )
+        reader_owner(&split.topic, split.partition, self.parallelism, self.settings.instance)
     }
 
     fn add_pending(&mut self, split: KafkaPartitionSplit) {
@@ -115,10 +106,7 @@ impl KafkaSourceEnumerator {
         }
     }
 
-    fn assign_pending(
-        &mut self,
-        ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
-    ) -> Result<()> {
+    fn assign_pending(&mut self, ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>) -> Result<()> {
         let readers: Vec<usize> = ctx.registered_readers().iter().copied().collect();
         for reader in readers {
             if let Some(ids) = self.pending.remove(&reader) {
@@ -159,19 +147,13 @@ impl KafkaSourceEnumerator {
             ));
         }
         {
-            let mut known = self
-                .known_partitions
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut known = self.known_partitions.lock().unwrap_or_else(|p| p.into_inner());
             for s in &d.new_splits {
                 known.insert((s.topic.clone(), s.partition));
             }
         }
         if !d.new_splits.is_empty() {
-            info!(
-                count = d.new_splits.len(),
-                initial, "discovered new partitions"
-            );
+            info!(count = d.new_splits.len(), initial, "discovered new partitions");
         }
         for split in d.new_splits {
             self.add_pending(split);
@@ -180,12 +162,7 @@ impl KafkaSourceEnumerator {
         let gone: Vec<SplitId> = self
             .known
             .iter()
-            .filter(|(_, k)| {
-                !k.removed
-                    && !d
-                        .partitions
-                        .contains(&(k.split.topic.clone(), k.split.partition))
-            })
+            .filter(|(_, k)| !k.removed && !d.partitions.contains(&(k.split.topic.clone(), k.split.partition)))
             .map(|(id, _)| id.clone())
             .collect();
         for id in gone {
@@ -201,10 +178,7 @@ impl KafkaSourceEnumerator {
                 self.settings.instance,
             );
             if k.assigned {
-                ctx.send_event_to_reader(
-                    owner,
-                    SourceEvent(Box::new(RemoveSplits(vec![id.clone()]))),
-                )?;
+                ctx.send_event_to_reader(owner, SourceEvent(Box::new(RemoveSplits(vec![id.clone()]))))?;
             } else if let Some(list) = self.pending.get_mut(&owner) {
                 list.retain(|p| *p != id);
             }
@@ -254,10 +228,7 @@ impl SplitEnumerator for KafkaSourceEnumerator {
         let known = Arc::clone(&self.known_partitions);
         let initial_done = Arc::clone(&self.initial_done);
         let parallelism = self.parallelism;
-        let period = match (
-            self.settings.discovery_interval,
-            self.settings.wait_for_topics,
-        ) {
+        let period = match (self.settings.discovery_interval, self.settings.wait_for_topics) {
             (Some(p), _) => Some(p),
             (None, true) => Some(Duration::from_secs(1)), // retry until the topics exist
             (None, false) => None,
@@ -357,12 +328,7 @@ pub fn discover(
 ) -> Result<Discovery> {
     let timeout = settings.request_timeout;
     let servers = &settings.bootstrap_servers;
-    let metadata_err = |e| {
-        Error::kafka(
-            format!("fetching metadata from {servers} (timeout {timeout:?})"),
-            e,
-        )
-    };
+    let metadata_err = |e| Error::kafka(format!("fetching metadata from {servers} (timeout {timeout:?})"), e);
     let mut partitions = BTreeSet::new();
     let mut missing_topics = Vec::new();
     let mut add_topic = |topic: &rdkafka::metadata::MetadataTopic, only: Option<&BTreeSet<i32>>| {
@@ -385,9 +351,7 @@ pub fn discover(
                 _ => None,
             };
             for name in topics {
-                let md = consumer
-                    .fetch_metadata(Some(name), timeout)
-                    .map_err(metadata_err)?;
+                let md = consumer.fetch_metadata(Some(name), timeout).map_err(metadata_err)?;
                 match md.topics().first() {
                     Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
                         let only = wanted.as_ref().and_then(|w| w.get(name.as_str()));
@@ -405,12 +369,9 @@ pub fn discover(
             }
         }
         Subscription::Pattern(pattern) => {
-            let md = consumer
-                .fetch_metadata(None, timeout)
-                .map_err(metadata_err)?;
+            let md = consumer.fetch_metadata(None, timeout).map_err(metadata_err)?;
             for t in md.topics() {
-                if t.error().is_none() && pattern.is_match(t.name()) && !t.name().starts_with("__")
-                {
+                if t.error().is_none() && pattern.is_match(t.name()) && !t.name().starts_with("__") {
                     add_topic(t, None);
                 }
             }
@@ -419,11 +380,7 @@ pub fn discover(
     partitions.retain(|(t, p)| instance_owns(t, *p, parallelism, settings.instance));
     let new: Vec<TopicPartition> = {
         let known = known.lock().unwrap_or_else(|p| p.into_inner());
-        partitions
-            .iter()
-            .filter(|tp| !known.contains(*tp))
-            .cloned()
-            .collect()
+        partitions.iter().filter(|tp| !known.contains(*tp)).cloned().collect()
     };
     let resolver = OffsetsResolver::new(consumer, timeout, settings.group_id.as_deref());
     // the configured starting offsets apply to the first discovery; later partitions are new
@@ -458,10 +415,7 @@ mod tests {
     fn one_instance_uses_flinks_owner() {
         let one = Instance { index: 0, count: 1 };
         for p in 0..12 {
-            assert_eq!(
-                reader_owner("trades", p, 3, one),
-                split_owner("trades", p, 3)
-            );
+            assert_eq!(reader_owner("trades", p, 3, one), split_owner("trades", p, 3));
             assert!(instance_owns("trades", p, 3, one));
         }
     }
@@ -474,11 +428,7 @@ mod tests {
             let owners: Vec<usize> = (0..count)
                 .filter(|i| instance_owns("trades", p, parallelism, Instance { index: *i, count }))
                 .collect();
-            assert_eq!(
-                owners.len(),
-                1,
-                "partition {p} must belong to exactly one instance"
-            );
+            assert_eq!(owners.len(), 1, "partition {p} must belong to exactly one instance");
             let inst = Instance {
                 index: owners[0],
                 count,

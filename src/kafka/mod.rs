@@ -18,8 +18,7 @@ use regex::Regex;
 use tracing::{debug, warn};
 
 use crate::core::{
-    Boundedness, EofOnRecordEvaluator, FetcherMode, ReaderContext, ReaderOptions, Source,
-    SourceReaderBase,
+    Boundedness, EofOnRecordEvaluator, FetcherMode, ReaderContext, ReaderOptions, Source, SourceReaderBase,
 };
 use crate::error::{Error, Result};
 use crate::format::{DecodeErrorPolicy, ValueDecoder};
@@ -131,6 +130,7 @@ impl KafkaSource {
 /// Builds a [`KafkaSource`] without a config file (tests, Rust programs).
 #[derive(Default)]
 pub struct KafkaSourceBuilder {
+    settings: Option<KafkaSourceSettings>,
     bootstrap_servers: Option<String>,
     subscription: Option<Subscription>,
     starting: Option<StartingOffsets>,
@@ -148,21 +148,23 @@ pub struct KafkaSourceBuilder {
 }
 
 impl KafkaSourceBuilder {
+    /// Every connection, subscription and offsets setting at once (from a config file); the
+    /// individual setters below are then ignored.
+    pub fn settings(mut self, settings: KafkaSourceSettings) -> Self {
+        self.settings = Some(settings);
+        self
+    }
     pub fn bootstrap_servers(mut self, servers: impl Into<String>) -> Self {
         self.bootstrap_servers = Some(servers.into());
         self
     }
     pub fn topics<I: IntoIterator<Item = S>, S: Into<String>>(mut self, topics: I) -> Self {
-        self.subscription = Some(Subscription::Topics(
-            topics.into_iter().map(Into::into).collect(),
-        ));
+        self.subscription = Some(Subscription::Topics(topics.into_iter().map(Into::into).collect()));
         self
     }
     pub fn topic_pattern(mut self, pattern: &str) -> Result<Self> {
-        self.subscription = Some(
-            Subscription::pattern(pattern)
-                .map_err(|e| Error::config("source.topic_pattern", e.to_string()))?,
-        );
+        self.subscription =
+            Some(Subscription::pattern(pattern).map_err(|e| Error::config("source.topic_pattern", e.to_string()))?);
         Ok(self)
     }
     pub fn partitions(mut self, partitions: Vec<TopicPartition>) -> Self {
@@ -210,8 +212,8 @@ impl KafkaSourceBuilder {
     }
     /// End a split at the first record this CEL expression matches.
     pub fn eof_expression(self, expression: &str) -> Result<Self> {
-        let compiled = crate::expr::RecordExpression::compile(expression)
-            .map_err(|e| Error::config("source.eof", e))?;
+        let compiled =
+            crate::expr::RecordExpression::compile(expression).map_err(|e| Error::config("source.eof", e))?;
         Ok(self.eof_evaluator(Arc::new(compiled)))
     }
     pub fn eof_emit_marker(mut self, emit: bool) -> Self {
@@ -228,22 +230,28 @@ impl KafkaSourceBuilder {
     }
 
     pub fn build(self) -> Result<KafkaSource> {
-        let servers = self
-            .bootstrap_servers
-            .ok_or_else(|| Error::config("source.bootstrap_servers", "is required"))?;
-        let subscription = self.subscription.ok_or_else(|| {
-            Error::config(
-                "source.topics",
-                "one of topics, topic_pattern or partitions is required",
-            )
-        })?;
-        let mut settings = KafkaSourceSettings::new(servers, subscription);
-        settings.starting = self.starting.unwrap_or(StartingOffsets::Earliest);
-        settings.stopping = self.stopping.unwrap_or(StoppingOffsets::None);
-        settings.discovery_interval = self.discovery_interval;
-        settings.group_id = self.group_id;
-        settings.properties = self.properties;
-        settings.wait_for_topics = self.wait_for_topics;
+        let settings = match self.settings {
+            Some(s) => s,
+            None => {
+                let servers = self
+                    .bootstrap_servers
+                    .ok_or_else(|| Error::config("source.bootstrap_servers", "is required"))?;
+                let subscription = self.subscription.ok_or_else(|| {
+                    Error::config(
+                        "source.topics",
+                        "one of topics, topic_pattern or partitions is required",
+                    )
+                })?;
+                let mut settings = KafkaSourceSettings::new(servers, subscription);
+                settings.starting = self.starting.unwrap_or(StartingOffsets::Earliest);
+                settings.stopping = self.stopping.unwrap_or(StoppingOffsets::None);
+                settings.discovery_interval = self.discovery_interval;
+                settings.group_id = self.group_id;
+                settings.properties = self.properties;
+                settings.wait_for_topics = self.wait_for_topics;
+                settings
+            }
+        };
         let format = self.format;
         let decoder = match self.decoder {
             Some(d) => d,
@@ -255,8 +263,7 @@ impl KafkaSourceBuilder {
                     ));
                 }
                 Arc::new(move || {
-                    crate::format::simple_decoder(format)
-                        .ok_or_else(|| Error::config("source.format", "no decoder"))
+                    crate::format::simple_decoder(format).ok_or_else(|| Error::config("source.format", "no decoder"))
                 })
             }
         };
@@ -297,10 +304,7 @@ impl Source for KafkaSource {
     }
 
     fn restore_enumerator(&self, state: KafkaEnumeratorState) -> Result<KafkaSourceEnumerator> {
-        Ok(KafkaSourceEnumerator::new(
-            Arc::clone(&self.settings),
-            Some(state),
-        ))
+        Ok(KafkaSourceEnumerator::new(Arc::clone(&self.settings), Some(state)))
     }
 
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {
@@ -314,17 +318,15 @@ impl Source for KafkaSource {
         let settings = Arc::clone(&self.settings);
         let max_batch = self.max_batch_records;
         let factory = Box::new(move || KafkaPartitionSplitReader::new(&settings, index, max_batch));
-        let emitter =
-            emitter::KafkaRecordEmitter::new((self.decoder)()?, self.decode_errors, index);
-        let mut reader = SourceReaderBase::new(factory, emitter, options).with_event_handler(
-            Box::new(|event| match event.0.downcast::<RemoveSplits>() {
+        let emitter = emitter::KafkaRecordEmitter::new((self.decoder)()?, self.decode_errors, index);
+        let mut reader = SourceReaderBase::new(factory, emitter, options).with_event_handler(Box::new(|event| {
+            match event.0.downcast::<RemoveSplits>() {
                 Ok(remove) => remove.0,
                 Err(_) => Vec::new(),
-            }),
-        );
+            }
+        }));
         if let Some(group) = self.settings.group_id.clone() {
-            reader =
-                reader.with_checkpoint_listener(offset_committer(&self.settings, group, index)?);
+            reader = reader.with_checkpoint_listener(offset_committer(&self.settings, group, index)?);
         }
         Ok(reader)
     }
@@ -352,23 +354,15 @@ fn offset_committer(
     Ok(Box::new(move |checkpoint, splits, is_final| {
         let mut tpl = TopicPartitionList::new();
         for s in splits {
-            tpl.add_partition_offset(
-                &s.split.topic,
-                s.split.partition,
-                Offset::Offset(s.split.next_offset),
-            )
-            .map_err(|e| Error::kafka("building the offsets to commit", e))?;
+            tpl.add_partition_offset(&s.split.topic, s.split.partition, Offset::Offset(s.split.next_offset))
+                .map_err(|e| Error::kafka("building the offsets to commit", e))?;
         }
         if tpl.count() == 0 {
             return Ok(());
         }
         // The final commit is synchronous: the reader (and this consumer) ends right after it.
         // Earlier ones are asynchronous, so a slow group coordinator never stalls reading.
-        let mode = if is_final {
-            CommitMode::Sync
-        } else {
-            CommitMode::Async
-        };
+        let mode = if is_final { CommitMode::Sync } else { CommitMode::Async };
         match consumer.commit(&tpl, mode) {
             Ok(()) => {
                 debug!(checkpoint, group = %group, partitions = tpl.count(), "offsets committed")

@@ -72,11 +72,7 @@ pub struct OffsetsResolver<'a> {
 }
 
 impl<'a> OffsetsResolver<'a> {
-    pub fn new(
-        consumer: &'a BaseConsumer<TracingContext>,
-        timeout: Duration,
-        group_id: Option<&'a str>,
-    ) -> Self {
+    pub fn new(consumer: &'a BaseConsumer<TracingContext>, timeout: Duration, group_id: Option<&'a str>) -> Self {
         OffsetsResolver {
             consumer,
             timeout,
@@ -111,12 +107,8 @@ impl<'a> OffsetsResolver<'a> {
             .offsets_for_times(tpl, self.timeout)
             .map_err(|e| Error::kafka(format!("listing {what} (timeout {:?})", self.timeout), e))?;
         for elem in result.elements() {
-            elem.error().map_err(|e| {
-                Error::kafka(
-                    format!("listing {what} of {}:{}", elem.topic(), elem.partition()),
-                    e,
-                )
-            })?;
+            elem.error()
+                .map_err(|e| Error::kafka(format!("listing {what} of {}:{}", elem.topic(), elem.partition()), e))?;
             let offset = match elem.offset() {
                 Offset::Offset(n) if n >= 0 => Some(n),
                 _ => None,
@@ -126,11 +118,7 @@ impl<'a> OffsetsResolver<'a> {
         Ok(out)
     }
 
-    fn end_or_start(
-        &self,
-        partitions: &[TopicPartition],
-        spec: Offset,
-    ) -> Result<HashMap<TopicPartition, i64>> {
+    fn end_or_start(&self, partitions: &[TopicPartition], spec: Offset) -> Result<HashMap<TopicPartition, i64>> {
         self.list_offsets(partitions, spec)?
             .into_iter()
             .map(|(tp, o)| {
@@ -153,11 +141,7 @@ impl<'a> OffsetsResolver<'a> {
     }
 
     /// Timestamp lookups, falling back to the end of the partition where nothing is that late.
-    fn for_timestamp(
-        &self,
-        partitions: &[TopicPartition],
-        ts: i64,
-    ) -> Result<HashMap<TopicPartition, i64>> {
+    fn for_timestamp(&self, partitions: &[TopicPartition], ts: i64) -> Result<HashMap<TopicPartition, i64>> {
         let found = self.list_offsets(partitions, Offset::Offset(ts))?;
         let missing: Vec<TopicPartition> = found
             .iter()
@@ -185,11 +169,8 @@ impl<'a> OffsetsResolver<'a> {
             StartingOffsets::Latest => self.latest(partitions),
             StartingOffsets::Timestamp(ts) => self.for_timestamp(partitions, *ts),
             StartingOffsets::Specific(map) => {
-                let unlisted: Vec<TopicPartition> = partitions
-                    .iter()
-                    .filter(|tp| !map.contains_key(*tp))
-                    .cloned()
-                    .collect();
+                let unlisted: Vec<TopicPartition> =
+                    partitions.iter().filter(|tp| !map.contains_key(*tp)).cloned().collect();
                 let mut out = self.earliest(&unlisted)?;
                 for tp in partitions {
                     if let Some(o) = map.get(tp) {
@@ -202,11 +183,7 @@ impl<'a> OffsetsResolver<'a> {
         }
     }
 
-    fn committed(
-        &self,
-        partitions: &[TopicPartition],
-        reset: CommittedReset,
-    ) -> Result<HashMap<TopicPartition, i64>> {
+    fn committed(&self, partitions: &[TopicPartition], reset: CommittedReset) -> Result<HashMap<TopicPartition, i64>> {
         let Some(group) = self.group_id else {
             return Err(Error::config(
                 "source.starting_offsets",
@@ -237,8 +214,7 @@ impl<'a> OffsetsResolver<'a> {
                 CommittedReset::Earliest => self.earliest(&without)?,
                 CommittedReset::Latest => self.latest(&without)?,
                 CommittedReset::None => {
-                    let names: Vec<String> =
-                        without.iter().map(|(t, p)| format!("{t}:{p}")).collect();
+                    let names: Vec<String> = without.iter().map(|(t, p)| format!("{t}:{p}")).collect();
                     return Err(Error::runtime(
                         "starting offsets",
                         format!(
@@ -260,18 +236,14 @@ impl<'a> OffsetsResolver<'a> {
         spec: &StoppingOffsets,
         partitions: &[TopicPartition],
     ) -> Result<HashMap<TopicPartition, Option<i64>>> {
-        let wrap =
-            |m: HashMap<TopicPartition, i64>| m.into_iter().map(|(tp, o)| (tp, Some(o))).collect();
+        let wrap = |m: HashMap<TopicPartition, i64>| m.into_iter().map(|(tp, o)| (tp, Some(o))).collect();
         match spec {
             StoppingOffsets::None => Ok(partitions.iter().map(|tp| (tp.clone(), None)).collect()),
             StoppingOffsets::Latest => self.latest(partitions).map(wrap),
             StoppingOffsets::Timestamp(ts) => self.for_timestamp(partitions, *ts).map(wrap),
             StoppingOffsets::Specific(map) => {
-                let unlisted: Vec<TopicPartition> = partitions
-                    .iter()
-                    .filter(|tp| !map.contains_key(*tp))
-                    .cloned()
-                    .collect();
+                let unlisted: Vec<TopicPartition> =
+                    partitions.iter().filter(|tp| !map.contains_key(*tp)).cloned().collect();
                 let mut out: HashMap<TopicPartition, Option<i64>> = wrap(self.latest(&unlisted)?);
                 for tp in partitions {
                     if let Some(o) = map.get(tp) {
@@ -290,10 +262,7 @@ mod tests {
 
     #[test]
     fn topic_partition_strings() {
-        assert_eq!(
-            parse_topic_partition("trades:0"),
-            Some(("trades".into(), 0))
-        );
+        assert_eq!(parse_topic_partition("trades:0"), Some(("trades".into(), 0)));
         assert_eq!(parse_topic_partition("a:b:12"), Some(("a:b".into(), 12)));
         assert_eq!(parse_topic_partition("trades"), None);
         assert_eq!(parse_topic_partition(":1"), None);

@@ -20,12 +20,7 @@ pub struct KafkaPartitionSplit {
 }
 
 impl KafkaPartitionSplit {
-    pub fn new(
-        topic: impl Into<String>,
-        partition: i32,
-        next_offset: i64,
-        stop_offset: Option<i64>,
-    ) -> Self {
+    pub fn new(topic: impl Into<String>, partition: i32, next_offset: i64, stop_offset: Option<i64>) -> Self {
         KafkaPartitionSplit {
             topic: topic.into(),
             partition,
@@ -41,14 +36,19 @@ impl KafkaPartitionSplit {
 
     /// Start at or beyond the stop: nothing to read.
     pub fn is_empty(&self) -> bool {
-        self.stop_offset
-            .is_some_and(|stop| self.next_offset >= stop)
+        self.stop_offset.is_some_and(|stop| self.next_offset >= stop)
     }
 }
 
 impl SourceSplit for KafkaPartitionSplit {
     fn split_id(&self) -> SplitId {
         Arc::from(Self::id_of(&self.topic, self.partition))
+    }
+
+    /// An upper bound: transaction markers, aborted records and an end-of-stream record make
+    /// the actual count smaller.
+    fn remaining(&self) -> Option<u64> {
+        self.stop_offset.map(|stop| (stop - self.next_offset).max(0) as u64)
     }
 }
 

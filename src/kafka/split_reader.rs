@@ -17,9 +17,7 @@ use tracing::{debug, info, warn};
 use super::client::{client_config, TracingContext};
 use super::split::KafkaPartitionSplit;
 use super::KafkaSourceSettings;
-use crate::core::{
-    FinishReason, RecordsWithSplitIds, SourceSplit, SplitId, SplitReader, SplitsChange,
-};
+use crate::core::{FinishReason, RecordsWithSplitIds, SourceSplit, SplitId, SplitReader, SplitsChange};
 use crate::error::{Error, Result};
 use crate::record::{Header, Record};
 
@@ -37,10 +35,7 @@ struct SplitMetrics {
 
 impl SplitMetrics {
     fn new(topic: &str, partition: i32) -> Self {
-        let labels = [
-            ("topic", topic.to_string()),
-            ("partition", partition.to_string()),
-        ];
+        let labels = [("topic", topic.to_string()), ("partition", partition.to_string())];
         SplitMetrics {
             records: metrics::counter!("tidegate_kafka_records_in_total", &labels),
             bytes: metrics::counter!("tidegate_kafka_bytes_in_total", &labels),
@@ -79,11 +74,7 @@ pub struct KafkaPartitionSplitReader {
 }
 
 impl KafkaPartitionSplitReader {
-    pub fn new(
-        settings: &KafkaSourceSettings,
-        reader_index: usize,
-        max_batch_records: usize,
-    ) -> Result<Self> {
+    pub fn new(settings: &KafkaSourceSettings, reader_index: usize, max_batch_records: usize) -> Result<Self> {
         let client_id = format!("tidegate-reader-{reader_index}");
         // Manual assignment still needs a group id in librdkafka; without the user's group this
         // one is never joined or committed to (no subscribe, no commits from this consumer).
@@ -129,13 +120,7 @@ impl KafkaPartitionSplitReader {
     }
 
     /// Stop fetching a split and report it finished.
-    fn finish(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        reason: FinishReason,
-        out: &mut Vec<(SplitId, FinishReason)>,
-    ) {
+    fn finish(&mut self, topic: &str, partition: i32, reason: FinishReason, out: &mut Vec<(SplitId, FinishReason)>) {
         let Some(parts) = self.splits.get_mut(topic) else {
             return;
         };
@@ -156,12 +141,7 @@ impl KafkaPartitionSplitReader {
     /// past transaction markers and aborted records that are never delivered as messages.
     fn check_positions(&mut self, out: &mut Vec<(SplitId, FinishReason)>) -> Result<()> {
         self.last_position_check = Instant::now();
-        if !self
-            .splits
-            .values()
-            .flat_map(|p| p.values())
-            .any(|s| s.stop.is_some())
-        {
+        if !self.splits.values().flat_map(|p| p.values()).any(|s| s.stop.is_some()) {
             return Ok(());
         }
         let positions = self
@@ -182,10 +162,7 @@ impl KafkaPartitionSplitReader {
                     split.position = pos;
                 }
                 if let Some(stop) = split.stop {
-                    split
-                        .metrics
-                        .remaining
-                        .set((stop - split.position).max(0) as f64);
+                    split.metrics.remaining.set((stop - split.position).max(0) as f64);
                     if pos >= stop {
                         done.push((split.topic.clone(), split.partition));
                     }
@@ -202,11 +179,10 @@ impl KafkaPartitionSplitReader {
     fn describe_out_of_range(&self) -> String {
         let mut lost = Vec::new();
         for split in self.splits.values().flat_map(|p| p.values()) {
-            if let Ok((low, _)) = self.consumer.fetch_watermarks(
-                &split.topic,
-                split.partition,
-                Duration::from_secs(5),
-            ) {
+            if let Ok((low, _)) = self
+                .consumer
+                .fetch_watermarks(&split.topic, split.partition, Duration::from_secs(5))
+            {
                 if split.position < low {
                     lost.push(format!(
                         "{}:{} wants offset {} but the earliest available is {low}",
@@ -285,10 +261,7 @@ impl SplitReader for KafkaPartitionSplitReader {
                     ));
                 }
                 Some(Err(e @ KafkaError::MessageConsumptionFatal(_))) => {
-                    return Err(Error::kafka(
-                        format!("consuming from {}", self.bootstrap_servers),
-                        e,
-                    ));
+                    return Err(Error::kafka(format!("consuming from {}", self.bootstrap_servers), e));
                 }
                 Some(Err(e)) => {
                     // transient: librdkafka retries broker failures by itself
@@ -314,9 +287,8 @@ impl SplitReader for KafkaPartitionSplitReader {
             let record = Self::record_of(&message, &split.topic);
             split.position = offset + 1;
             split.fetched_records += 1;
-            split.fetched_bytes += (record.value.as_ref().map_or(0, Vec::len)
-                + record.key.as_ref().map_or(0, Vec::len))
-                as u64;
+            split.fetched_bytes +=
+                (record.value.as_ref().map_or(0, Vec::len) + record.key.as_ref().map_or(0, Vec::len)) as u64;
             split.last_timestamp = record.timestamp;
             let slot = match split.slot {
                 Some(slot) => slot,
@@ -341,27 +313,16 @@ impl SplitReader for KafkaPartitionSplitReader {
                 split.fetched_records = 0;
                 split.fetched_bytes = 0;
                 if let Some(stop) = split.stop {
-                    split
-                        .metrics
-                        .remaining
-                        .set((stop - split.position).max(0) as f64);
+                    split.metrics.remaining.set((stop - split.position).max(0) as f64);
                 }
                 if let Some(ts) = split.last_timestamp {
-                    split
-                        .metrics
-                        .fetch_lag
-                        .set((now_ms - ts).max(0) as f64 / 1000.0);
+                    split.metrics.fetch_lag.set((now_ms - ts).max(0) as f64 / 1000.0);
                 }
             }
         }
         to_finish.dedup();
         for (topic, partition) in to_finish {
-            self.finish(
-                &topic,
-                partition,
-                FinishReason::StoppingOffset,
-                &mut finished,
-            );
+            self.finish(&topic, partition, FinishReason::StoppingOffset, &mut finished);
         }
         if eof || idle || self.last_position_check.elapsed() >= POSITION_CHECK_EVERY {
             self.check_positions(&mut finished)?;
@@ -382,24 +343,15 @@ impl SplitReader for KafkaPartitionSplitReader {
                         self.finished.push((id, FinishReason::Empty));
                         continue;
                     }
-                    tpl.add_partition_offset(
-                        &split.topic,
-                        split.partition,
-                        Offset::Offset(split.next_offset),
-                    )
-                    .map_err(|e| Error::kafka(format!("assigning {id}"), e))?;
+                    tpl.add_partition_offset(&split.topic, split.partition, Offset::Offset(split.next_offset))
+                        .map_err(|e| Error::kafka(format!("assigning {id}"), e))?;
                     let topic: Arc<str> = Arc::from(split.topic.as_str());
                     let metrics = SplitMetrics::new(&split.topic, split.partition);
                     if let Some(stop) = split.stop_offset {
-                        metrics
-                            .remaining
-                            .set((stop - split.next_offset).max(0) as f64);
+                        metrics.remaining.set((stop - split.next_offset).max(0) as f64);
                     }
                     debug!(split_id = %id, next_offset = split.next_offset, "fetching split");
-                    let parts = self
-                        .splits
-                        .entry(Box::from(split.topic.as_str()))
-                        .or_default();
+                    let parts = self.splits.entry(Box::from(split.topic.as_str())).or_default();
                     if parts
                         .insert(
                             split.partition,
@@ -461,9 +413,7 @@ impl SplitReader for KafkaPartitionSplitReader {
         };
         let (p, r) = (collect(pause), collect(resume));
         if p.count() > 0 {
-            self.consumer
-                .pause(&p)
-                .map_err(|e| Error::kafka("pausing splits", e))?;
+            self.consumer.pause(&p).map_err(|e| Error::kafka("pausing splits", e))?;
         }
         if r.count() > 0 {
             self.consumer

@@ -26,11 +26,7 @@ enum Broker {
     External(String),
     Container(
         #[allow(dead_code)]
-        Box<
-            testcontainers_modules::testcontainers::Container<
-                testcontainers_modules::kafka::apache::Kafka,
-            >,
-        >,
+        Box<testcontainers_modules::testcontainers::Container<testcontainers_modules::kafka::apache::Kafka>>,
         String,
     ),
 }
@@ -38,8 +34,7 @@ enum Broker {
 static BROKER: OnceLock<Broker> = OnceLock::new();
 
 fn docker_reachable() -> bool {
-    std::env::var_os("DOCKER_HOST").is_some()
-        || std::path::Path::new("/var/run/docker.sock").exists()
+    std::env::var_os("DOCKER_HOST").is_some() || std::path::Path::new("/var/run/docker.sock").exists()
 }
 
 impl TestKafka {
@@ -116,8 +111,7 @@ impl TestKafka {
     pub fn add_partitions(&self, name: &str, total: usize) {
         let admin = self.admin();
         let np = NewPartitions::new(name, total);
-        let results = block_on(admin.create_partitions([&np], &AdminOptions::new()))
-            .expect("create_partitions");
+        let results = block_on(admin.create_partitions([&np], &AdminOptions::new())).expect("create_partitions");
         for r in results {
             r.unwrap_or_else(|(t, e)| panic!("adding partitions to {t}: {e}"));
         }
@@ -186,13 +180,9 @@ impl TestKafka {
             }
             producer.flush(Duration::from_secs(30)).expect("flush");
             if *commit {
-                producer
-                    .commit_transaction(Duration::from_secs(30))
-                    .expect("commit");
+                producer.commit_transaction(Duration::from_secs(30)).expect("commit");
             } else {
-                producer
-                    .abort_transaction(Duration::from_secs(30))
-                    .expect("abort");
+                producer.abort_transaction(Duration::from_secs(30)).expect("abort");
             }
         }
     }
@@ -226,18 +216,14 @@ impl TestKafka {
         let consumer: BaseConsumer = c.create().expect("consumer");
         let mut tpl = TopicPartitionList::new();
         for p in ends.keys() {
-            tpl.add_partition_offset(topic, *p, Offset::Beginning)
-                .unwrap();
+            tpl.add_partition_offset(topic, *p, Offset::Beginning).unwrap();
         }
         consumer.assign(&tpl).expect("assign");
         let mut out = Vec::new();
         let mut done: BTreeMap<i32, bool> = ends.iter().map(|(p, e)| (*p, *e == 0)).collect();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while done.values().any(|d| !d) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "reading {topic} back timed out"
-            );
+            assert!(std::time::Instant::now() < deadline, "reading {topic} back timed out");
             match consumer.poll(Duration::from_millis(200)) {
                 Some(Ok(m)) => {
                     let headers = m
@@ -299,12 +285,7 @@ fn send(producer: &ThreadedProducer<DefaultProducerContext>, topic: &str, r: &Te
     loop {
         match producer.send(pending) {
             Ok(()) => return,
-            Err((
-                rdkafka::error::KafkaError::MessageProduction(
-                    rdkafka::types::RDKafkaErrorCode::QueueFull,
-                ),
-                back,
-            )) => {
+            Err((rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), back)) => {
                 pending = back;
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -370,10 +351,7 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 pub fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + timeout;
     while !condition() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }

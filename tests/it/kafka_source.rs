@@ -6,9 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tidegate::core::{CollectSink, FinishReason, Job, JobOptions, JobReport, StateStore};
-use tidegate::kafka::{
-    CommittedReset, KafkaPartitionSplit, KafkaSource, StartingOffsets, StoppingOffsets,
-};
+use tidegate::kafka::{CommittedReset, KafkaPartitionSplit, KafkaSource, StartingOffsets, StoppingOffsets};
 use tidegate::record::{Record, ValueFormat};
 
 use crate::common::{block_on, TestKafka, TestRecord};
@@ -53,9 +51,7 @@ fn reasons(report: &JobReport<KafkaPartitionSplit>) -> BTreeMap<i32, (FinishReas
         .map(|s| {
             (
                 s.split.partition,
-                s.finished
-                    .map(|f| (f.reason, f.at))
-                    .expect("every split finished"),
+                s.finished.map(|f| (f.reason, f.at)).expect("every split finished"),
             )
         })
         .collect()
@@ -98,9 +94,7 @@ fn markers_stop_their_partitions_and_the_rest_reads_to_latest() {
         .chain((0..20).map(|o| (2, o)))
         .collect();
     assert_eq!(coordinates(&out), expected);
-    assert!(out
-        .iter()
-        .all(|r| r.decoded.as_ref().unwrap()["type"] == "TRADE"));
+    assert!(out.iter().all(|r| r.decoded.as_ref().unwrap()["type"] == "TRADE"));
     let reasons = reasons(&report);
     assert_eq!(reasons[&0], (FinishReason::EofRecord, Some(7)));
     assert_eq!(reasons[&1], (FinishReason::EofRecord, Some(13)));
@@ -111,16 +105,11 @@ fn markers_stop_their_partitions_and_the_rest_reads_to_latest() {
 fn an_empty_topic_ends_at_once() {
     let kafka = TestKafka::get();
     let topic = kafka.create_topic("empty", 3);
-    let src = source(&kafka, &topic)
-        .bounded(StoppingOffsets::Latest)
-        .build()
-        .unwrap();
+    let src = source(&kafka, &topic).bounded(StoppingOffsets::Latest).build().unwrap();
     let (out, report) = run(src, 2);
     assert!(out.is_empty());
     assert_eq!(report.splits.len(), 3);
-    assert!(reasons(&report)
-        .values()
-        .all(|(r, _)| *r == FinishReason::Empty));
+    assert!(reasons(&report).values().all(|(r, _)| *r == FinishReason::Empty));
 }
 
 #[test]
@@ -129,30 +118,19 @@ fn one_of_ten_partitions_with_data_and_more_readers_than_partitions() {
     let topic = kafka.create_topic("sparse", 10);
     kafka.produce(
         &topic,
-        &(0..50)
-            .map(|i| TestRecord::to(6, format!("r{i}")))
-            .collect::<Vec<_>>(),
+        &(0..50).map(|i| TestRecord::to(6, format!("r{i}"))).collect::<Vec<_>>(),
     );
     let (out, report) = run(
-        source(&kafka, &topic)
-            .bounded(StoppingOffsets::Latest)
-            .build()
-            .unwrap(),
+        source(&kafka, &topic).bounded(StoppingOffsets::Latest).build().unwrap(),
         3,
     );
-    assert_eq!(
-        coordinates(&out),
-        (0..50).map(|o| (6, o)).collect::<Vec<_>>()
-    );
+    assert_eq!(coordinates(&out), (0..50).map(|o| (6, o)).collect::<Vec<_>>());
     assert_eq!(report.splits.len(), 10);
 
     let small = kafka.create_topic("few", 2);
     kafka.produce(&small, &[TestRecord::to(0, "a"), TestRecord::to(1, "b")]);
     let (out, _) = run(
-        source(&kafka, &small)
-            .bounded(StoppingOffsets::Latest)
-            .build()
-            .unwrap(),
+        source(&kafka, &small).bounded(StoppingOffsets::Latest).build().unwrap(),
         5,
     );
     assert_eq!(coordinates(&out), vec![(0, 0), (1, 0)]);
@@ -209,10 +187,7 @@ fn stop_offset_is_exclusive_and_start_at_stop_is_empty() {
         .build()
         .unwrap();
     let (out, report) = run(src, 1);
-    assert_eq!(
-        coordinates(&out),
-        (0..50).map(|o| (0, o)).collect::<Vec<_>>()
-    );
+    assert_eq!(coordinates(&out), (0..50).map(|o| (0, o)).collect::<Vec<_>>());
     let reasons = reasons(&report);
     assert_eq!(reasons[&0].0, FinishReason::StoppingOffset);
     assert_eq!(reasons[&1].0, FinishReason::Empty);
@@ -237,10 +212,7 @@ fn stop_at_a_timestamp_per_partition() {
         .unwrap();
     let (out, _) = run(src, 2);
     // p0: ts 3000..=9000 -> offsets 3..10; p1: ts 4000..=8000 -> offsets 2..5
-    let expected: Vec<(i32, i64)> = (3..10)
-        .map(|o| (0, o))
-        .chain((2..5).map(|o| (1, o)))
-        .collect();
+    let expected: Vec<(i32, i64)> = (3..10).map(|o| (0, o)).chain((2..5).map(|o| (1, o))).collect();
     assert_eq!(coordinates(&out), expected);
     assert!(out
         .iter()
@@ -267,8 +239,7 @@ fn committed_start_without_offsets_errors_or_resets() {
             .build()
             .unwrap()
     };
-    let err =
-        run_with(with_reset(CommittedReset::None), 1, None).expect_err("no committed offsets");
+    let err = run_with(with_reset(CommittedReset::None), 1, None).expect_err("no committed offsets");
     let message = err.to_string();
     assert!(
         message.contains(&format!("{topic}:0")) && message.contains(&format!("{topic}:1")),
@@ -288,9 +259,7 @@ fn committed_offsets_of_a_finished_run_are_the_next_start() {
     let topic = kafka.create_topic("commit", 1);
     kafka.produce(
         &topic,
-        &(0..10)
-            .map(|i| TestRecord::to(0, format!("{i}")))
-            .collect::<Vec<_>>(),
+        &(0..10).map(|i| TestRecord::to(0, format!("{i}"))).collect::<Vec<_>>(),
     );
     let group = kafka.unique_topic("group");
     let stops = BTreeMap::from([((topic.clone(), 0), 6)]);
@@ -328,10 +297,7 @@ fn a_missing_topic_is_a_clear_error() {
     let kafka = TestKafka::get();
     let topic = kafka.unique_topic("missing");
     let err = run_with(
-        source(&kafka, &topic)
-            .bounded(StoppingOffsets::Latest)
-            .build()
-            .unwrap(),
+        source(&kafka, &topic).bounded(StoppingOffsets::Latest).build().unwrap(),
         1,
         None,
     )
@@ -367,10 +333,7 @@ fn a_marker_at_or_beyond_the_stopping_offset_does_not_matter() {
         .build()
         .unwrap();
     let (out, report) = run(src, 1);
-    let expected: Vec<(i32, i64)> = (0..5)
-        .map(|o| (0, o))
-        .chain((0..6).map(|o| (1, o)))
-        .collect();
+    let expected: Vec<(i32, i64)> = (0..5).map(|o| (0, o)).chain((0..6).map(|o| (1, o))).collect();
     assert_eq!(coordinates(&out), expected);
     assert!(reasons(&report)
         .values()
@@ -397,10 +360,7 @@ fn a_restart_after_a_marker_emits_nothing_after_it() {
     };
     // unbounded with an EOF expression: the job ends at the marker
     let (out, _) = run_with(make(), 1, Some(&state)).unwrap();
-    assert_eq!(
-        coordinates(&out),
-        (0..4).map(|o| (0, o)).collect::<Vec<_>>()
-    );
+    assert_eq!(coordinates(&out), (0..4).map(|o| (0, o)).collect::<Vec<_>>());
     // more records arrive after the marker, then the job restarts from its state
     kafka.produce(
         &topic,
@@ -431,15 +391,10 @@ fn a_partition_added_while_running_is_read_from_earliest() {
         out.lock().unwrap().len() == 1
     });
     kafka.add_partitions(&topic, 2);
-    kafka.produce(
-        &topic,
-        &[TestRecord::to(1, "p1-a"), TestRecord::to(1, "p1-b")],
-    );
-    crate::common::wait_until(
-        "records of the new partition",
-        Duration::from_secs(30),
-        || out.lock().unwrap().len() == 3,
-    );
+    kafka.produce(&topic, &[TestRecord::to(1, "p1-a"), TestRecord::to(1, "p1-b")]);
+    crate::common::wait_until("records of the new partition", Duration::from_secs(30), || {
+        out.lock().unwrap().len() == 3
+    });
     tx.send(true).unwrap();
     let report = runner.join().unwrap().expect("stops cleanly");
     assert!(report.stopped);
@@ -453,9 +408,7 @@ fn an_evaluator_closure_works_from_rust() {
     let topic = kafka.create_topic("closure", 1);
     kafka.produce(
         &topic,
-        &(0..10)
-            .map(|i| TestRecord::to(0, format!("{i}")))
-            .collect::<Vec<_>>(),
+        &(0..10).map(|i| TestRecord::to(0, format!("{i}"))).collect::<Vec<_>>(),
     );
     let eof = Arc::new(|r: &Record| r.value.as_deref() == Some(b"6".as_slice()));
     let src = source(&kafka, &topic)
@@ -464,8 +417,5 @@ fn an_evaluator_closure_works_from_rust() {
         .build()
         .unwrap();
     let (out, _) = run(src, 1);
-    assert_eq!(
-        coordinates(&out),
-        (0..6).map(|o| (0, o)).collect::<Vec<_>>()
-    );
+    assert_eq!(coordinates(&out), (0..6).map(|o| (0, o)).collect::<Vec<_>>());
 }

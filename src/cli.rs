@@ -1,0 +1,64 @@
+//! The command line (clap): `run`, `validate`, `state show`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// tidegate: Kafka sources with Flink's FLIP-27 semantics, in one binary.
+#[derive(Debug, Parser)]
+#[command(name = "tidegate", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a job until its input ends, or until SIGTERM/SIGINT (then a final checkpoint).
+    Run(RunArgs),
+    /// Check a config file and print what it would run.
+    Validate {
+        /// The job's TOML config.
+        #[arg(long)]
+        config: PathBuf,
+        /// Override a config key, e.g. `--set job.parallelism=4` (repeatable).
+        #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
+        sets: Vec<String>,
+    },
+    /// Inspect state files.
+    State {
+        #[command(subcommand)]
+        command: StateCommand,
+    },
+    /// Print the configuration reference (docs/config.md).
+    #[command(hide = true)]
+    ConfigReference,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The job's TOML config.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// The state file (overrides `checkpoint.path`).
+    #[arg(long)]
+    pub state: Option<PathBuf>,
+    /// Override a config key, e.g. `--set job.parallelism=4` (repeatable).
+    #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
+    pub sets: Vec<String>,
+    /// Start from scratch: the existing state file is moved aside (never deleted).
+    #[arg(long)]
+    pub reset_state: bool,
+    /// No progress bar or progress log lines.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StateCommand {
+    /// Check a state file and print it.
+    Show {
+        /// The state file.
+        file: PathBuf,
+    },
+}

@@ -1,0 +1,198 @@
+//! Config loading and validation: every error names its key; examples under config/ parse.
+
+use super::*;
+
+fn write(dir: &tempfile::TempDir, text: &str) -> PathBuf {
+    let path = dir.path().join("job.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+const BASE: &str = r#"
+[source]
+type = "kafka"
+bootstrap_servers = "127.0.0.1:9092"
+topics = ["trades"]
+
+[sink]
+type = "null"
+"#;
+
+fn error_of(text: &str, sets: &[&str]) -> Error {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, text);
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    load(&path, &sets).expect_err("invalid config")
+}
+
+fn key_of(e: &Error) -> String {
+    match e {
+        Error::Config { key, .. } => key.clone(),
+        other => panic!("not a config error: {other}"),
+    }
+}
+
+#[test]
+fn a_minimal_config_has_sensible_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = load(&write(&dir, BASE), &[]).unwrap();
+    assert_eq!(c.job.name, "job");
+    assert_eq!(c.job.parallelism, 1);
+    assert_eq!(c.checkpoint.interval, Duration::from_secs(5));
+    let SourceConfig::Kafka(k) = c.source else { panic!() };
+    assert_eq!(k.settings.starting, StartingOffsets::Earliest);
+    assert_eq!(k.settings.stopping, StoppingOffsets::None);
+    assert_eq!(k.settings.discovery_interval, Some(Duration::from_secs(300)));
+    assert_eq!(k.format, ValueFormat::Bytes);
+}
+
+#[test]
+fn each_mistake_names_its_key() {
+    let cases: Vec<(String, Vec<&str>, &str)> = vec![
+        (format!("{BASE}\n[job]\nparalelism = 2\n"), vec![], "job.paralelism"),
+        (
+            format!("{BASE}\n[job]\nparallelism = \"two\"\n"),
+            vec![],
+            "job.parallelism",
+        ),
+        (format!("{BASE}\n[job]\nparallelism = 0\n"), vec![], "job.parallelism"),
+        (
+            format!("{BASE}\n[checkpoint]\ninterval = \"-5s\"\n"),
+            vec![],
+            "checkpoint.interval",
+        ),
+        (
+            BASE.replace("type = \"kafka\"", "type = \"kafak\""),
+            vec![],
+            "source.type",
+        ),
+        (
+            BASE.replace("topics = [\"trades\"]", "topics = [\"trades\"]\neof = 'value.type == '"),
+            vec![],
+            "source.eof",
+        ),
+        (
+            BASE.replace("topics = [\"trades\"]", "topics = [\"t\"]\ntopic_pattern = \"t.*\""),
+            vec![],
+            "source.topics",
+        ),
+        (
+            BASE.to_string(),
+            vec!["source.starting_offsets=\"sometime\""],
+            "source.starting_offsets",
+        ),
+        (
+            BASE.to_string(),
+            vec!["source.stopping_offsets={\"offsets\":{\"t\":5}}"],
+            "source.stopping_offsets.offsets.\"t\"",
+        ),
+        (BASE.to_string(), vec!["source.tpoics=[\"x\"]"], "source.tpoics"),
+        (BASE.replace("type = \"null\"", "type = \"file\""), vec![], "sink.path"),
+        (
+            format!("{BASE}\n[metrics]\nlisten = \"nowhere\"\n"),
+            vec![],
+            "metrics.listen",
+        ),
+    ];
+    for (text, sets, key) in cases {
+        let e = error_of(&text, &sets);
+        assert_eq!(key_of(&e), key, "{e}");
+        assert_eq!(e.exit_code(), 2);
+    }
+}
+
+#[test]
+fn toml_syntax_errors_give_the_position() {
+    let e = error_of("[job\nparallelism = 2\n", &[]);
+    let text = e.to_string();
+    assert!(text.contains("line 1") || text.contains("1:"), "{text}");
+}
+
+#[test]
+fn a_missing_file_is_a_config_error() {
+    let e = load(Path::new("/nonexistent/tidegate.toml"), &[]).unwrap_err();
+    assert_eq!(key_of(&e), "--config");
+}
+
+#[test]
+fn dotted_librdkafka_keys_survive_loading() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "{BASE}\n[source.properties]\n\"fetch.wait.max.ms\" = 50\n\"Client.Rack\" = \"r1\"\n\"enable.partition.eof\" = true\n"
+    );
+    let c = load(
+        &write(&dir, &text),
+        &["source.properties.\"fetch.min.bytes\"=1".to_string()],
+    )
+    .unwrap();
+    let SourceConfig::Kafka(k) = c.source else { panic!() };
+    let p = &k.settings.properties;
+    assert_eq!(p.get("fetch.wait.max.ms").map(String::as_str), Some("50"));
+    assert_eq!(p.get("Client.Rack").map(String::as_str), Some("r1"));
+    assert_eq!(p.get("enable.partition.eof").map(String::as_str), Some("true"));
+    assert_eq!(p.get("fetch.min.bytes").map(String::as_str), Some("1"));
+}
+
+#[test]
+fn environment_and_set_override_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, BASE);
+    // a variable name no other test uses, so tests running in parallel do not interfere
+    std::env::set_var("TIDEGATE__CHECKPOINT__INTERVAL", "7s");
+    let c = load(
+        &path,
+        &[
+            "job.parallelism=3".to_string(),
+            "source.topics=[\"a\",\"b\"]".to_string(),
+        ],
+    )
+    .unwrap();
+    std::env::remove_var("TIDEGATE__CHECKPOINT__INTERVAL");
+    assert_eq!(c.checkpoint.interval, Duration::from_secs(7));
+    assert_eq!(c.job.parallelism, 3);
+    let SourceConfig::Kafka(k) = c.source else { panic!() };
+    assert!(matches!(k.settings.subscription, Subscription::Topics(ref t) if t == &["a", "b"]));
+}
+
+#[test]
+fn offsets_specs_parse() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = BASE.replace(
+        "topics = [\"trades\"]",
+        "topics = [\"trades\"]\nstarting_offsets = { timestamp = \"2026-11-27T09:30:00-05:00\" }\nstopping_offsets = { offsets = { \"trades:0\" = 50 } }\ngroup_id = \"g\"",
+    );
+    let c = load(&write(&dir, &text), &[]).unwrap();
+    let SourceConfig::Kafka(k) = c.source else { panic!() };
+    assert_eq!(k.settings.starting, StartingOffsets::Timestamp(1_795_789_800_000));
+    assert_eq!(
+        k.settings.stopping,
+        StoppingOffsets::Specific(BTreeMap::from([(("trades".to_string(), 0), 50)]))
+    );
+    // bounded: no discovery by default
+    assert_eq!(k.settings.discovery_interval, None);
+}
+
+#[test]
+fn every_example_config_parses() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) == Some("toml") {
+            load(&path, &[]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            seen += 1;
+        }
+    }
+    assert!(seen >= 3, "expected example configs in {}", dir.display());
+}
+
+#[test]
+fn the_config_reference_is_current() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/config.md");
+    let generated = reference::markdown();
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "docs/config.md is stale: regenerate it with `cargo run -- config-reference > docs/config.md`"
+    );
+}

@@ -1,0 +1,313 @@
+//! The data generator source (FLIP-238 `DataGeneratorSource`): indices `0..count` cut into
+//! number-sequence splits, each generated in order on a fetcher thread by a
+//! [`GeneratorFunction`], at one rate shared by every reader that has work.
+
+pub mod rate;
+pub mod template;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::core::number_sequence::{split_range, IteratorEnumerator, NumberSequenceSplit};
+use crate::core::split_reader::WakeUpHandle;
+use crate::core::{
+    Boundedness, FinishReason, ReaderContext, ReaderOptions, ReaderOutput, RecordEmitter, RecordsWithSplitIds, Source,
+    SourceReaderBase, SourceSplit, SplitReader, SplitsChange,
+};
+use crate::error::{Error, Result};
+use crate::record::{Header, Record, ValueFormat};
+use rate::RateLimiter;
+use template::{record_rng, Gen, TextTemplate};
+
+/// Turns an index into a record (FLIP-238's `GeneratorFunction`). One instance per fetcher thread.
+pub trait GeneratorFunction: Send {
+    /// Called once on the fetcher thread before the first record.
+    fn open(&mut self, _reader: usize) -> Result<()> {
+        Ok(())
+    }
+    /// Record `index`; must depend on nothing else for restarts to reproduce the same records.
+    fn map(&mut self, index: u64) -> Result<Record>;
+    fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Creates the generator of each fetcher.
+pub type GeneratorFactory = Arc<dyn Fn() -> Box<dyn GeneratorFunction> + Send + Sync>;
+
+/// A generator from a field template (the config's `source.fields`).
+#[derive(Debug, Clone)]
+pub struct TemplateGenerator {
+    pub seed: u64,
+    pub format: ValueFormat,
+    pub fields: Gen,
+    pub key: Option<TextTemplate>,
+    /// The value of `string` records; `json` records are the fields themselves.
+    pub value: Option<TextTemplate>,
+    pub headers: Vec<(String, TextTemplate)>,
+    /// The field holding the record timestamp (epoch ms, or RFC 3339 text).
+    pub timestamp_field: Option<String>,
+    /// Keep the generated JSON beside the bytes (for sinks that print it).
+    pub keep_decoded: bool,
+}
+
+impl GeneratorFunction for TemplateGenerator {
+    fn map(&mut self, index: u64) -> Result<Record> {
+        let mut rng = record_rng(self.seed, index);
+        let fields = self.fields.generate(index, &mut rng);
+        let key = self.key.as_ref().map(|t| t.render(&fields).into_bytes());
+        let headers = self
+            .headers
+            .iter()
+            .map(|(k, t)| Header {
+                key: k.clone(),
+                value: Some(t.render(&fields).into_bytes()),
+            })
+            .collect();
+        let timestamp = match &self.timestamp_field {
+            Some(f) => match fields.get(f) {
+                Some(Value::Number(n)) => n.as_i64(),
+                Some(Value::String(s)) => Some(template::parse_time(s).map_err(|e| {
+                    Error::runtime(
+                        format!("generating record {index}"),
+                        format!("timestamp field {f}: {e}"),
+                    )
+                })?),
+                _ => None,
+            },
+            None => None,
+        };
+        let value = match self.format {
+            ValueFormat::String => match &self.value {
+                Some(t) => t.render(&fields).into_bytes(),
+                None => fields.to_string().into_bytes(),
+            },
+            _ => serde_json::to_vec(&fields).map_err(|e| Error::runtime(format!("generating record {index}"), e))?,
+        };
+        Ok(Record {
+            offset: Some(index as i64),
+            timestamp,
+            key,
+            value: Some(value),
+            decoded: (self.keep_decoded && self.format == ValueFormat::Json).then_some(fields),
+            format: self.format,
+            headers,
+            ..Record::default()
+        })
+    }
+}
+
+/// Settings of a [`DataGeneratorSource`].
+#[derive(Clone)]
+pub struct DatagenSettings {
+    /// Records to generate; `None` for an unbounded stream.
+    pub count: Option<u64>,
+    /// Records per second for the whole source; `None` for as fast as possible.
+    pub rate: Option<f64>,
+    /// Number of splits (the job's parallelism).
+    pub splits: usize,
+    /// Records generated per fetch (and per batch).
+    pub batch_size: usize,
+}
+
+/// The data generator source.
+pub struct DataGeneratorSource {
+    settings: DatagenSettings,
+    generator: GeneratorFactory,
+    limiter: Option<Arc<RateLimiter>>,
+}
+
+impl DataGeneratorSource {
+    pub fn new(settings: DatagenSettings, generator: GeneratorFactory) -> Self {
+        let limiter = settings
+            .rate
+            .map(|r| Arc::new(RateLimiter::new(r, settings.batch_size)));
+        DataGeneratorSource {
+            settings,
+            generator,
+            limiter,
+        }
+    }
+}
+
+impl Source for DataGeneratorSource {
+    type Split = NumberSequenceSplit;
+    type EnumeratorState = Vec<NumberSequenceSplit>;
+    type Enumerator = IteratorEnumerator<NumberSequenceSplit>;
+    type Reader = SourceReaderBase<GeneratorSplitReader, Record, IndexEmitter>;
+    type Output = Record;
+
+    fn kind(&self) -> &'static str {
+        "datagen"
+    }
+
+    fn boundedness(&self) -> Boundedness {
+        match self.settings.count {
+            Some(_) => Boundedness::Bounded,
+            None => Boundedness::ContinuousUnbounded,
+        }
+    }
+
+    fn create_enumerator(&self) -> Result<Self::Enumerator> {
+        let end = self.settings.count.unwrap_or(u64::MAX);
+        Ok(IteratorEnumerator::new(split_range(0, end, self.settings.splits)))
+    }
+
+    fn restore_enumerator(&self, state: Vec<NumberSequenceSplit>) -> Result<Self::Enumerator> {
+        Ok(IteratorEnumerator::new(state))
+    }
+
+    fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {
+        let mut options = ReaderOptions::new(context.index);
+        options.request_splits = true;
+        options.stats = context.fetch_stats;
+        let generator = Arc::clone(&self.generator);
+        let limiter = self.limiter.clone();
+        let batch = self.settings.batch_size.max(1);
+        let index = context.index;
+        let factory = Box::new(move || {
+            let mut g = generator();
+            g.open(index)?;
+            Ok(GeneratorSplitReader::new(g, limiter.clone(), batch))
+        });
+        Ok(SourceReaderBase::new(factory, IndexEmitter, options))
+    }
+}
+
+/// Emits generated records and advances the split past each index.
+pub struct IndexEmitter;
+
+impl RecordEmitter<Record, Record, NumberSequenceSplit> for IndexEmitter {
+    fn emit_record(
+        &mut self,
+        record: Record,
+        output: &mut ReaderOutput<Record>,
+        split: &mut NumberSequenceSplit,
+    ) -> Result<()> {
+        let next = record.offset.map(|o| o as u64 + 1).unwrap_or(split.next);
+        output.collect(record);
+        split.next = next;
+        Ok(())
+    }
+}
+
+/// Generates the records of its splits, in index order, paced by the shared rate.
+pub struct GeneratorSplitReader {
+    splits: VecDeque<NumberSequenceSplit>,
+    generator: Box<dyn GeneratorFunction>,
+    limiter: Option<Arc<RateLimiter>>,
+    batch: u64,
+    /// Slots claimed from the rate but not generated yet (a wake-up interrupted the wait).
+    claimed: Option<(u64, Instant)>,
+    wake: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl GeneratorSplitReader {
+    fn new(generator: Box<dyn GeneratorFunction>, limiter: Option<Arc<RateLimiter>>, batch: usize) -> Self {
+        GeneratorSplitReader {
+            splits: VecDeque::new(),
+            generator,
+            limiter,
+            batch: batch as u64,
+            claimed: None,
+            wake: Arc::new((Mutex::new(false), Condvar::new())),
+        }
+    }
+
+    /// Sleep until `due`; false if woken first.
+    fn sleep_until(&self, due: Instant) -> bool {
+        let (lock, cv) = &*self.wake;
+        let mut woken = lock.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if *woken {
+                *woken = false;
+                return false;
+            }
+            let now = Instant::now();
+            if now >= due {
+                return true;
+            }
+            woken = cv.wait_timeout(woken, due - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+}
+
+impl SplitReader for GeneratorSplitReader {
+    type Element = Record;
+    type Split = NumberSequenceSplit;
+
+    fn fetch(&mut self) -> Result<RecordsWithSplitIds<Record>> {
+        let mut batch = RecordsWithSplitIds::default();
+        let Some(remaining) = self.splits.front().map(NumberSequenceSplit::left) else {
+            return Ok(batch);
+        };
+        let want = remaining.min(self.batch);
+        let n = match &self.limiter {
+            None => want,
+            Some(limiter) => {
+                let (n, due) = match self.claimed.take() {
+                    Some(c) => c,
+                    None => limiter.claim(want),
+                };
+                if !self.sleep_until(due) {
+                    self.claimed = Some((n, due));
+                    return Ok(batch);
+                }
+                n.min(want)
+            }
+        };
+        let Some(split) = self.splits.front_mut() else {
+            return Ok(batch);
+        };
+        let mut records = Vec::with_capacity(n as usize);
+        for i in split.next..split.next + n {
+            records.push(self.generator.map(i).map_err(|e| match e {
+                Error::Runtime { .. } => e,
+                other => Error::runtime(format!("generating record {i}"), other),
+            })?);
+        }
+        split.next += n;
+        batch.records.push((split.split_id(), records));
+        if split.next >= split.end {
+            batch.finished.push((split.split_id(), FinishReason::StoppingOffset));
+            self.splits.pop_front();
+        }
+        Ok(batch)
+    }
+
+    fn handle_splits_changes(&mut self, change: SplitsChange<NumberSequenceSplit>) -> Result<()> {
+        match change {
+            SplitsChange::Add(splits) => {
+                for s in splits {
+                    if s.left() == 0 {
+                        continue;
+                    }
+                    self.splits.push_back(s);
+                }
+            }
+            SplitsChange::Remove(ids) => self.splits.retain(|s| !ids.contains(&s.split_id())),
+        }
+        Ok(())
+    }
+
+    fn wake_up_handle(&self) -> Option<WakeUpHandle> {
+        let wake = Arc::clone(&self.wake);
+        Some(Arc::new(move || {
+            let (lock, cv) = &*wake;
+            *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            cv.notify_all();
+        }))
+    }
+
+    fn close(&mut self) -> Result<()> {
+        self.generator.close()
+    }
+}
+
+/// How long generating `count` records at `rate` takes, for progress estimates.
+pub fn expected_duration(count: u64, rate: f64) -> Duration {
+    Duration::from_secs_f64(count as f64 / rate)
+}

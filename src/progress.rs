@@ -1,0 +1,79 @@
+//! Progress of a running job: an indicatif bar (records done of the expected total, rate, ETA)
+//! when stderr is a terminal and the job is bounded; a log line every few seconds otherwise.
+
+use std::io::IsTerminal;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tracing::info;
+
+use crate::core::JobStats;
+
+/// How progress is shown.
+pub struct Progress {
+    bar: Option<ProgressBar>,
+}
+
+impl Progress {
+    /// Start reporting on `stats`; `enabled` is false with `--no-progress`.
+    pub fn start(stats: Arc<JobStats>, bounded: bool, enabled: bool) -> (Progress, tokio::task::JoinHandle<()>) {
+        let bar = (enabled && bounded && std::io::stderr().is_terminal()).then(|| {
+            let bar = ProgressBar::new(0);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} records ({per_sec}, ETA {eta})",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar
+        });
+        let shown = bar.clone();
+        let task = tokio::spawn(async move {
+            let started = Instant::now();
+            let mut last_log = Instant::now();
+            let mut last_count = 0u64;
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let done = stats.records_written.load(Ordering::Relaxed);
+                let expected = stats.expected_records.load(Ordering::Relaxed);
+                match &shown {
+                    Some(bar) => {
+                        bar.set_length(expected.max(done));
+                        bar.set_position(done);
+                    }
+                    None if enabled && last_log.elapsed() >= Duration::from_secs(10) => {
+                        let rate = (done - last_count) as f64 / last_log.elapsed().as_secs_f64();
+                        if bounded && expected > 0 {
+                            info!(
+                                records = done,
+                                expected,
+                                rate = rate.round(),
+                                elapsed_s = started.elapsed().as_secs(),
+                                "progress"
+                            );
+                        } else {
+                            info!(
+                                records = done,
+                                rate = rate.round(),
+                                elapsed_s = started.elapsed().as_secs(),
+                                "progress"
+                            );
+                        }
+                        last_log = Instant::now();
+                        last_count = done;
+                    }
+                    None => {}
+                }
+            }
+        });
+        (Progress { bar }, task)
+    }
+
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! Routes records that could not be decoded (policy `dead_letter`) to a dead-letter topic, raw,
+//! with the error and their origin in headers; everything else goes to the job's sink. Both are
+//! made durable at each checkpoint.
+
+use crate::core::Sink;
+use crate::error::Result;
+use crate::record::{Header, Record};
+
+use super::kafka::KafkaSink;
+
+/// Header names on dead-letter records.
+pub const ERROR_HEADER: &str = "tidegate-error";
+pub const TOPIC_HEADER: &str = "tidegate-source-topic";
+pub const PARTITION_HEADER: &str = "tidegate-source-partition";
+pub const OFFSET_HEADER: &str = "tidegate-source-offset";
+
+/// The job's sink, with a side exit for dead letters.
+pub struct DeadLetterSink {
+    inner: Box<dyn Sink<Record>>,
+    dead_letters: KafkaSink,
+}
+
+impl DeadLetterSink {
+    pub fn new(inner: Box<dyn Sink<Record>>, dead_letters: KafkaSink) -> Self {
+        DeadLetterSink { inner, dead_letters }
+    }
+}
+
+fn with_error_headers(mut r: Record) -> Record {
+    let error = r.dead_letter.take().unwrap_or_default();
+    let mut extra = vec![Header {
+        key: ERROR_HEADER.into(),
+        value: Some(error.into_bytes()),
+    }];
+    if let Some(t) = &r.topic {
+        extra.push(Header {
+            key: TOPIC_HEADER.into(),
+            value: Some(t.as_bytes().to_vec()),
+        });
+    }
+    if let Some(p) = r.partition {
+        extra.push(Header {
+            key: PARTITION_HEADER.into(),
+            value: Some(p.to_string().into_bytes()),
+        });
+    }
+    if let Some(o) = r.offset {
+        extra.push(Header {
+            key: OFFSET_HEADER.into(),
+            value: Some(o.to_string().into_bytes()),
+        });
+    }
+    r.headers.extend(extra);
+    r
+}
+
+impl Sink<Record> for DeadLetterSink {
+    fn write(&mut self, records: Vec<Record>) -> Result<()> {
+        if records.iter().all(|r| r.dead_letter.is_none()) {
+            return self.inner.write(records);
+        }
+        let (dead, good): (Vec<Record>, Vec<Record>) = records.into_iter().partition(|r| r.dead_letter.is_some());
+        self.dead_letters
+            .write(dead.into_iter().map(with_error_headers).collect())?;
+        self.inner.write(good)
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.dead_letters.flush()?;
+        self.inner.flush()
+    }
+
+    fn end_of_input(&mut self) -> Result<()> {
+        self.inner.end_of_input()
+    }
+
+    fn close(&mut self) -> Result<()> {
+        self.dead_letters.close()?;
+        self.inner.close()
+    }
+}

@@ -1,0 +1,190 @@
+//! The `file` and `stdout` sinks: JSON lines, made durable at each checkpoint (flush, and fsync
+//! for files).
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use tracing::warn;
+
+use super::envelope::write_line;
+use crate::core::Sink;
+use crate::error::{Error, Result};
+use crate::record::Record;
+
+/// Writes JSON lines to a file.
+pub struct FileSink {
+    path: PathBuf,
+    out: BufWriter<File>,
+    end_marker: Option<Record>,
+}
+
+impl FileSink {
+    /// Open `path`. A resumed job appends (dropping a torn last line a crash may have left, which
+    /// the resumed job writes again); a fresh job starts the file anew.
+    pub fn open(path: &Path, append: bool, end_marker: Option<Record>) -> Result<Self> {
+        let ctx = |what: &str| format!("{what} {}", path.display());
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(ctx("creating the directory of"), e))?;
+        }
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .truncate(!append)
+            .open(path)
+            .map_err(|e| Error::io(ctx("opening"), e))?;
+        if append {
+            drop_torn_line(&mut file).map_err(|e| Error::io(ctx("repairing the end of"), e))?;
+            file.seek(SeekFrom::End(0))
+                .map_err(|e| Error::io(ctx("seeking in"), e))?;
+        }
+        Ok(FileSink {
+            path: path.to_path_buf(),
+            out: BufWriter::with_capacity(1 << 20, file),
+            end_marker,
+        })
+    }
+}
+
+/// Truncate a file that does not end with a newline back to its last newline.
+fn drop_torn_line(file: &mut File) -> std::io::Result<()> {
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let mut last = [0u8; 1];
+    file.seek(SeekFrom::Start(len - 1))?;
+    file.read_exact(&mut last)?;
+    if last[0] == b'\n' {
+        return Ok(());
+    }
+    // walk back in chunks to the last newline
+    let mut end = len;
+    let mut buf = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let chunk = &mut buf[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(chunk)?;
+        if let Some(i) = chunk.iter().rposition(|b| *b == b'\n') {
+            let keep = start + i as u64 + 1;
+            warn!(
+                dropped_bytes = len - keep,
+                "dropping a torn last line left by an interrupted run"
+            );
+            file.set_len(keep)?;
+            return Ok(());
+        }
+        end = start;
+    }
+    warn!(dropped_bytes = len, "dropping a torn line left by an interrupted run");
+    file.set_len(0)
+}
+
+impl Sink<Record> for FileSink {
+    fn write(&mut self, records: Vec<Record>) -> Result<()> {
+        for r in &records {
+            write_line(&mut self.out, r).map_err(|e| Error::io(format!("writing {}", self.path.display()), e))?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let ctx = |what: &str| format!("{what} {}", self.path.display());
+        self.out.flush().map_err(|e| Error::io(ctx("flushing"), e))?;
+        self.out
+            .get_ref()
+            .sync_data()
+            .map_err(|e| Error::io(ctx("fsync of"), e))
+    }
+
+    fn end_of_input(&mut self) -> Result<()> {
+        if let Some(marker) = self.end_marker.take() {
+            self.write(vec![marker])?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes JSON lines to standard output.
+pub struct StdoutSink {
+    out: BufWriter<std::io::Stdout>,
+    end_marker: Option<Record>,
+}
+
+impl StdoutSink {
+    pub fn new(end_marker: Option<Record>) -> Self {
+        StdoutSink {
+            out: BufWriter::with_capacity(1 << 16, std::io::stdout()),
+            end_marker,
+        }
+    }
+}
+
+impl Sink<Record> for StdoutSink {
+    fn write(&mut self, records: Vec<Record>) -> Result<()> {
+        for r in &records {
+            write_line(&mut self.out, r).map_err(|e| Error::io("writing to stdout", e))?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.out.flush().map_err(|e| Error::io("flushing stdout", e))
+    }
+
+    fn end_of_input(&mut self) -> Result<()> {
+        if let Some(marker) = self.end_marker.take() {
+            self.write(vec![marker])?;
+        }
+        Ok(())
+    }
+}
+
+/// Discards records (benchmarks).
+pub struct NullSink;
+
+impl Sink<Record> for NullSink {
+    fn write(&mut self, _records: Vec<Record>) -> Result<()> {
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appending_drops_a_torn_last_line_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        std::fs::write(&path, b"{\"a\":1}\n{\"a\":2}\n{\"a\":").unwrap();
+        let mut sink = FileSink::open(&path, true, None).unwrap();
+        sink.write(vec![Record {
+            offset: Some(3),
+            ..Record::default()
+        }])
+        .unwrap();
+        sink.flush().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!(lines[..2], ["{\"a\":1}", "{\"a\":2}"]);
+        assert!(lines[2].contains("\"offset\":3"));
+    }
+
+    #[test]
+    fn a_fresh_job_starts_the_file_anew() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/out.jsonl");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"old\n").unwrap();
+        let mut sink = FileSink::open(&path, false, None).unwrap();
+        sink.flush().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"");
+    }
+}
