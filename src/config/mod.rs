@@ -180,9 +180,8 @@ pub fn load_tree(path: &Path, sets: &[String]) -> Result<Value> {
 fn set_path(path: &str) -> std::result::Result<Vec<String>, String> {
     let mut segments = Vec::new();
     let mut current = String::new();
-    let mut chars = path.chars();
     let mut quoted = false;
-    while let Some(c) = chars.next() {
+    for c in path.chars() {
         match c {
             '"' => quoted = !quoted,
             '.' if !quoted => segments.push(std::mem::take(&mut current)),
