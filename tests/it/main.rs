@@ -3,4 +3,6 @@
 
 mod broker;
 mod common;
+mod daemon;
+mod daemon_util;
 mod kafka_source;

@@ -1,0 +1,152 @@
+//! Running the `tidegate` binary from tests: configs in a temp dir, output captured, waits with
+//! timeouts, signals.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// A job directory: config, state and output live here.
+pub struct JobDir {
+    pub dir: tempfile::TempDir,
+}
+
+impl JobDir {
+    pub fn new() -> Self {
+        JobDir {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Write `job.toml` (with `{dir}` replaced by this directory) and return its path.
+    pub fn config(&self, text: &str) -> PathBuf {
+        let path = self.path("job.toml");
+        std::fs::write(&path, text.replace("{dir}", &self.dir.path().display().to_string())).expect("write config");
+        path
+    }
+}
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_tidegate")
+}
+
+/// A running daemon, its stderr captured to a file.
+pub struct Daemon {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    pub fn start(config: &Path, extra: &[&str]) -> Daemon {
+        let log = config.with_file_name(format!(
+            "daemon-{}.log",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let stderr = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(binary())
+            .arg("run")
+            .arg("--config")
+            .arg(config)
+            .arg("--no-progress")
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("start tidegate");
+        Daemon { child, log }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait for the process to end (panics after `timeout`, killing it).
+    pub fn wait(mut self, timeout: Duration) -> (ExitStatus, String) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return (status, self.log_text());
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("tidegate did not end within {timeout:?}; log:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.child.id() as i32, signal);
+        }
+    }
+
+    pub fn kill9(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.log_text()
+    }
+}
+
+/// Run to completion and return (exit code, stderr).
+pub fn run(config: &Path, extra: &[&str], timeout: Duration) -> (i32, String) {
+    let (status, log) = Daemon::start(config, extra).wait(timeout);
+    (status.code().unwrap_or(-1), log)
+}
+
+/// Lines of a JSON-lines file, parsed.
+pub fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect()
+}
+
+/// Count of complete lines of a file.
+pub fn line_count(path: &Path) -> usize {
+    std::fs::read(path)
+        .map(|b| b.iter().filter(|c| **c == b'\n').count())
+        .unwrap_or(0)
+}
+
+/// An HTTP GET on 127.0.0.1, returning the body.
+pub fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+}
+
+/// The value of an unlabelled-except-job metric in Prometheus text.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(|c| c == ' ' || c == '{'))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
