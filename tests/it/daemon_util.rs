@@ -137,7 +137,7 @@ pub fn http_get(addr: &str, path: &str) -> Option<String> {
 pub fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(|c| c == ' ' || c == '{'))
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }
