@@ -5,4 +5,5 @@ mod broker;
 mod common;
 mod daemon;
 mod daemon_util;
+mod datagen;
 mod kafka_source;

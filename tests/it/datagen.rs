@@ -1,0 +1,255 @@
+//! The data generator into the real broker: exact counts in parallel, determinism, restarts,
+//! end markers, and the trading-day pair of example configs.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::common::{wait_until, ReadRecord, TestKafka};
+use crate::daemon_util::*;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn datagen_config(kafka: &TestKafka, topic: &str, count: u64, parallelism: usize, extra: &str) -> String {
+    format!(
+        r#"
+[job]
+parallelism = {parallelism}
+
+[source]
+type = "datagen"
+count = {count}
+seed = 99
+key = "{{symbol}}-{{seq}}"
+{extra}
+
+[source.fields]
+seq = {{ sequence = {{}} }}
+symbol = {{ choice = ["A", "B", "C", "D", "E", "F", "G"] }}
+price = {{ normal = {{ mean = 10.0, stddev = 2.0 }}, round = 3 }}
+id = {{ uuid = {{}} }}
+
+[sink]
+type = "kafka"
+bootstrap_servers = "{}"
+topic = "{topic}"
+
+[checkpoint]
+path = "{{dir}}/job.state"
+interval = "200ms"
+"#,
+        kafka.bootstrap
+    )
+}
+
+fn index_of(r: &ReadRecord) -> u64 {
+    let v: serde_json::Value = serde_json::from_slice(r.value.as_deref().unwrap()).unwrap();
+    v["seq"].as_u64().unwrap()
+}
+
+#[test]
+fn count_100000_at_parallelism_4_into_6_partitions_is_exact_and_in_order() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("gen-exact", 6);
+    let dir = JobDir::new();
+    let config = dir.config(&datagen_config(&kafka, &topic, 100_000, 4, ""));
+    let (code, log) = run(&config, &[], MINUTE * 2);
+    assert_eq!(code, 0, "{log}");
+    let records = kafka.read_all(&topic);
+    let mut counts = vec![0u32; 100_000];
+    for r in &records {
+        counts[index_of(r) as usize] += 1;
+    }
+    assert!(counts.iter().all(|c| *c == 1), "every index exactly once");
+    assert_eq!(records.len(), 100_000);
+    // within a partition, the records of one split (a contiguous range) keep their order
+    let split_of = |i: u64| i / 25_000;
+    let mut last: BTreeMap<(i32, u64), u64> = BTreeMap::new();
+    for r in &records {
+        let i = index_of(r);
+        if let Some(prev) = last.insert((r.partition, split_of(i)), i) {
+            assert!(i > prev, "partition {} has {i} after {prev}", r.partition);
+        }
+    }
+}
+
+#[test]
+fn fewer_records_than_readers_and_zero_records_both_finish() {
+    let kafka = TestKafka::get();
+    for count in [3u64, 0] {
+        let topic = kafka.create_topic("gen-small", 2);
+        let dir = JobDir::new();
+        let config = dir.config(&datagen_config(&kafka, &topic, count, 4, ""));
+        let (code, log) = run(&config, &[], MINUTE);
+        assert_eq!(code, 0, "{log}");
+        let mut indices: Vec<u64> = kafka.read_all(&topic).iter().map(index_of).collect();
+        indices.sort_unstable();
+        assert_eq!(indices, (0..count).collect::<Vec<_>>());
+    }
+}
+
+fn values_by_index(kafka: &TestKafka, topic: &str) -> BTreeMap<u64, (Option<Vec<u8>>, Vec<u8>)> {
+    kafka
+        .read_all(topic)
+        .into_iter()
+        .map(|r| (index_of(&r), (r.key.clone(), r.value.clone().unwrap())))
+        .collect()
+}
+
+#[test]
+fn the_same_seed_gives_byte_identical_records() {
+    let kafka = TestKafka::get();
+    let (a, b) = (kafka.create_topic("gen-seed-a", 3), kafka.create_topic("gen-seed-b", 2));
+    for (topic, p) in [(&a, 3), (&b, 1)] {
+        let dir = JobDir::new();
+        let (code, log) = run(&dir.config(&datagen_config(&kafka, topic, 5_000, p, "")), &[], MINUTE);
+        assert_eq!(code, 0, "{log}");
+    }
+    let (va, vb) = (values_by_index(&kafka, &a), values_by_index(&kafka, &b));
+    assert_eq!(va.len(), 5_000);
+    assert_eq!(va, vb, "parallelism and partitioning must not change any record");
+}
+
+#[test]
+fn kill_9_and_restart_produces_the_same_records_with_bounded_duplicates() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("gen-kill", 3);
+    let reference = kafka.create_topic("gen-ref", 3);
+    let count = 60_000u64;
+    let dir = JobDir::new();
+    let config = dir.config(&datagen_config(&kafka, &topic, count, 2, "rate = 20000.0"));
+    let daemon = Daemon::start(&config, &[]);
+    wait_until("a checkpoint and some records", MINUTE, || {
+        dir.path("job.state").exists() && kafka.end_offsets(&topic).values().sum::<i64>() > 15_000
+    });
+    let log = daemon.kill9();
+    let state: serde_json::Value = tidegate::core::state::read_state(&dir.path("job.state"))
+        .unwrap()
+        .unwrap();
+    // every split's checkpointed position: in the readers' states, or untouched in the enumerator's
+    let mut resume: Vec<(u64, u64)> = state["splits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["split"]["next"].as_u64().unwrap(),
+                s["split"]["end"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    resume.extend(
+        state["enumerator"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["next"].as_u64().unwrap(), s["end"].as_u64().unwrap())),
+    );
+    let before = kafka.end_offsets(&topic).values().sum::<i64>();
+    assert!((before as u64) < count, "finished before the kill: {log}");
+
+    let (code, log) = run(&config, &[], MINUTE * 2);
+    assert_eq!(code, 0, "{log}");
+    let ref_dir = JobDir::new();
+    let (code, log) = run(
+        &ref_dir.config(&datagen_config(&kafka, &reference, count, 2, "")),
+        &[],
+        MINUTE,
+    );
+    assert_eq!(code, 0, "{log}");
+
+    let mut seen: BTreeMap<u64, Vec<Vec<u8>>> = BTreeMap::new();
+    for r in kafka.read_all(&topic) {
+        seen.entry(index_of(&r)).or_default().push(r.value.clone().unwrap());
+    }
+    let expected = values_by_index(&kafka, &reference);
+    assert_eq!(seen.len() as u64, count, "every index present");
+    let mut duplicates = 0;
+    for (i, values) in &seen {
+        assert!(
+            values.iter().all(|v| *v == expected[i].1),
+            "index {i} differs from an uninterrupted run"
+        );
+        if values.len() > 1 {
+            duplicates += values.len() - 1;
+            let after_checkpoint = resume.iter().any(|(next, end)| i >= next && i < end);
+            assert!(
+                after_checkpoint,
+                "index {i} duplicated although it was before the checkpoint"
+            );
+        }
+    }
+    eprintln!("datagen kill -9: {before} records before the kill, {duplicates} duplicates, 0 missing");
+}
+
+#[test]
+fn a_generator_that_fails_fails_the_job_with_its_cause() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("gen-fail", 1);
+    let dir = JobDir::new();
+    let config = dir.config(&datagen_config(&kafka, &topic, 10, 1, "timestamp = \"when\"").replace(
+        "[source.fields]",
+        "[source.fields]\nwhen = { choice = [\"not a time\"] }",
+    ));
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 1, "{log}");
+    assert!(
+        log.contains("generating record 0") && log.contains("not a time"),
+        "{log}"
+    );
+}
+
+#[test]
+fn the_trading_day_seed_and_replay_configs() {
+    let kafka = TestKafka::get();
+    let topic = kafka.unique_topic("trades");
+    let dir = JobDir::new();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let state = |name: &str| format!("checkpoint.path={}", dir.path(name).display());
+    let (code, log) = run(
+        std::path::Path::new(&format!("{root}/config/trading-day-seed.toml")),
+        &[
+            "--set",
+            &format!("sink.bootstrap_servers={}", kafka.bootstrap),
+            "--set",
+            &format!("sink.topic={topic}"),
+            "--set",
+            &state("seed.state"),
+        ],
+        MINUTE,
+    );
+    assert_eq!(code, 0, "{log}");
+    // every partition ends with the market-close record
+    let records = kafka.read_all(&topic);
+    for p in 0..3 {
+        let last = records.iter().filter(|r| r.partition == p).last().unwrap();
+        assert!(String::from_utf8_lossy(last.value.as_deref().unwrap()).contains("MARKET_CLOSE"));
+    }
+    let out = dir.path("trades.jsonl");
+    let (code, log) = run(
+        std::path::Path::new(&format!("{root}/config/trading-day-replay.toml")),
+        &[
+            "--set",
+            &format!("source.bootstrap_servers={}", kafka.bootstrap),
+            "--set",
+            &format!("source.topics=[\"{topic}\"]"),
+            "--set",
+            &format!("sink.path={}", out.display()),
+            "--set",
+            &state("replay.state"),
+            "--set",
+            "metrics.listen=127.0.0.1:0",
+        ],
+        MINUTE,
+    );
+    assert_eq!(code, 0, "{log}");
+    let lines = read_jsonl(&out);
+    assert_eq!(lines.len(), 20_000, "every trade");
+    assert!(
+        lines.iter().all(|l| l["value"]["type"] == "TRADE"),
+        "no MARKET_CLOSE record"
+    );
+    let mut seqs: Vec<u64> = lines.iter().map(|l| l["value"]["seq"].as_u64().unwrap()).collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..20_000).collect::<Vec<_>>());
+    assert_eq!(log.matches("EofRecord at").count(), 3, "{log}");
+}
