@@ -233,10 +233,16 @@ fn print_summary<S: SourceSplit>(job: &str, report: &JobReport<S>) {
             finished: s.finished,
         };
         let status = match s.finished {
-            Some(f) => match f.at {
-                Some(at) => format!("{:?} at {at}", f.reason),
-                None => format!("{:?}", f.reason),
-            },
+            Some(f) => {
+                let reason = serde_json::to_value(f.reason)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                match f.at {
+                    Some(at) => format!("{reason} at {at}"),
+                    None => reason,
+                }
+            }
             None => "unfinished".to_string(),
         };
         eprintln!(

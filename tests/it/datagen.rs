@@ -221,7 +221,7 @@ fn the_trading_day_seed_and_replay_configs() {
     // every partition ends with the market-close record
     let records = kafka.read_all(&topic);
     for p in 0..3 {
-        let last = records.iter().filter(|r| r.partition == p).last().unwrap();
+        let last = records.iter().rfind(|r| r.partition == p).unwrap();
         assert!(String::from_utf8_lossy(last.value.as_deref().unwrap()).contains("MARKET_CLOSE"));
     }
     let out = dir.path("trades.jsonl");
@@ -251,5 +251,5 @@ fn the_trading_day_seed_and_replay_configs() {
     let mut seqs: Vec<u64> = lines.iter().map(|l| l["value"]["seq"].as_u64().unwrap()).collect();
     seqs.sort_unstable();
     assert_eq!(seqs, (0..20_000).collect::<Vec<_>>());
-    assert_eq!(log.matches("EofRecord at").count(), 3, "{log}");
+    assert_eq!(log.matches("eof_record at").count(), 3, "{log}");
 }
