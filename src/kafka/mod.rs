@@ -29,6 +29,9 @@ pub use offsets::{CommittedReset, StartingOffsets, StoppingOffsets, TopicPartiti
 pub use split::KafkaPartitionSplit;
 pub use split_reader::KafkaPartitionSplitReader;
 
+#[cfg(test)]
+mod tests;
+
 /// What to read.
 #[derive(Debug, Clone)]
 pub enum Subscription {

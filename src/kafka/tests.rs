@@ -1,0 +1,184 @@
+//! Broker-free tests of the enumerator and the split reader on librdkafka's mock cluster
+//! (`rdkafka::mocking::MockCluster`), including a broker going down and coming back.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::ClientConfig;
+
+use super::{KafkaSource, StoppingOffsets};
+use crate::core::{CollectSink, FinishReason, Job, JobOptions, Sink};
+use crate::record::{Record, ValueFormat};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn produce(servers: &str, topic: &str, partitions: i32, n: usize) {
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", servers)
+        .create()
+        .expect("producer");
+    for i in 0..n {
+        let value = format!("{{\"i\":{i}}}");
+        let partition = (i % partitions as usize) as i32;
+        producer
+            .send(BaseRecord::<(), _>::to(topic).payload(&value).partition(partition))
+            .expect("send");
+    }
+    producer.flush(Duration::from_secs(10)).expect("flush");
+}
+
+#[test]
+fn a_bounded_read_on_the_mock_cluster_is_exact() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("mock-trades", 4, 1).expect("topic");
+    let servers = cluster.bootstrap_servers();
+    produce(&servers, "mock-trades", 4, 1_000);
+    let source = KafkaSource::builder()
+        .bootstrap_servers(&servers)
+        .topics(["mock-trades"])
+        .format(ValueFormat::Json)
+        .bounded(StoppingOffsets::Latest)
+        .eof_expression("value.i == 501")
+        .unwrap()
+        .build()
+        .unwrap();
+    let (sink, out) = CollectSink::new();
+    let report = runtime()
+        .block_on(Job::new(source, JobOptions::new("mock", 3)).run(Box::new(sink)))
+        .unwrap();
+    let mut values: Vec<i64> = out
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.decoded.as_ref().unwrap()["i"].as_i64().unwrap())
+        .collect();
+    values.sort_unstable();
+    // partition 1 holds 1, 5, 9, ...: it ends before 501; the other partitions are read to the end
+    let expected: Vec<i64> = (0..1_000).filter(|i| i % 4 != 1 || *i < 501).collect();
+    assert_eq!(values, expected);
+    let eof = report
+        .splits
+        .iter()
+        .find(|s| s.split.partition == 1)
+        .unwrap()
+        .finished
+        .unwrap();
+    assert_eq!(eof.reason, FinishReason::EofRecord);
+    assert_eq!(eof.at, Some(125)); // 501 is the 126th record of partition 1
+}
+
+#[test]
+fn a_missing_topic_fails_discovery_on_the_mock_cluster() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    let source = KafkaSource::builder()
+        .bootstrap_servers(cluster.bootstrap_servers())
+        .topics(["nowhere"])
+        .bounded(StoppingOffsets::Latest)
+        .build()
+        .unwrap();
+    let (sink, _) = CollectSink::new();
+    let err = runtime()
+        .block_on(Job::new(source, JobOptions::new("mock", 1)).run(Box::new(sink)))
+        .unwrap_err();
+    assert!(err.to_string().contains("topic nowhere does not exist"), "{err}");
+}
+
+/// Hands each write to the inner sink, and tells the test once `after` records went through.
+struct Signalling {
+    inner: CollectSink<Record>,
+    seen: usize,
+    after: usize,
+    tx: Mutex<Option<mpsc::Sender<()>>>,
+    resume: Arc<(Mutex<bool>, std::sync::Condvar)>,
+}
+
+impl Sink<Record> for Signalling {
+    fn write(&mut self, records: Vec<Record>) -> crate::Result<()> {
+        self.seen += records.len();
+        self.inner.write(records)?;
+        if self.seen >= self.after {
+            if let Some(tx) = self.tx.lock().unwrap().take() {
+                let _ = tx.send(());
+                // hold the pipeline until the broker is down, so the reader meets the outage
+                let (lock, cv) = &*self.resume;
+                let mut down = lock.lock().unwrap();
+                while !*down {
+                    down = cv.wait(down).unwrap();
+                }
+            }
+        }
+        Ok(())
+    }
+    fn flush(&mut self) -> crate::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_broker_going_down_and_coming_back_loses_nothing() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("mock-outage", 2, 1).expect("topic");
+    let servers = cluster.bootstrap_servers();
+    produce(&servers, "mock-outage", 2, 20_000);
+    let mut source = KafkaSource::builder()
+        .bootstrap_servers(&servers)
+        .topics(["mock-outage"])
+        .bounded(StoppingOffsets::Latest)
+        // small fetches, so most of the topic is still to be fetched when the broker goes away
+        .property("message.max.bytes", "1000")
+        .property("fetch.max.bytes", "2000")
+        .property("max.partition.fetch.bytes", "1000")
+        .property("queued.max.messages.kbytes", "1")
+        .build()
+        .unwrap();
+    source.max_batch_records = 50;
+    let (inner, out) = CollectSink::new();
+    let (tx, rx) = mpsc::channel();
+    let resume = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+    let sink = Signalling {
+        inner,
+        seen: 0,
+        after: 500,
+        tx: Mutex::new(Some(tx)),
+        resume: Arc::clone(&resume),
+    };
+    let job = std::thread::spawn(move || {
+        runtime().block_on(Job::new(source, JobOptions::new("mock", 1)).run(Box::new(sink)))
+    });
+    if rx.recv_timeout(Duration::from_secs(30)).is_err() {
+        panic!("the job did not get going: {:?}", job.join().unwrap().err());
+    }
+    cluster.broker_down(1).expect("broker down");
+    {
+        let (lock, cv) = &*resume;
+        *lock.lock().unwrap() = true;
+        cv.notify_all();
+    }
+    // the reader keeps polling through the outage (librdkafka retries); then the broker returns
+    std::thread::sleep(Duration::from_millis(1500));
+    let during = out.lock().unwrap().len();
+    cluster.broker_up(1).expect("broker up");
+    job.join().unwrap().expect("the job completes after the outage");
+    let mut seen: Vec<(i32, i64)> = out
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| (r.partition.unwrap(), r.offset.unwrap()))
+        .collect();
+    seen.sort_unstable();
+    let expected: Vec<(i32, i64)> = (0..2).flat_map(|p| (0..10_000).map(move |o| (p, o))).collect();
+    assert_eq!(seen, expected, "every record exactly once");
+    assert!(
+        during < 20_000,
+        "the outage happened mid-read ({during} records before the broker returned)"
+    );
+}
