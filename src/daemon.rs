@@ -74,8 +74,29 @@ pub fn run(args: RunArgs) -> Result<()> {
         None => false,
     };
     let end_marker = match &config.source {
-        SourceConfig::Datagen(d) => d.end_marker.clone(),
-        SourceConfig::Kafka(_) => None,
+        SourceConfig::Datagen(d) => match (&d.end_marker, d.generator.format) {
+            (Some(marker), crate::record::ValueFormat::Avro) => {
+                // the marker is written in the topic's format too
+                let encoder = crate::format::encoder_for(
+                    crate::record::ValueFormat::Avro,
+                    d.avro.as_ref(),
+                    "source.avro",
+                    sink_topic(&config),
+                )?;
+                let mut marker = marker.clone();
+                if let (Some(encoder), Some(value)) = (encoder, &marker.decoded) {
+                    marker.value = Some(
+                        encoder
+                            .0
+                            .encode(value)
+                            .map_err(|m| Error::config("source.end_marker.value", m))?,
+                    );
+                }
+                Some(marker)
+            }
+            (marker, _) => marker.clone(),
+        },
+        SourceConfig::Kafka(_) | SourceConfig::Periodic(_) => None,
     };
     let mut sink = crate::sink::build(&config.sink, resuming, end_marker)?;
     if let SourceConfig::Kafka(k) = &config.source {
@@ -131,6 +152,8 @@ async fn run_config(
             let mut generator = d.generator.clone();
             // the Kafka and null sinks never print the generated JSON: skip keeping it
             generator.keep_decoded = matches!(config.sink, SinkConfig::File { .. } | SinkConfig::Stdout);
+            generator.encoder =
+                crate::format::encoder_for(generator.format, d.avro.as_ref(), "source.avro", sink_topic(&config))?;
             let settings = DatagenSettings {
                 count: d.count,
                 rate: d.rate,
@@ -140,9 +163,31 @@ async fn run_config(
             let source = DataGeneratorSource::new(settings, Arc::new(move || Box::new(generator.clone())));
             run_job(source, sink, options, store, stats, stop_rx, no_progress).await
         }
+        SourceConfig::Periodic(p) => {
+            let mut settings = p.clone();
+            settings.keep_decoded = matches!(config.sink, SinkConfig::File { .. } | SinkConfig::Stdout);
+            settings.encoder = crate::format::encoder_for(
+                settings.format,
+                settings.avro.as_ref(),
+                "source.avro",
+                sink_topic(&config),
+            )?;
+            let source = crate::periodic::PeriodicSource {
+                settings: Arc::new(settings),
+            };
+            run_job(source, sink, options, store, stats, stop_rx, no_progress).await
+        }
     };
     metrics.sync();
     outcome
+}
+
+/// The topic of a Kafka sink, if that is the sink.
+fn sink_topic(config: &Config) -> Option<&str> {
+    match &config.sink {
+        SinkConfig::Kafka(k) => Some(k.settings.topic.as_str()),
+        _ => None,
+    }
 }
 
 /// The Kafka source of a config.
@@ -150,6 +195,7 @@ pub fn kafka_source(config: &Config, k: &crate::config::KafkaSourceConfig) -> Re
     let mut builder = KafkaSource::builder()
         .settings(k.settings.clone())
         .format(k.format)
+        .decoder(crate::format::decoder_factory(k.format, k.avro.as_ref())?)
         .decode_errors(k.decode_errors)
         .eof_emit_marker(k.eof_emit_marker)
         .fetcher_mode(config.job.fetcher_mode);
@@ -295,6 +341,27 @@ pub fn validate(config: &Path, sets: &[String]) -> Result<()> {
                 d.count, d.rate, d.generator.format
             );
         }
+        SourceConfig::Periodic(p) => match &p.supplier {
+            crate::periodic::supplier::Supplier::Inline(events) => {
+                println!(
+                    "  source periodic: {} inline events, catch-up {:?}",
+                    events.len(),
+                    p.catch_up
+                )
+            }
+            crate::periodic::supplier::Supplier::File { path, max_events } => {
+                println!(
+                    "  source periodic: events from {} every {:?}, catch-up {:?}",
+                    path.display(),
+                    p.discover_interval,
+                    p.catch_up
+                );
+                match crate::periodic::supplier::read_file(path, *max_events) {
+                    Ok(events) => println!("    the file holds {} valid events", events.len()),
+                    Err(e) => println!("    warning: the file cannot be used now ({e}); the job would wait for it"),
+                }
+            }
+        },
     }
     match &c.sink {
         SinkConfig::Kafka(k) => {

@@ -13,6 +13,7 @@ pub mod expr;
 pub mod format;
 pub mod kafka;
 pub mod metrics;
+pub mod periodic;
 pub mod progress;
 pub mod record;
 pub mod sink;

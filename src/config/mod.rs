@@ -49,6 +49,7 @@ pub struct JobConfig {
 pub enum SourceConfig {
     Kafka(KafkaSourceConfig),
     Datagen(DatagenConfig),
+    Periodic(crate::periodic::PeriodicSettings),
 }
 
 impl SourceConfig {
@@ -56,6 +57,7 @@ impl SourceConfig {
         match self {
             SourceConfig::Kafka(_) => "kafka",
             SourceConfig::Datagen(_) => "datagen",
+            SourceConfig::Periodic(_) => "periodic",
         }
     }
 }
@@ -396,11 +398,13 @@ fn value_format(key: &str, text: Option<&str>, default: ValueFormat, allowed: &[
     Ok(f)
 }
 
+/// Avro settings. Reading needs a registry or a schema file; writing needs the schema file, and
+/// with a registry too the schema is registered and the wire format is Confluent's.
 fn avro(key: &str, format: ValueFormat, raw: Option<RawAvro>) -> Result<Option<AvroConfig>> {
     match (format, raw) {
         (ValueFormat::Avro, Some(a)) => {
-            if a.schema_registry.is_some() == a.schema_file.is_some() {
-                return Err(Error::config(key, "set exactly one of schema_registry and schema_file"));
+            if a.schema_registry.is_none() && a.schema_file.is_none() {
+                return Err(Error::config(key, "set schema_registry, schema_file, or both"));
             }
             Ok(Some(AvroConfig {
                 schema_registry: a.schema_registry,
@@ -514,11 +518,71 @@ fn stopping_offsets(v: Option<&Value>) -> Result<StoppingOffsets> {
 }
 
 fn validate_source(value: Value, job: &JobConfig) -> Result<SourceConfig> {
-    let (kind, body) = tagged("source", value, &["kafka", "datagen"])?;
+    let (kind, body) = tagged("source", value, &["kafka", "datagen", "periodic"])?;
     match kind.as_str() {
         "kafka" => validate_kafka_source(typed("source", body)?, job).map(SourceConfig::Kafka),
-        _ => validate_datagen(typed("source", body)?, job).map(SourceConfig::Datagen),
+        "datagen" => validate_datagen(typed("source", body)?, job).map(SourceConfig::Datagen),
+        _ => validate_periodic(typed("source", body)?).map(SourceConfig::Periodic),
     }
+}
+
+fn validate_periodic(raw: RawPeriodicSource) -> Result<crate::periodic::PeriodicSettings> {
+    use crate::periodic::schedule::CatchUp;
+    use crate::periodic::supplier::{validate_events, Supplier, DEFAULT_MAX_EVENTS};
+    let max_events = match raw.max_events {
+        None => DEFAULT_MAX_EVENTS,
+        Some(m) => positive("source.max_events", m)?,
+    };
+    let supplier = match (raw.events, raw.file) {
+        (Some(events), None) => Supplier::Inline(
+            validate_events(events, "source.events", max_events).map_err(|(k, m)| Error::config(k, m))?,
+        ),
+        (None, Some(file)) => Supplier::File {
+            path: PathBuf::from(file),
+            max_events,
+        },
+        _ => return Err(Error::config("source.events", "set exactly one of events and file")),
+    };
+    let discover_interval = match raw.discover_interval.as_deref() {
+        None => Duration::from_secs(60),
+        Some(d) => duration_at("source.discover_interval", d)?,
+    };
+    if discover_interval.is_zero() {
+        return Err(Error::config("source.discover_interval", "must be more than 0"));
+    }
+    let catch_up = match raw.catch_up.as_deref() {
+        None | Some("skip") => CatchUp::Skip,
+        Some("fire_once") => CatchUp::FireOnce,
+        Some("all") => CatchUp::All,
+        Some(other) => {
+            return Err(Error::config(
+                "source.catch_up",
+                format!("is \"skip\", \"fire_once\" or \"all\", not {other:?}"),
+            ))
+        }
+    };
+    let format = value_format(
+        "source.format",
+        raw.format.as_deref(),
+        ValueFormat::Json,
+        &[ValueFormat::Json, ValueFormat::String, ValueFormat::Avro],
+    )?;
+    let avro = avro("source.avro", format, raw.avro)?;
+    Ok(crate::periodic::PeriodicSettings {
+        supplier,
+        discover_interval,
+        initial_delay: raw
+            .initial_delay
+            .as_deref()
+            .map(|d| duration_at("source.initial_delay", d))
+            .transpose()?
+            .unwrap_or_default(),
+        catch_up,
+        format,
+        avro,
+        encoder: None,
+        keep_decoded: true,
+    })
 }
 
 fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSourceConfig> {
@@ -724,7 +788,7 @@ fn validate_datagen(raw: RawDatagenSource, _job: &JobConfig) -> Result<DatagenCo
             Some(Record {
                 key: m.key.map(String::into_bytes),
                 value: Some(value),
-                decoded: (format == ValueFormat::Json).then(|| m.value.clone()),
+                decoded: matches!(format, ValueFormat::Json | ValueFormat::Avro).then(|| m.value.clone()),
                 format,
                 timestamp: m
                     .timestamp
@@ -759,6 +823,7 @@ fn validate_datagen(raw: RawDatagenSource, _job: &JobConfig) -> Result<DatagenCo
             headers,
             timestamp_field: raw.timestamp,
             keep_decoded: true,
+            encoder: None,
         },
         avro,
         end_marker,

@@ -208,13 +208,16 @@ pub struct RawKafkaSource {
     pub properties: BTreeMap<String, PropertyValue>,
 }
 
-/// `source.avro` / `sink.avro`: where Avro schemas come from.
+/// `source.avro`: where Avro schemas come from.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawAvro {
-    /// Confluent Schema Registry URL; values are in the Confluent wire format.
+    /// Confluent Schema Registry URL: values are in the Confluent wire format (magic byte, schema
+    /// id, datum). Reading fetches each schema once by id; writing registers `schema_file` under
+    /// the subject `<topic>-value`.
     pub schema_registry: Option<String>,
-    /// A local `.avsc` schema; values are raw Avro binary.
+    /// A local `.avsc` schema: without a registry, values are raw Avro datums of it. Writing
+    /// always needs it.
     pub schema_file: Option<String>,
 }
 
@@ -270,6 +273,31 @@ pub struct RawEndMarker {
     /// Its headers.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+}
+
+/// `[source]` with `type = "periodic"`: events fired on wall-time or fixed-rate schedules, from
+/// inline `events` or a supplier `file` re-read every `discover_interval`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawPeriodicSource {
+    /// Inline events (exactly one of `events` and `file`): `[{ id = "tick", value = { … },
+    /// schedule = { wall_time = true, period = "1s" } }]`; see the event fields below.
+    pub events: Option<Vec<crate::periodic::supplier::RawEvent>>,
+    /// A TOML (`[[events]]`) or JSON (a list) file of events, re-read every `discover_interval`;
+    /// if it becomes unreadable or invalid, the previous events keep firing.
+    pub file: Option<String>,
+    /// Time between reads of `file`.
+    pub discover_interval: Option<String>,
+    /// Delay of the first read, after every reader registered.
+    pub initial_delay: Option<String>,
+    /// After a restart, missed fires are: "skip" (default), "fire_once" (the latest one), "all".
+    pub catch_up: Option<String>,
+    /// "json" (default: the value as JSON), "string" (a text value as is) or "avro".
+    pub format: Option<String>,
+    /// Avro settings, for `format = "avro"`.
+    pub avro: Option<RawAvro>,
+    /// The most events allowed (default 1000): many events is a misuse of this source.
+    pub max_events: Option<i64>,
 }
 
 /// `[sink]` with `type = "kafka"`.

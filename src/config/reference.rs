@@ -134,13 +134,23 @@ pub fn markdown() -> String {
     );
     let (schema, defs) = schema_of::<RawConfig>();
     section(&mut out, "top level", "", &schema, &defs, &[]);
-    let sources: [(&str, (Value, Value)); 2] = [
+    let sources: [(&str, (Value, Value)); 3] = [
         ("source` with `type = \"kafka\"", schema_of::<RawKafkaSource>()),
         ("source` with `type = \"datagen\"", schema_of::<RawDatagenSource>()),
+        ("source` with `type = \"periodic\"", schema_of::<RawPeriodicSource>()),
     ];
     for (title, (schema, defs)) in &sources {
         section(&mut out, title, "source", schema, defs, &[]);
     }
+    let (schema, defs) = schema_of::<crate::periodic::supplier::RawEvent>();
+    section(
+        &mut out,
+        "source.events[]` (periodic), and each event of a supplier file",
+        "event",
+        &schema,
+        &defs,
+        &[],
+    );
     let sinks: [(&str, (Value, Value)); 3] = [
         ("sink` with `type = \"kafka\"", schema_of::<RawKafkaSink>()),
         ("sink` with `type = \"file\"", schema_of::<RawFileSink>()),

@@ -22,6 +22,11 @@ impl fmt::Debug for SourceEvent {
     }
 }
 
+/// The event an enumerator sends to finish splits on a reader (a deleted partition, a removed
+/// periodic event); readers built on `SourceReaderBase` handle it with an event handler.
+#[derive(Debug)]
+pub struct RemoveSplits(pub Vec<super::source::SplitId>);
+
 /// Runs on the coordinator: discovers splits and assigns them to readers.
 ///
 /// Every method runs on the coordinator task and must not block; slow work (metadata requests)

@@ -16,7 +16,7 @@ pub mod split_reader;
 pub mod state;
 
 pub use emitter::{EofOnRecordEvaluator, ReaderOutput, RecordEmitter, RecordPosition};
-pub use enumerator::{EnumeratorContext, ReaderCommand, SourceEvent, SplitEnumerator};
+pub use enumerator::{EnumeratorContext, ReaderCommand, RemoveSplits, SourceEvent, SplitEnumerator};
 pub use fetcher::{FetchStats, FetcherMode, SplitFetcherManager};
 pub use job::{Checkpoint, Job, JobOptions, JobReport, JobStats};
 pub use reader::{AvailabilityFuture, InputStatus, ReaderRequest, SourceReader};

@@ -52,6 +52,8 @@ pub struct TemplateGenerator {
     pub timestamp_field: Option<String>,
     /// Keep the generated JSON beside the bytes (for sinks that print it).
     pub keep_decoded: bool,
+    /// Encodes values for `avro`.
+    pub encoder: Option<crate::format::EncoderHandle>,
 }
 
 impl GeneratorFunction for TemplateGenerator {
@@ -80,19 +82,27 @@ impl GeneratorFunction for TemplateGenerator {
             },
             None => None,
         };
-        let value = match self.format {
-            ValueFormat::String => match &self.value {
+        let value = match (self.format, &self.encoder) {
+            (ValueFormat::String, _) => match &self.value {
                 Some(t) => t.render(&fields).into_bytes(),
                 None => fields.to_string().into_bytes(),
             },
+            (ValueFormat::Avro, Some(encoder)) => encoder
+                .0
+                .encode(&fields)
+                .map_err(|m| Error::runtime(format!("generating record {index}"), m))?,
+            (ValueFormat::Avro, None) => {
+                return Err(Error::runtime(format!("generating record {index}"), "no Avro encoder"))
+            }
             _ => serde_json::to_vec(&fields).map_err(|e| Error::runtime(format!("generating record {index}"), e))?,
         };
+        let structured = matches!(self.format, ValueFormat::Json | ValueFormat::Avro);
         Ok(Record {
             offset: Some(index as i64),
             timestamp,
             key,
             value: Some(value),
-            decoded: (self.keep_decoded && self.format == ValueFormat::Json).then_some(fields),
+            decoded: (self.keep_decoded && structured).then_some(fields),
             format: self.format,
             headers,
             ..Record::default()

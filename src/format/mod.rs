@@ -1,6 +1,13 @@
 //! Record formats: decoding values read from Kafka (`bytes`, `string`, `json`, `avro`) into the
-//! form the end-of-stream expression and the JSON-lines envelope use, and the decode-error policy.
+//! form the end-of-stream expression and the JSON-lines envelope use, encoding generated values,
+//! and the decode-error policy.
 
+pub mod avro;
+
+use std::sync::Arc;
+
+use crate::config::AvroConfig;
+use crate::error::Result;
 use crate::record::ValueFormat;
 
 /// What happens to a record whose value cannot be decoded.
@@ -21,6 +28,21 @@ pub trait ValueDecoder: Send {
     /// The decoded value for structured formats, `None` for `bytes` and `string`;
     /// an error message if the bytes are not valid for the format.
     fn decode(&mut self, bytes: &[u8]) -> Result<Option<serde_json::Value>, String>;
+}
+
+/// Encodes generated JSON values for a format that is not JSON itself (Avro).
+pub trait ValueEncoder: Send + Sync {
+    fn encode(&self, value: &serde_json::Value) -> std::result::Result<Vec<u8>, String>;
+}
+
+/// A shareable encoder (Debug so settings that hold one stay printable).
+#[derive(Clone)]
+pub struct EncoderHandle(pub Arc<dyn ValueEncoder>);
+
+impl std::fmt::Debug for EncoderHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ValueEncoder")
+    }
 }
 
 /// `bytes`: anything goes.
@@ -71,6 +93,82 @@ pub fn simple_decoder(format: ValueFormat) -> Option<Box<dyn ValueDecoder>> {
         ValueFormat::Json => Some(Box::new(JsonDecoder)),
         ValueFormat::Avro => None,
     }
+}
+
+/// Creates the value decoder of each reader.
+pub type DecoderFactory = Arc<dyn Fn() -> Result<Box<dyn ValueDecoder>> + Send + Sync>;
+
+/// A factory of decoders for a Kafka source (one decoder per reader, each with its own cache).
+pub fn decoder_factory(
+    format: ValueFormat,
+    avro: Option<&AvroConfig>,
+) -> Result<DecoderFactory> {
+    if format != ValueFormat::Avro {
+        return Ok(Arc::new(move || {
+            simple_decoder(format).ok_or_else(|| crate::Error::config("source.format", "no decoder"))
+        }));
+    }
+    let Some(avro) = avro else {
+        return Err(crate::Error::config(
+            "source.avro",
+            "format \"avro\" needs schema_registry or schema_file",
+        ));
+    };
+    match (&avro.schema_registry, &avro.schema_file) {
+        (Some(url), _) => {
+            let url = url.clone();
+            Ok(Arc::new(move || {
+                Ok(Box::new(avro::RegistryDecoder::new(&url)) as Box<dyn ValueDecoder>)
+            }))
+        }
+        (None, Some(path)) => {
+            let schema = avro::read_schema("source.avro.schema_file", path)?;
+            Ok(Arc::new(move || {
+                Ok(Box::new(avro::SchemaFileDecoder::new(schema.clone())?) as Box<dyn ValueDecoder>)
+            }))
+        }
+        (None, None) => Err(crate::Error::config(
+            "source.avro",
+            "set schema_registry or schema_file",
+        )),
+    }
+}
+
+/// The encoder of generated values: `None` for JSON and string, which need none.
+pub fn encoder_for(
+    format: ValueFormat,
+    avro: Option<&AvroConfig>,
+    key: &str,
+    topic: Option<&str>,
+) -> Result<Option<EncoderHandle>> {
+    if format != ValueFormat::Avro {
+        return Ok(None);
+    }
+    let Some(avro) = avro else {
+        return Err(crate::Error::config(
+            key,
+            "format \"avro\" needs schema_registry or schema_file",
+        ));
+    };
+    let Some(path) = &avro.schema_file else {
+        return Err(crate::Error::config(
+            format!("{key}.schema_file"),
+            "writing Avro needs the schema (a .avsc file)",
+        ));
+    };
+    let schema = avro::read_schema(&format!("{key}.schema_file"), path)?;
+    Ok(Some(EncoderHandle(match &avro.schema_registry {
+        Some(url) => {
+            let Some(topic) = topic else {
+                return Err(crate::Error::config(
+                    format!("{key}.schema_registry"),
+                    "registering a schema needs a Kafka sink (its topic names the subject)",
+                ));
+            };
+            Arc::new(avro::RegistryEncoder::new(url, topic, schema)?)
+        }
+        None => Arc::new(avro::SchemaFileEncoder::new(schema)?),
+    })))
 }
 
 #[cfg(test)]

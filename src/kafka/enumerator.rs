@@ -15,12 +15,8 @@ use super::client::TracingContext;
 use super::offsets::{OffsetsResolver, StartingOffsets, TopicPartition};
 use super::split::{split_owner, KafkaPartitionSplit};
 use super::{Instance, KafkaSourceSettings, Subscription};
-use crate::core::{EnumeratorContext, SourceEvent, SourceSplit, SplitEnumerator, SplitId};
+use crate::core::{EnumeratorContext, RemoveSplits, SourceEvent, SourceSplit, SplitEnumerator, SplitId};
 use crate::error::{Error, Result};
-
-/// Sent to a reader to finish splits whose partitions no longer exist.
-#[derive(Debug)]
-pub struct RemoveSplits(pub Vec<SplitId>);
 
 /// A split the enumerator knows, with its offsets as resolved at discovery.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -21,10 +21,11 @@ use crate::core::{
     Boundedness, EofOnRecordEvaluator, FetcherMode, ReaderContext, ReaderOptions, Source, SourceReaderBase,
 };
 use crate::error::{Error, Result};
-use crate::format::{DecodeErrorPolicy, ValueDecoder};
+use crate::format::DecodeErrorPolicy;
 use crate::record::{Record, ValueFormat};
 
-pub use enumerator::{KafkaEnumeratorState, KafkaSourceEnumerator, RemoveSplits};
+pub use crate::core::RemoveSplits;
+pub use enumerator::{KafkaEnumeratorState, KafkaSourceEnumerator};
 pub use offsets::{CommittedReset, StartingOffsets, StoppingOffsets, TopicPartition};
 pub use split::KafkaPartitionSplit;
 pub use split_reader::KafkaPartitionSplitReader;
@@ -108,8 +109,7 @@ impl KafkaSourceSettings {
     }
 }
 
-/// Creates the value decoder of each reader.
-pub type DecoderFactory = Arc<dyn Fn() -> Result<Box<dyn ValueDecoder>> + Send + Sync>;
+pub use crate::format::DecoderFactory;
 
 /// The Kafka source.
 pub struct KafkaSource {

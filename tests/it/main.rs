@@ -6,4 +6,7 @@ mod common;
 mod daemon;
 mod daemon_util;
 mod datagen;
+mod formats;
 mod kafka_source;
+mod periodic;
+mod schema_registry;

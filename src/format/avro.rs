@@ -1,0 +1,341 @@
+//! Avro both ways. Reading: the Confluent wire format (magic byte, schema id, datum) through
+//! schema_registry_converter, whose decoder fetches each schema once and caches it by id; or raw
+//! datums with a local `.avsc`. Writing: registering the schema under the topic-name-strategy
+//! subject (`<topic>-value`) and prefixing the id, or raw datums with a local schema. Decoded
+//! values become JSON for the end-of-stream expression and the JSON-lines envelope.
+
+use std::path::Path;
+
+use std::collections::HashMap;
+
+use apache_avro::reader::datum::GenericDatumReader;
+use apache_avro::types::Value as Avro;
+use apache_avro::writer::datum::GenericDatumWriter;
+use apache_avro::Schema;
+use base64::Engine;
+use schema_registry_converter::blocking::schema_registry::{get_schema_by_id, post_schema, SrSettings};
+use schema_registry_converter::schema_registry_common::{SchemaType, SuppliedSchema};
+use serde_json::{Map, Number, Value as Json};
+
+use super::{ValueDecoder, ValueEncoder};
+use crate::error::{Error, Result};
+use crate::record::ValueFormat;
+
+/// Read a `.avsc` file; errors name the config key.
+pub fn read_schema(key: &str, path: &Path) -> Result<Schema> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::config(key, format!("cannot read {}: {e}", path.display())))?;
+    Schema::parse_str(&text)
+        .map_err(|e| Error::config(key, format!("{} is not a valid Avro schema: {e}", path.display())))
+}
+
+/// Avro to JSON: records and maps become objects, unions their value, bytes and fixed base64,
+/// logical types their underlying number or text.
+pub fn avro_to_json(value: &Avro) -> Json {
+    let float = |x: f64| Number::from_f64(x).map(Json::Number).unwrap_or(Json::Null);
+    match value {
+        Avro::Null => Json::Null,
+        Avro::Boolean(b) => Json::Bool(*b),
+        Avro::Int(i) | Avro::Date(i) | Avro::TimeMillis(i) => Json::from(*i),
+        Avro::Long(i)
+        | Avro::TimeMicros(i)
+        | Avro::TimestampMillis(i)
+        | Avro::TimestampMicros(i)
+        | Avro::TimestampNanos(i)
+        | Avro::LocalTimestampMillis(i)
+        | Avro::LocalTimestampMicros(i)
+        | Avro::LocalTimestampNanos(i) => Json::from(*i),
+        Avro::Float(x) => float(f64::from(*x)),
+        Avro::Double(x) => float(*x),
+        Avro::String(s) | Avro::Enum(_, s) => Json::String(s.clone()),
+        Avro::Uuid(u) => Json::String(u.to_string()),
+        Avro::Bytes(b) | Avro::Fixed(_, b) => Json::String(base64::engine::general_purpose::STANDARD.encode(b)),
+        Avro::Union(_, inner) => avro_to_json(inner),
+        Avro::Array(items) => Json::Array(items.iter().map(avro_to_json).collect()),
+        Avro::Map(m) => Json::Object(m.iter().map(|(k, v)| (k.clone(), avro_to_json(v))).collect()),
+        Avro::Record(fields) => {
+            let mut m = Map::with_capacity(fields.len());
+            for (k, v) in fields {
+                m.insert(k.clone(), avro_to_json(v));
+            }
+            Json::Object(m)
+        }
+        other => Json::String(format!("{other:?}")),
+    }
+}
+
+/// JSON to an Avro value of `schema`: objects become records by the schema's fields, integers
+/// longs, other numbers doubles; `resolve` then fits them to the schema (ints, unions, defaults).
+pub fn json_to_avro(json: &Json, schema: &Schema) -> std::result::Result<Avro, String> {
+    fn plain(j: &Json) -> Avro {
+        match j {
+            Json::Null => Avro::Null,
+            Json::Bool(b) => Avro::Boolean(*b),
+            Json::Number(n) => match n.as_i64() {
+                Some(i) => Avro::Long(i),
+                None => Avro::Double(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            Json::String(s) => Avro::String(s.clone()),
+            Json::Array(a) => Avro::Array(a.iter().map(plain).collect()),
+            Json::Object(m) => Avro::Map(m.iter().map(|(k, v)| (k.clone(), plain(v))).collect()),
+        }
+    }
+    plain(json)
+        .resolve(schema)
+        .map_err(|e| format!("the value does not fit the Avro schema: {e}"))
+}
+
+/// Schemas live as long as the process: `GenericDatumReader`/`Writer` borrow their schema, and a
+/// decoder holds its reader next to it. Leaking is bounded by the distinct schemas a process
+/// meets (one per schema file, one per registry id), a handful.
+fn leak(schema: Schema) -> &'static Schema {
+    Box::leak(Box::new(schema))
+}
+
+/// Reads datums of one writer schema into JSON, through apache-avro's generic `Value`.
+///
+/// The serde path (`GenericDatumReader::read_deser`) is faster for typed structs (see
+/// benches/formats.rs), but a daemon decoding any schema needs a generic target, and apache-avro
+/// 0.22's schema-aware deserializer cannot fill a `serde_json::Value` (it rejects
+/// `deserialize_any` on records), so the generic `Value` it is.
+pub struct DatumDecoder {
+    reader: GenericDatumReader<'static>,
+}
+
+impl DatumDecoder {
+    pub fn new(schema: Schema) -> Result<Self> {
+        let reader = GenericDatumReader::builder(leak(schema))
+            .build()
+            .map_err(|e| Error::runtime("preparing the Avro schema", e))?;
+        Ok(DatumDecoder { reader })
+    }
+
+    /// One datum, all of `bytes`, to JSON.
+    pub fn decode(&self, bytes: &[u8]) -> std::result::Result<Json, String> {
+        let mut rest = bytes;
+        let json = self
+            .reader
+            .read_value(&mut rest)
+            .map(|v| avro_to_json(&v))
+            .map_err(|e| format!("not an Avro datum of the schema: {e}"))?;
+        if !rest.is_empty() {
+            return Err(format!("{} bytes left after the Avro datum", rest.len()));
+        }
+        Ok(json)
+    }
+}
+
+/// Run a schema registry call on a thread of its own: schema_registry_converter's blocking client
+/// is reqwest's, which must neither run nor be dropped on an async runtime's thread (the reader
+/// tasks decode there). Calls are rare: once per schema id, or once to register.
+fn registry_call<T: Send + 'static>(
+    url: &str,
+    call: impl FnOnce(&SrSettings) -> std::result::Result<T, String> + Send + 'static,
+) -> std::result::Result<T, String> {
+    let url = url.trim_end_matches('/').to_string();
+    std::thread::spawn(move || call(&SrSettings::new(url)))
+        .join()
+        .unwrap_or_else(|_| Err("the schema registry client panicked".into()))
+}
+
+/// Decodes the Confluent wire format (magic byte 0, 4-byte schema id, datum), fetching each
+/// schema once from the registry (schema_registry_converter) and caching it by id.
+pub struct RegistryDecoder {
+    url: String,
+    schemas: HashMap<u32, DatumDecoder>,
+}
+
+impl RegistryDecoder {
+    pub fn new(url: &str) -> Self {
+        RegistryDecoder {
+            url: url.to_string(),
+            schemas: HashMap::new(),
+        }
+    }
+}
+
+impl ValueDecoder for RegistryDecoder {
+    fn format(&self) -> ValueFormat {
+        ValueFormat::Avro
+    }
+
+    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<Json>, String> {
+        if bytes.len() < 5 || bytes[0] != 0 {
+            return Err("not in the Confluent wire format (magic byte 0, then a 4-byte schema id)".into());
+        }
+        let id = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
+        if !self.schemas.contains_key(&id) {
+            let text = registry_call(&self.url, move |settings| {
+                get_schema_by_id(id, settings)
+                    .map(|r| r.schema)
+                    .map_err(|e| format!("fetching schema {id} from the registry: {e}"))
+            })?;
+            let schema = Schema::parse_str(&text).map_err(|e| format!("schema {id} is not valid Avro: {e}"))?;
+            let decoder = DatumDecoder::new(schema).map_err(|e| e.to_string())?;
+            self.schemas.insert(id, decoder);
+        }
+        let decoder = &self.schemas[&id];
+        decoder.decode(&bytes[5..]).map(Some)
+    }
+}
+
+/// Decodes raw Avro datums with a local schema.
+pub struct SchemaFileDecoder {
+    decoder: DatumDecoder,
+}
+
+impl SchemaFileDecoder {
+    pub fn new(schema: Schema) -> Result<Self> {
+        Ok(SchemaFileDecoder {
+            decoder: DatumDecoder::new(schema)?,
+        })
+    }
+}
+
+impl ValueDecoder for SchemaFileDecoder {
+    fn format(&self) -> ValueFormat {
+        ValueFormat::Avro
+    }
+
+    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<Json>, String> {
+        self.decoder.decode(bytes).map(Some)
+    }
+}
+
+/// Writes datums of one schema from JSON values.
+pub struct DatumEncoder {
+    schema: &'static Schema,
+    writer: GenericDatumWriter<'static>,
+}
+
+impl DatumEncoder {
+    pub fn new(schema: Schema) -> Result<Self> {
+        let schema = leak(schema);
+        let writer = GenericDatumWriter::builder(schema)
+            .build()
+            .map_err(|e| Error::runtime("preparing the Avro schema", e))?;
+        Ok(DatumEncoder { schema, writer })
+    }
+
+    pub fn encode(&self, value: &Json) -> std::result::Result<Vec<u8>, String> {
+        let avro = json_to_avro(value, self.schema)?;
+        let mut out = Vec::with_capacity(64);
+        self.writer
+            .write_value_ref(&mut out, &avro)
+            .map_err(|e| format!("Avro encoding failed: {e}"))?;
+        Ok(out)
+    }
+}
+
+/// Encodes values as raw Avro datums of a local schema.
+pub struct SchemaFileEncoder {
+    encoder: DatumEncoder,
+}
+
+impl SchemaFileEncoder {
+    pub fn new(schema: Schema) -> Result<Self> {
+        Ok(SchemaFileEncoder {
+            encoder: DatumEncoder::new(schema)?,
+        })
+    }
+}
+
+impl ValueEncoder for SchemaFileEncoder {
+    fn encode(&self, value: &Json) -> std::result::Result<Vec<u8>, String> {
+        self.encoder.encode(value)
+    }
+}
+
+/// Encodes values in the Confluent wire format after registering the schema under
+/// `<topic>-value` (the topic name strategy), once, through schema_registry_converter.
+pub struct RegistryEncoder {
+    url: String,
+    subject: String,
+    schema: String,
+    id: std::sync::OnceLock<std::result::Result<u32, String>>,
+    encoder: DatumEncoder,
+}
+
+impl RegistryEncoder {
+    pub fn new(url: &str, topic: &str, schema: Schema) -> Result<Self> {
+        Ok(RegistryEncoder {
+            url: url.to_string(),
+            subject: format!("{topic}-value"),
+            schema: schema.canonical_form(),
+            id: std::sync::OnceLock::new(),
+            encoder: DatumEncoder::new(schema)?,
+        })
+    }
+
+    fn id(&self) -> std::result::Result<u32, String> {
+        self.id
+            .get_or_init(|| {
+                let supplied = SuppliedSchema::new(None, SchemaType::Avro, self.schema.clone());
+                let subject = self.subject.clone();
+                registry_call(&self.url, move |settings| {
+                    post_schema(settings, subject.clone(), supplied)
+                        .map(|r| r.id)
+                        .map_err(|e| format!("registering the schema under {subject}: {e}"))
+                })
+            })
+            .clone()
+    }
+}
+
+impl ValueEncoder for RegistryEncoder {
+    fn encode(&self, value: &Json) -> std::result::Result<Vec<u8>, String> {
+        let id = self.id()?;
+        let datum = self.encoder.encode(value)?;
+        let mut out = Vec::with_capacity(5 + datum.len());
+        out.push(0);
+        out.extend_from_slice(&id.to_be_bytes());
+        out.extend_from_slice(&datum);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const TRADE: &str = r#"{"type":"record","name":"Trade","namespace":"tidegate.test","fields":[
+        {"name":"type","type":"string"},{"name":"seq","type":"long"},{"name":"price","type":"double"},
+        {"name":"size","type":"int"},{"name":"venue","type":["null","string"],"default":null}]}"#;
+
+    #[test]
+    fn raw_datums_round_trip_through_json() {
+        let schema = Schema::parse_str(TRADE).unwrap();
+        let value = json!({"type": "TRADE", "seq": 7, "price": 101.25, "size": 30, "venue": "XNAS"});
+        let bytes = SchemaFileEncoder::new(schema.clone()).unwrap().encode(&value).unwrap();
+        let decoded = SchemaFileDecoder::new(schema.clone())
+            .unwrap()
+            .decode(&bytes)
+            .unwrap()
+            .unwrap();
+        assert_eq!(decoded, value);
+        let null_venue = json!({"type": "TRADE", "seq": 8, "price": 1.0, "size": 1, "venue": null});
+        let bytes = SchemaFileEncoder::new(schema.clone())
+            .unwrap()
+            .encode(&null_venue)
+            .unwrap();
+        assert_eq!(
+            SchemaFileDecoder::new(schema).unwrap().decode(&bytes).unwrap().unwrap(),
+            null_venue
+        );
+    }
+
+    #[test]
+    fn values_that_do_not_fit_are_errors_not_panics() {
+        let schema = Schema::parse_str(TRADE).unwrap();
+        assert!(SchemaFileEncoder::new(schema.clone())
+            .unwrap()
+            .encode(&json!({"type": 1}))
+            .is_err());
+        assert!(SchemaFileDecoder::new(schema.clone())
+            .unwrap()
+            .decode(&[0xff, 0xff, 0xff])
+            .is_err());
+        assert!(SchemaFileDecoder::new(schema).unwrap().decode(b"").is_err());
+    }
+}
