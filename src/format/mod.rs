@@ -99,10 +99,7 @@ pub fn simple_decoder(format: ValueFormat) -> Option<Box<dyn ValueDecoder>> {
 pub type DecoderFactory = Arc<dyn Fn() -> Result<Box<dyn ValueDecoder>> + Send + Sync>;
 
 /// A factory of decoders for a Kafka source (one decoder per reader, each with its own cache).
-pub fn decoder_factory(
-    format: ValueFormat,
-    avro: Option<&AvroConfig>,
-) -> Result<DecoderFactory> {
+pub fn decoder_factory(format: ValueFormat, avro: Option<&AvroConfig>) -> Result<DecoderFactory> {
     if format != ValueFormat::Avro {
         return Ok(Arc::new(move || {
             simple_decoder(format).ok_or_else(|| crate::Error::config("source.format", "no decoder"))
