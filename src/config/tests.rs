@@ -2,6 +2,14 @@
 
 use super::*;
 
+/// Config loading reads the process environment, and one test sets a variable: tests that load
+/// a config hold this lock, so none sees another's variable.
+static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn env_lock() -> std::sync::MutexGuard<'static, ()> {
+    ENV.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn write(dir: &tempfile::TempDir, text: &str) -> PathBuf {
     let path = dir.path().join("job.toml");
     std::fs::write(&path, text).unwrap();
@@ -34,6 +42,7 @@ fn key_of(e: &Error) -> String {
 
 #[test]
 fn a_minimal_config_has_sensible_defaults() {
+    let _env = env_lock();
     let dir = tempfile::tempdir().unwrap();
     let c = load(&write(&dir, BASE), &[]).unwrap();
     assert_eq!(c.job.name, "job");
@@ -48,6 +57,7 @@ fn a_minimal_config_has_sensible_defaults() {
 
 #[test]
 fn each_mistake_names_its_key() {
+    let _env = env_lock();
     let cases: Vec<(String, Vec<&str>, &str)> = vec![
         (format!("{BASE}\n[job]\nparalelism = 2\n"), vec![], "job.paralelism"),
         (
@@ -103,6 +113,7 @@ fn each_mistake_names_its_key() {
 
 #[test]
 fn toml_syntax_errors_give_the_position() {
+    let _env = env_lock();
     let e = error_of("[job\nparallelism = 2\n", &[]);
     let text = e.to_string();
     assert!(text.contains("line 1") || text.contains("1:"), "{text}");
@@ -110,12 +121,14 @@ fn toml_syntax_errors_give_the_position() {
 
 #[test]
 fn a_missing_file_is_a_config_error() {
+    let _env = env_lock();
     let e = load(Path::new("/nonexistent/tidegate.toml"), &[]).unwrap_err();
     assert_eq!(key_of(&e), "--config");
 }
 
 #[test]
 fn dotted_librdkafka_keys_survive_loading() {
+    let _env = env_lock();
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
         "{BASE}\n[source.properties]\n\"fetch.wait.max.ms\" = 50\n\"Client.Rack\" = \"r1\"\n\"enable.partition.eof\" = true\n"
@@ -135,9 +148,9 @@ fn dotted_librdkafka_keys_survive_loading() {
 
 #[test]
 fn environment_and_set_override_the_file() {
+    let _env = env_lock();
     let dir = tempfile::tempdir().unwrap();
     let path = write(&dir, BASE);
-    // a variable name no other test uses, so tests running in parallel do not interfere
     std::env::set_var("TIDEGATE__CHECKPOINT__INTERVAL", "7s");
     let c = load(
         &path,
@@ -156,6 +169,7 @@ fn environment_and_set_override_the_file() {
 
 #[test]
 fn offsets_specs_parse() {
+    let _env = env_lock();
     let dir = tempfile::tempdir().unwrap();
     let text = BASE.replace(
         "topics = [\"trades\"]",
@@ -174,6 +188,7 @@ fn offsets_specs_parse() {
 
 #[test]
 fn every_example_config_parses() {
+    let _env = env_lock();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
@@ -188,6 +203,7 @@ fn every_example_config_parses() {
 
 #[test]
 fn the_config_reference_is_current() {
+    let _env = env_lock();
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/config.md");
     let generated = reference::markdown();
     let committed = std::fs::read_to_string(&path).unwrap_or_default();

@@ -118,6 +118,19 @@ impl TestKafka {
         self.wait_for_partitions(name, total as i32);
     }
 
+    /// Delete the records of a partition below `offset`, as retention would.
+    pub fn delete_records_before(&self, topic: &str, partition: i32, offset: i64) {
+        let admin = self.admin();
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, partition, Offset::Offset(offset))
+            .unwrap();
+        let result = block_on(admin.delete_records(&tpl, &AdminOptions::new())).expect("delete_records");
+        for e in result.elements() {
+            e.error()
+                .unwrap_or_else(|err| panic!("deleting records of {topic}:{partition}: {err}"));
+        }
+    }
+
     pub fn delete_topic(&self, name: &str) {
         let admin = self.admin();
         let _ = block_on(admin.delete_topics(&[name], &AdminOptions::new()));
