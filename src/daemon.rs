@@ -192,18 +192,43 @@ fn sink_topic(config: &Config) -> Option<&str> {
 
 /// The Kafka source of a config.
 pub fn kafka_source(config: &Config, k: &crate::config::KafkaSourceConfig) -> Result<KafkaSource> {
+    // only the file and stdout sinks print decoded values
+    let keep_decoded = matches!(config.sink, SinkConfig::File { .. } | SinkConfig::Stdout);
+    let expression = k
+        .eof
+        .as_deref()
+        .map(crate::expr::RecordExpression::compile)
+        .transpose()
+        .map_err(|e| Error::config("source.eof", e))?;
+    let decoder = match (
+        k.format,
+        keep_decoded,
+        expression.as_ref().and_then(|e| e.value_fields()),
+    ) {
+        // nothing prints the value and the expression reads a few fields: decode just those
+        (crate::record::ValueFormat::Json, false, Some(fields)) => {
+            let fields = fields.to_vec();
+            let factory: crate::format::DecoderFactory = Arc::new(move || {
+                Ok(Box::new(crate::format::JsonFieldsDecoder::new(fields.clone()))
+                    as Box<dyn crate::format::ValueDecoder>)
+            });
+            factory
+        }
+        _ => crate::format::decoder_factory(k.format, k.avro.as_ref())?,
+    };
     let mut builder = KafkaSource::builder()
         .settings(k.settings.clone())
         .format(k.format)
-        .decoder(crate::format::decoder_factory(k.format, k.avro.as_ref())?)
+        .decoder(decoder)
         .decode_errors(k.decode_errors)
         .eof_emit_marker(k.eof_emit_marker)
         .fetcher_mode(config.job.fetcher_mode);
-    if let Some(expr) = &k.eof {
-        builder = builder.eof_expression(expr)?;
+    if let Some(expression) = expression {
+        builder = builder.eof_evaluator(Arc::new(expression));
     }
     let mut source = builder.build()?;
     source.queue_capacity = config.job.queue_capacity;
+    source.keep_decoded = keep_decoded;
     Ok(source)
 }
 

@@ -22,6 +22,9 @@ pub struct RecordExpression {
     source: String,
     program: Program,
     env: Arc<Env>,
+    /// The fields of `value` the expression selects, when it only ever uses `value.<field>`:
+    /// then only those are converted to CEL, not the whole value (most of the evaluation cost).
+    value_fields: Option<Vec<String>>,
     /// Evaluations that failed (a missing map key, a non-boolean result); they count as "no match".
     errors: AtomicU64,
 }
@@ -53,16 +56,23 @@ impl RecordExpression {
                 VARIABLES.join(", ")
             ));
         }
+        let value_fields = selected_fields(program.expression(), "value");
         Ok(RecordExpression {
             source: source.to_string(),
             program,
             env,
+            value_fields,
             errors: AtomicU64::new(0),
         })
     }
 
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// The fields of `value` the expression selects, when it uses `value` only that way.
+    pub fn value_fields(&self) -> Option<&[String]> {
+        self.value_fields.as_deref()
     }
 
     /// Evaluations that failed so far.
@@ -72,7 +82,10 @@ impl RecordExpression {
 
     /// Evaluate against `record`: `Ok(true)` only for a boolean `true` result.
     pub fn evaluate(&self, record: &Record) -> Result<bool, String> {
-        let resolver = RecordVariables { record };
+        let resolver = RecordVariables {
+            record,
+            value_fields: self.value_fields.as_deref(),
+        };
         let mut context = Context::with_env(Arc::clone(&self.env));
         context.set_variable_resolver(&resolver);
         match self.program.execute(&context) {
@@ -102,15 +115,74 @@ impl EofOnRecordEvaluator<Record> for RecordExpression {
     }
 }
 
+/// The fields selected on the identifier `name` (`name.a`, `has(name.b)`), if the expression uses
+/// `name` in no other way (not whole, not as a comprehension variable); `None` otherwise.
+fn selected_fields(root: &cel::IdedExpr, name: &str) -> Option<Vec<String>> {
+    use cel::common::ast::{EntryExpr, Expr};
+    fn walk(e: &Expr, name: &str, out: &mut Vec<String>) -> bool {
+        match e {
+            Expr::Ident(id) => id != name, // the whole value is used
+            Expr::Select(s) => match &s.operand.expr {
+                Expr::Ident(id) if id == name => {
+                    if !out.contains(&s.field) {
+                        out.push(s.field.clone());
+                    }
+                    true
+                }
+                other => walk(other, name, out),
+            },
+            Expr::Call(c) => {
+                c.target.as_ref().is_none_or(|t| walk(&t.expr, name, out))
+                    && c.args.iter().all(|a| walk(&a.expr, name, out))
+            }
+            Expr::List(l) => l.elements.iter().all(|x| walk(&x.expr, name, out)),
+            Expr::Map(m) => m.entries.iter().all(|en| match &en.expr {
+                EntryExpr::MapEntry(me) => walk(&me.key.expr, name, out) && walk(&me.value.expr, name, out),
+                EntryExpr::StructField(f) => walk(&f.value.expr, name, out),
+            }),
+            Expr::Struct(st) => st.entries.iter().all(|en| match &en.expr {
+                EntryExpr::MapEntry(me) => walk(&me.key.expr, name, out) && walk(&me.value.expr, name, out),
+                EntryExpr::StructField(f) => walk(&f.value.expr, name, out),
+            }),
+            Expr::Comprehension(c) => {
+                // a comprehension variable named like the root would shadow it: be conservative
+                c.iter_var != name
+                    && c.iter_var2.as_deref() != Some(name)
+                    && c.accu_var != name
+                    && walk(&c.iter_range.expr, name, out)
+                    && walk(&c.accu_init.expr, name, out)
+                    && walk(&c.loop_cond.expr, name, out)
+                    && walk(&c.loop_step.expr, name, out)
+                    && walk(&c.result.expr, name, out)
+            }
+            Expr::Literal(_) | Expr::Unspecified => true,
+        }
+    }
+    let mut out = Vec::new();
+    walk(&root.expr, name, &mut out).then_some(out)
+}
+
 /// Resolves the record variables on demand, so an expression over `offset` never converts the value.
 struct RecordVariables<'r> {
     record: &'r Record,
+    value_fields: Option<&'r [String]>,
 }
 
 impl RecordVariables<'_> {
     fn value(&self) -> Value {
         let r = self.record;
         match (&r.decoded, r.format, &r.value) {
+            (Some(serde_json::Value::Object(map)), _, _) if self.value_fields.is_some() => {
+                let fields = self.value_fields.unwrap_or_default();
+                let entries: HashMap<cel::objects::Key, Value> = fields
+                    .iter()
+                    .filter_map(|f| {
+                        map.get(f)
+                            .map(|v| (cel::objects::Key::String(Arc::new(f.clone())), json_to_cel(v)))
+                    })
+                    .collect();
+                Value::Map(cel::objects::Map { map: Arc::new(entries) })
+            }
             (Some(decoded), _, _) => json_to_cel(decoded),
             (None, _, None) => Value::Null,
             (None, ValueFormat::String, Some(bytes)) => match std::str::from_utf8(bytes) {
@@ -225,6 +297,30 @@ mod tests {
         ] {
             let e = RecordExpression::compile(expr).unwrap();
             assert_eq!(e.evaluate(&close), Ok(expected), "{expr}");
+        }
+    }
+
+    #[test]
+    fn only_the_selected_fields_of_value_are_needed() {
+        let fields = |e: &str| RecordExpression::compile(e).unwrap().value_fields;
+        assert_eq!(fields(r#"value.type == "X""#), Some(vec!["type".to_string()]));
+        assert_eq!(
+            fields("has(value.a) && value.b > 1 || offset > 3"),
+            Some(vec!["a".to_string(), "b".to_string()])
+        );
+        assert_eq!(fields("size(value) > 2"), None);
+        assert_eq!(fields("value == {'a': 1}"), None);
+        assert_eq!(fields("[1, 2].exists(value, value > 1)"), None);
+        // and evaluating through them gives the same answers as the whole value
+        let r = record(json!({"type": "MARKET_CLOSE", "a": 1, "b": 2, "c": [1, 2, 3]}));
+        for (e, want) in [
+            (r#"value.type == "MARKET_CLOSE""#, true),
+            ("has(value.a) && value.b > 1", true),
+            ("has(value.zzz)", false),
+            ("size(value) == 4", true),
+            ("size(value.c) == 3", true),
+        ] {
+            assert_eq!(RecordExpression::compile(e).unwrap().evaluate(&r), Ok(want), "{e}");
         }
     }
 

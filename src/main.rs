@@ -2,6 +2,7 @@
 //! (0 done, 1 runtime failure, 2 invalid config or usage, 3 unusable state file).
 
 use clap::Parser;
+
 use tidegate::cli::{Cli, Command, StateCommand};
 
 fn main() {

@@ -98,6 +98,11 @@ impl<T: RecordPosition> ReaderOutput<T> {
 }
 
 impl<T> ReaderOutput<T> {
+    /// The record emitted last, if it was kept (an emitter may trim it after evaluation).
+    pub fn last_mut(&mut self) -> Option<&mut T> {
+        self.records.last_mut()
+    }
+
     /// Records emitted since the last call.
     pub fn take_records(&mut self) -> Vec<T> {
         std::mem::take(&mut self.records)

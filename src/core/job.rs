@@ -54,7 +54,7 @@ impl JobOptions {
             parallelism,
             checkpoint_interval: None,
             max_duration: None,
-            sink_capacity: 8,
+            sink_capacity: 2,
         }
     }
 }

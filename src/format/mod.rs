@@ -78,10 +78,69 @@ impl ValueDecoder for JsonDecoder {
     fn format(&self) -> ValueFormat {
         ValueFormat::Json
     }
-    fn decode(&mut self, bytes: &[u8]) -> Result<Option<serde_json::Value>, String> {
+    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<serde_json::Value>, String> {
         serde_json::from_slice(bytes)
             .map(Some)
             .map_err(|e| format!("not valid JSON: {e}"))
+    }
+}
+
+/// `json` when nothing needs the whole value: the document is still checked in full, but only
+/// the top-level fields the end-of-stream expression selects are built; the rest is skipped
+/// without allocating. (Used when the sink never prints values and the expression only uses
+/// `value.<field>`.)
+pub struct JsonFieldsDecoder {
+    fields: Vec<String>,
+}
+
+impl JsonFieldsDecoder {
+    pub fn new(fields: Vec<String>) -> Self {
+        JsonFieldsDecoder { fields }
+    }
+}
+
+struct SelectedFields<'f>(&'f [String]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for SelectedFields<'_> {
+    type Value = serde_json::Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for SelectedFields<'_> {
+    type Value = serde_json::Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if self.0.iter().any(|f| f == key.as_ref()) {
+                out.insert(key.into_owned(), map.next_value()?);
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(serde_json::Value::Object(out))
+    }
+}
+
+impl ValueDecoder for JsonFieldsDecoder {
+    fn format(&self) -> ValueFormat {
+        ValueFormat::Json
+    }
+    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<serde_json::Value>, String> {
+        use serde::de::DeserializeSeed;
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        match SelectedFields(&self.fields)
+            .deserialize(&mut de)
+            .and_then(|v| de.end().map(|_| v))
+        {
+            Ok(v) => Ok(Some(v)),
+            // not an object (an array, a number…): the whole value, or the error, as usual
+            Err(_) => JsonDecoder.decode(bytes),
+        }
     }
 }
 
@@ -171,6 +230,18 @@ pub fn encoder_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fields_decoder_keeps_only_the_selected_fields_and_still_validates() {
+        let mut d = JsonFieldsDecoder::new(vec!["type".into(), "n".into()]);
+        let v = d
+            .decode(br#"{"type":"X","skip":{"deep":[1,2,{"a":"b\u00e9"}]},"n":3,"s":"t"}"#)
+            .unwrap();
+        assert_eq!(v, Some(serde_json::json!({"type": "X", "n": 3})));
+        assert!(d.decode(br#"{"type":"X","skip":{"deep":[1,2,}"#).is_err());
+        assert!(d.decode(br#"{"type":"X"} trailing"#).is_err());
+        assert_eq!(d.decode(b"[1,2]").unwrap(), Some(serde_json::json!([1, 2])));
+    }
 
     #[test]
     fn decoders_accept_their_format_and_reject_others() {

@@ -121,6 +121,8 @@ pub struct KafkaSource {
     pub fetcher_mode: FetcherMode,
     pub queue_capacity: usize,
     pub max_batch_records: usize,
+    /// Records keep their decoded value for the sink (false for sinks that never print it).
+    pub keep_decoded: bool,
 }
 
 impl KafkaSource {
@@ -279,6 +281,7 @@ impl KafkaSourceBuilder {
             fetcher_mode: self.fetcher_mode,
             queue_capacity: crate::core::queue::DEFAULT_CAPACITY,
             max_batch_records: 4096,
+            keep_decoded: true,
         })
     }
 }
@@ -321,7 +324,8 @@ impl Source for KafkaSource {
         let settings = Arc::clone(&self.settings);
         let max_batch = self.max_batch_records;
         let factory = Box::new(move || KafkaPartitionSplitReader::new(&settings, index, max_batch));
-        let emitter = emitter::KafkaRecordEmitter::new((self.decoder)()?, self.decode_errors, index);
+        let emitter = emitter::KafkaRecordEmitter::new((self.decoder)()?, self.decode_errors, index)
+            .keep_decoded(self.keep_decoded);
         let mut reader = SourceReaderBase::new(factory, emitter, options).with_event_handler(Box::new(|event| {
             match event.0.downcast::<RemoveSplits>() {
                 Ok(remove) => remove.0,

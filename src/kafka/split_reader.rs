@@ -95,6 +95,14 @@ impl KafkaPartitionSplitReader {
             // a start offset deleted by retention is an error unless configured otherwise
             ("auto.offset.reset", reset),
             ("allow.auto.create.topics", "false"),
+            // librdkafka 2.x postpones a partition's next fetch by fetch.queue.backoff.ms (1 s by
+            // default) whenever its prefetch queue is over the thresholds below; a replay drains
+            // the queue a batch at a time, so the default starved it to a quarter of kcat's rate
+            ("fetch.queue.backoff.ms", "10"),
+            // a smaller prefetch queue: enough to keep the pipeline busy, and a bounded memory
+            // (the defaults, 100k messages / 64 MiB per partition, cost RSS for no throughput)
+            ("queued.min.messages", "20000"),
+            ("queued.max.messages.kbytes", "8192"),
         ];
         let consumer: BaseConsumer<TracingContext> =
             client_config(&settings.bootstrap_servers, &defaults, &settings.properties)
