@@ -105,7 +105,9 @@ impl<T> ReaderOutput<T> {
 
     /// Records emitted since the last call.
     pub fn take_records(&mut self) -> Vec<T> {
-        std::mem::take(&mut self.records)
+        // the next batch is likely as large: allocate its room once, not by doubling
+        let capacity = self.records.len();
+        std::mem::replace(&mut self.records, Vec::with_capacity(capacity))
     }
 
     pub fn len(&self) -> usize {

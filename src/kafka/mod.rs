@@ -1,6 +1,7 @@
 //! The Kafka source (Flink's `KafkaSource`): settings, the builder, and the `Source` that ties
 //! the partition-discovery enumerator, the split readers and the record emitter together.
 
+pub mod batch_queue;
 pub mod client;
 pub mod emitter;
 pub mod enumerator;

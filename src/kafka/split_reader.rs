@@ -3,23 +3,22 @@
 //! records to the reader and finishes a split when the consumer *position* reaches its stop offset,
 //! so transaction markers and compaction gaps cannot hang a bounded read.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metrics::{Counter, Gauge};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
+use super::batch_queue::{ConsumerQueue, Event};
 use super::client::{client_config, TracingContext};
 use super::split::KafkaPartitionSplit;
 use super::KafkaSourceSettings;
 use crate::core::{FinishReason, RecordsWithSplitIds, SourceSplit, SplitId, SplitReader, SplitsChange};
 use crate::error::{Error, Result};
-use crate::record::{Header, Record};
+use crate::record::Record;
 
 /// How long one `fetch` waits for the first record: bounds how late split changes are seen.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
@@ -61,16 +60,31 @@ struct LiveSplit {
     last_timestamp: Option<i64>,
 }
 
+/// The index of a live split, trying the last hit first.
+fn index_in(splits: &[LiveSplit], last_hit: &mut usize, topic: &str, partition: i32) -> Option<usize> {
+    let hit = |s: &LiveSplit| s.partition == partition && &*s.topic == topic;
+    if splits.get(*last_hit).is_some_and(hit) {
+        return Some(*last_hit);
+    }
+    let i = splits.iter().position(hit)?;
+    *last_hit = i;
+    Some(i)
+}
+
 /// Reads the splits of one fetcher with one consumer.
 pub struct KafkaPartitionSplitReader {
+    /// Declared before the consumer, so it is released first.
+    queue: ConsumerQueue,
     consumer: BaseConsumer<TracingContext>,
     /// Live splits by topic, then partition.
-    splits: HashMap<Box<str>, HashMap<i32, LiveSplit>>,
+    /// Live splits. Looked up per record, so by a last-hit cache and a scan rather than hashing:
+    /// librdkafka hands records over in runs of one partition.
+    splits: Vec<LiveSplit>,
+    last_hit: usize,
     live: usize,
     finished: Vec<(SplitId, FinishReason)>,
     max_batch_records: usize,
     last_position_check: Instant,
-    bootstrap_servers: String,
 }
 
 impl KafkaPartitionSplitReader {
@@ -108,14 +122,17 @@ impl KafkaPartitionSplitReader {
             client_config(&settings.bootstrap_servers, &defaults, &settings.properties)
                 .create_with_context(TracingContext::new(format!("reader-{reader_index}")))
                 .map_err(|e| Error::kafka("creating a reader's consumer", e))?;
+        let queue = ConsumerQueue::new(&consumer, max_batch_records.max(1))
+            .ok_or_else(|| Error::runtime("creating a reader's consumer", "librdkafka gave no consumer queue"))?;
         Ok(KafkaPartitionSplitReader {
+            queue,
             consumer,
-            splits: HashMap::new(),
+            splits: Vec::new(),
+            last_hit: 0,
             live: 0,
             finished: Vec::new(),
             max_batch_records: max_batch_records.max(1),
             last_position_check: Instant::now(),
-            bootstrap_servers: settings.bootstrap_servers.clone(),
         })
     }
 
@@ -127,15 +144,18 @@ impl KafkaPartitionSplitReader {
         tpl
     }
 
+    /// The index of a live split.
+    fn index_of(&mut self, topic: &str, partition: i32) -> Option<usize> {
+        index_in(&self.splits, &mut self.last_hit, topic, partition)
+    }
+
     /// Stop fetching a split and report it finished.
     fn finish(&mut self, topic: &str, partition: i32, reason: FinishReason, out: &mut Vec<(SplitId, FinishReason)>) {
-        let Some(parts) = self.splits.get_mut(topic) else {
+        let Some(i) = self.index_of(topic, partition) else {
             return;
         };
-        let Some(split) = parts.remove(&partition) else {
-            return;
-        };
-        self.live -= 1;
+        let split = self.splits.swap_remove(i);
+        self.live = self.splits.len();
         split.metrics.remaining.set(0.0);
         info!(split_id = %split.id, position = split.position, stop_offset = ?split.stop, ?reason, "split reached its end");
         let tpl = self.tpl_of(topic, &[partition]);
@@ -149,7 +169,7 @@ impl KafkaPartitionSplitReader {
     /// past transaction markers and aborted records that are never delivered as messages.
     fn check_positions(&mut self, out: &mut Vec<(SplitId, FinishReason)>) -> Result<()> {
         self.last_position_check = Instant::now();
-        if !self.splits.values().flat_map(|p| p.values()).any(|s| s.stop.is_some()) {
+        if !self.splits.iter().any(|s| s.stop.is_some()) {
             return Ok(());
         }
         let positions = self
@@ -162,9 +182,8 @@ impl KafkaPartitionSplitReader {
                 continue;
             };
             if let Some(split) = self
-                .splits
-                .get_mut(elem.topic())
-                .and_then(|p| p.get_mut(&elem.partition()))
+                .index_of(elem.topic(), elem.partition())
+                .map(|i| &mut self.splits[i])
             {
                 if pos > split.position {
                     split.position = pos;
@@ -186,7 +205,7 @@ impl KafkaPartitionSplitReader {
     /// Which splits' positions retention deleted, for the error message.
     fn describe_out_of_range(&self) -> String {
         let mut lost = Vec::new();
-        for split in self.splits.values().flat_map(|p| p.values()) {
+        for split in &self.splits {
             if let Ok((low, _)) = self
                 .consumer
                 .fetch_watermarks(&split.topic, split.partition, Duration::from_secs(5))
@@ -203,29 +222,6 @@ impl KafkaPartitionSplitReader {
             "a start offset is out of range".to_string()
         } else {
             lost.join("; ")
-        }
-    }
-
-    fn record_of(message: &BorrowedMessage<'_>, topic: &Arc<str>) -> Record {
-        let headers = match message.headers() {
-            Some(h) => h
-                .iter()
-                .map(|h| Header {
-                    key: h.key.to_string(),
-                    value: h.value.map(<[u8]>::to_vec),
-                })
-                .collect(),
-            None => Vec::new(),
-        };
-        Record {
-            topic: Some(Arc::clone(topic)),
-            partition: Some(message.partition()),
-            offset: Some(message.offset()),
-            timestamp: message.timestamp().to_millis(),
-            key: message.key().map(<[u8]>::to_vec),
-            value: message.payload().map(<[u8]>::to_vec),
-            headers,
-            ..Record::default()
         }
     }
 }
@@ -247,73 +243,97 @@ impl SplitReader for KafkaPartitionSplitReader {
         let mut idle = false;
         let mut timeout = POLL_TIMEOUT;
         let mut to_finish: Vec<(Arc<str>, i32)> = Vec::new();
-        while count < self.max_batch_records {
-            let message = match self.consumer.poll(timeout) {
-                None => {
-                    idle = count == 0;
-                    break;
+        let mut failure: Option<Error> = None;
+        let mut out_of_range = false;
+        while count < self.max_batch_records && failure.is_none() && !out_of_range {
+            let (splits, last_hit) = (&mut self.splits, &mut self.last_hit);
+            let read = self.queue.read(timeout, |event| match event {
+                Event::Message(m) => {
+                    let Some(index) = index_in(splits, last_hit, m.topic, m.partition) else {
+                        return; // a split removed a moment ago
+                    };
+                    let split = &mut splits[index];
+                    if split.stop.is_some_and(|stop| m.offset >= stop) {
+                        to_finish.push((split.topic.clone(), split.partition));
+                        return;
+                    }
+                    let record = Record {
+                        topic: Some(Arc::clone(&split.topic)),
+                        partition: Some(m.partition),
+                        offset: Some(m.offset),
+                        timestamp: m.timestamp,
+                        key: m.key.map(<[u8]>::to_vec),
+                        value: m.payload.map(<[u8]>::to_vec),
+                        headers: m.headers(),
+                        ..Record::default()
+                    };
+                    split.position = m.offset + 1;
+                    split.fetched_records += 1;
+                    split.fetched_bytes += (m.key.map_or(0, <[u8]>::len) + m.payload.map_or(0, <[u8]>::len)) as u64;
+                    split.last_timestamp = record.timestamp;
+                    let slot = match split.slot {
+                        Some(slot) => slot,
+                        None => {
+                            groups.push((split.id.clone(), Vec::with_capacity(1024)));
+                            split.slot = Some(groups.len() - 1);
+                            groups.len() - 1
+                        }
+                    };
+                    groups[slot].1.push(record);
+                    count += 1;
+                    if split.stop.is_some_and(|stop| split.position >= stop) {
+                        to_finish.push((split.topic.clone(), split.partition));
+                    }
                 }
-                Some(Ok(m)) => m,
-                Some(Err(KafkaError::PartitionEOF(_))) => {
-                    eof = true;
-                    timeout = Duration::ZERO;
-                    continue;
+                Event::PartitionEof { .. } => eof = true,
+                Event::Error {
+                    code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET,
+                    ..
+                } => {
+                    out_of_range = true;
                 }
-                Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset))) => {
-                    return Err(Error::runtime(
-                        "reading Kafka",
-                        format!(
-                            "{} (retention deleted it; set source.offset_reset = \"earliest\" or \"latest\" to continue from there)",
-                            self.describe_out_of_range()
-                        ),
+                Event::Error {
+                    code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__FATAL,
+                    message,
+                    topic,
+                    partition,
+                } => {
+                    failure.get_or_insert(Error::runtime(
+                        format!("consuming {topic}:{partition}"),
+                        format!("fatal consumer error: {message}"),
                     ));
                 }
-                Some(Err(e @ KafkaError::MessageConsumptionFatal(_))) => {
-                    return Err(Error::kafka(format!("consuming from {}", self.bootstrap_servers), e));
-                }
-                Some(Err(e)) => {
+                Event::Error {
+                    message,
+                    topic,
+                    partition,
+                    ..
+                } => {
                     // transient: librdkafka retries broker failures by itself
-                    debug!(error = %e, "consumer error");
+                    debug!(topic, partition, error = %message, "consumer error");
                     metrics::counter!("tidegate_kafka_consumer_errors_total").increment(1);
-                    timeout = Duration::ZERO;
-                    continue;
                 }
-            };
+            });
             timeout = Duration::ZERO;
-            let Some(split) = self
-                .splits
-                .get_mut(message.topic())
-                .and_then(|p| p.get_mut(&message.partition()))
-            else {
-                continue; // a split removed a moment ago
-            };
-            let offset = message.offset();
-            if split.stop.is_some_and(|stop| offset >= stop) {
-                to_finish.push((split.topic.clone(), split.partition));
-                continue;
-            }
-            let record = Self::record_of(&message, &split.topic);
-            split.position = offset + 1;
-            split.fetched_records += 1;
-            split.fetched_bytes +=
-                (record.value.as_ref().map_or(0, Vec::len) + record.key.as_ref().map_or(0, Vec::len)) as u64;
-            split.last_timestamp = record.timestamp;
-            let slot = match split.slot {
-                Some(slot) => slot,
-                None => {
-                    groups.push((split.id.clone(), Vec::with_capacity(256)));
-                    split.slot = Some(groups.len() - 1);
-                    groups.len() - 1
-                }
-            };
-            groups[slot].1.push(record);
-            count += 1;
-            if split.stop.is_some_and(|stop| split.position >= stop) {
-                to_finish.push((split.topic.clone(), split.partition));
+            if read == 0 {
+                idle = count == 0;
+                break;
             }
         }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if out_of_range {
+            return Err(Error::runtime(
+                "reading Kafka",
+                format!(
+                    "{} (retention deleted it; set source.offset_reset = \"earliest\" or \"latest\" to continue from there)",
+                    self.describe_out_of_range()
+                ),
+            ));
+        }
         let now_ms = chrono::Utc::now().timestamp_millis();
-        for split in self.splits.values_mut().flat_map(|p| p.values_mut()) {
+        for split in &mut self.splits {
             split.slot = None;
             if split.fetched_records > 0 {
                 split.metrics.records.increment(split.fetched_records);
@@ -359,27 +379,23 @@ impl SplitReader for KafkaPartitionSplitReader {
                         metrics.remaining.set((stop - split.next_offset).max(0) as f64);
                     }
                     debug!(split_id = %id, next_offset = split.next_offset, "fetching split");
-                    let parts = self.splits.entry(Box::from(split.topic.as_str())).or_default();
-                    if parts
-                        .insert(
-                            split.partition,
-                            LiveSplit {
-                                id,
-                                topic,
-                                partition: split.partition,
-                                stop: split.stop_offset,
-                                position: split.next_offset,
-                                metrics,
-                                slot: None,
-                                fetched_records: 0,
-                                fetched_bytes: 0,
-                                last_timestamp: None,
-                            },
-                        )
-                        .is_none()
-                    {
-                        self.live += 1;
+                    let live = LiveSplit {
+                        id,
+                        topic,
+                        partition: split.partition,
+                        stop: split.stop_offset,
+                        position: split.next_offset,
+                        metrics,
+                        slot: None,
+                        fetched_records: 0,
+                        fetched_bytes: 0,
+                        last_timestamp: None,
+                    };
+                    match self.index_of(&split.topic, split.partition) {
+                        Some(i) => self.splits[i] = live,
+                        None => self.splits.push(live),
                     }
+                    self.live = self.splits.len();
                 }
                 if tpl.count() > 0 {
                     self.consumer
@@ -389,16 +405,14 @@ impl SplitReader for KafkaPartitionSplitReader {
             }
             SplitsChange::Remove(ids) => {
                 let mut tpl = TopicPartitionList::new();
-                for parts in self.splits.values_mut() {
-                    parts.retain(|_, s| {
-                        let keep = !ids.contains(&s.id);
-                        if !keep {
-                            tpl.add_partition(&s.topic, s.partition);
-                        }
-                        keep
-                    });
-                }
-                self.live = self.splits.values().map(HashMap::len).sum();
+                self.splits.retain(|s| {
+                    let keep = !ids.contains(&s.id);
+                    if !keep {
+                        tpl.add_partition(&s.topic, s.partition);
+                    }
+                    keep
+                });
+                self.live = self.splits.len();
                 if tpl.count() > 0 {
                     if let Err(e) = self.consumer.incremental_unassign(&tpl) {
                         warn!(error = %e, "could not unassign removed splits");
@@ -412,7 +426,7 @@ impl SplitReader for KafkaPartitionSplitReader {
     fn pause_or_resume_splits(&mut self, pause: &[SplitId], resume: &[SplitId]) -> Result<()> {
         let collect = |ids: &[SplitId]| {
             let mut tpl = TopicPartitionList::new();
-            for s in self.splits.values().flat_map(|p| p.values()) {
+            for s in &self.splits {
                 if ids.contains(&s.id) {
                     tpl.add_partition(&s.topic, s.partition);
                 }

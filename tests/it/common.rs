@@ -99,7 +99,8 @@ impl TestKafka {
 
     pub fn create_named_topic(&self, name: &str, partitions: i32) {
         let admin = self.admin();
-        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        // Records in tests carry fixed historical timestamps: time-based retention must not delete them.
+        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1)).set("retention.ms", "-1");
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
         let results = block_on(admin.create_topics([&topic], &options)).expect("create_topics");
         for r in results {
@@ -200,22 +201,36 @@ impl TestKafka {
         }
     }
 
-    /// End offsets (high watermarks) of every partition.
+    /// End offsets (high watermarks) of every partition; retried while metadata is settling.
     pub fn end_offsets(&self, topic: &str) -> BTreeMap<i32, i64> {
         let consumer: BaseConsumer = self.config().create().expect("consumer");
-        let md = consumer
-            .fetch_metadata(Some(topic), Duration::from_secs(10))
-            .expect("metadata");
-        md.topics()[0]
-            .partitions()
-            .iter()
-            .map(|p| {
-                let (_, high) = consumer
-                    .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
-                    .expect("watermarks");
-                (p.id(), high)
-            })
-            .collect()
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let attempt = || -> Option<BTreeMap<i32, i64>> {
+                let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).ok()?;
+                let t = md.topics().first()?;
+                if t.error().is_some() || t.partitions().is_empty() {
+                    return None;
+                }
+                t.partitions()
+                    .iter()
+                    .map(|p| {
+                        consumer
+                            .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
+                            .ok()
+                            .map(|(_, h)| (p.id(), h))
+                    })
+                    .collect()
+            };
+            if let Some(ends) = attempt() {
+                return ends;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no metadata or watermarks for {topic}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Every committed record of the topic, per partition in offset order (read_committed).
@@ -232,11 +247,20 @@ impl TestKafka {
             tpl.add_partition_offset(topic, *p, Offset::Beginning).unwrap();
         }
         consumer.assign(&tpl).expect("assign");
-        let mut out = Vec::new();
+        let mut out: Vec<ReadRecord> = Vec::new();
         let mut done: BTreeMap<i32, bool> = ends.iter().map(|(p, e)| (*p, *e == 0)).collect();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while done.values().any(|d| !d) {
-            assert!(std::time::Instant::now() < deadline, "reading {topic} back timed out");
+            if std::time::Instant::now() > deadline {
+                let mut got: BTreeMap<i32, usize> = BTreeMap::new();
+                for r in &out {
+                    *got.entry(r.partition).or_default() += 1;
+                }
+                panic!(
+                    "reading {topic} back timed out: ends {ends:?}, records read {got:?}, positions {:?}",
+                    consumer.position().map(|p| p.to_topic_map())
+                );
+            }
             match consumer.poll(Duration::from_millis(200)) {
                 Some(Ok(m)) => {
                     let headers = m
@@ -264,11 +288,19 @@ impl TestKafka {
                         done.insert(m.partition(), true);
                     }
                 }
-                Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
-                    done.insert(p, true);
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) | None => {
+                    // the position, not the EOF event alone: it also moves past transaction markers
+                    if let Ok(positions) = consumer.position() {
+                        for e in positions.elements() {
+                            if let Offset::Offset(pos) = e.offset() {
+                                if pos >= ends[&e.partition()] {
+                                    done.insert(e.partition(), true);
+                                }
+                            }
+                        }
+                    }
                 }
                 Some(Err(e)) => panic!("reading {topic}: {e}"),
-                None => {}
             }
         }
         out.sort_by_key(|r| (r.partition, r.offset));

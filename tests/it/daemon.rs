@@ -386,3 +386,33 @@ fn validate_and_state_show() {
     let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(shown["splits"][0]["split"]["next_offset"], 5);
 }
+
+#[test]
+fn a_second_signal_exits_at_once_and_leaves_the_last_state() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("second-signal", 1);
+    produce_numbered(&kafka, &topic, 1, 100);
+    let dir = JobDir::new();
+    let config = dir.config(&replay_config(
+        &kafka,
+        &topic,
+        "[sink]\ntype = \"file\"\npath = \"{dir}/out.jsonl\"",
+        "",
+    ));
+    let out = dir.path("out.jsonl");
+    let daemon = Daemon::start(&config, &[]);
+    wait_until("a checkpoint", MINUTE, || {
+        dir.path("job.state").exists() && line_count(&out) == 100
+    });
+    daemon.signal(libc::SIGTERM);
+    daemon.signal(libc::SIGTERM);
+    let started = std::time::Instant::now();
+    let (status, log) = daemon.wait(MINUTE);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(status.code() == Some(1) || status.code() == Some(0), "{log}");
+    // whatever the timing, the state file is a complete checkpoint
+    let state: serde_json::Value = tidegate::core::state::read_state(&dir.path("job.state"))
+        .unwrap()
+        .unwrap();
+    assert!(state["splits"][0]["split"]["next_offset"].as_i64().unwrap() <= 100);
+}

@@ -43,7 +43,10 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(config: &Path, extra: &[&str]) -> Daemon {
-        let log = config.with_file_name(format!(
+        // Logs go under the target directory, never beside the config: some tests run the examples in config/.
+        let logs = Path::new(env!("CARGO_TARGET_TMPDIR")).join("daemon-logs");
+        std::fs::create_dir_all(&logs).expect("log directory");
+        let log = logs.join(format!(
             "daemon-{}.log",
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

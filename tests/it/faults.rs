@@ -631,3 +631,28 @@ fn metrics_bind_to_loopback_and_secrets_are_never_logged() {
     );
     eprintln!("faults: SASL settings pass through (the plaintext broker refuses them); password never printed; metrics on 127.0.0.1");
 }
+
+#[test]
+fn the_broker_script_is_idempotent_stops_only_its_broker_and_shows_a_failed_start() {
+    let broker = OwnBroker::start();
+    let first = broker.pid();
+    broker.script("start"); // a second start: the same broker
+    assert_eq!(broker.pid(), first, "a second start must not start a second broker");
+    let running = |pid: i32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+    assert!(running(first));
+    broker.script("stop");
+    wait_until("the broker process gone", MINUTE, || !running(first));
+    // a start that cannot work prints the broker's own words and fails
+    let out = Command::new(format!("{}/scripts/kafka", env!("CARGO_MANIFEST_DIR")))
+        .arg("start")
+        .envs(broker.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("KAFKA_HEAP", "1k")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("last lines of its logs") && stderr.contains("heap"),
+        "{stderr}"
+    );
+}

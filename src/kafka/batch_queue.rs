@@ -1,0 +1,179 @@
+//! Batched reads from librdkafka's consumer queue (`rd_kafka_consume_batch_queue`).
+//!
+//! Hand-rolled over rdkafka's raw bindings because rust-rdkafka's `BaseConsumer::poll` takes one
+//! event per call, with a clock read and an `Arc` allocation per message; on the replay hot path
+//! that was the fetcher thread's largest cost after the copies themselves. Everything else
+//! (assignment, positions, pause/resume) still goes through rust-rdkafka's safe API on the same
+//! consumer. Each message is lent to a callback as a [`MessageView`] and destroyed right after it.
+
+use std::ffi::CStr;
+use std::time::Duration;
+
+use rdkafka::bindings as rd;
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::types::RDKafkaRespErr;
+
+use super::client::TracingContext;
+use crate::record::Header;
+
+/// A message, borrowed from librdkafka for the length of a callback.
+pub struct MessageView<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp: Option<i64>,
+    pub key: Option<&'a [u8]>,
+    pub payload: Option<&'a [u8]>,
+    headers: *mut rd::rd_kafka_headers_t,
+}
+
+impl MessageView<'_> {
+    /// The headers, copied.
+    pub fn headers(&self) -> Vec<Header> {
+        if self.headers.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: the headers belong to the message, alive for the view's lifetime.
+        unsafe {
+            let count = rd::rd_kafka_header_cnt(self.headers);
+            let mut out = Vec::with_capacity(count);
+            for idx in 0..count {
+                let mut name = std::ptr::null();
+                let mut value = std::ptr::null();
+                let mut size = 0usize;
+                if rd::rd_kafka_header_get_all(self.headers, idx, &mut name, &mut value, &mut size)
+                    == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR
+                {
+                    out.push(Header {
+                        key: CStr::from_ptr(name).to_string_lossy().into_owned(),
+                        value: (!value.is_null())
+                            .then(|| std::slice::from_raw_parts(value as *const u8, size).to_vec()),
+                    });
+                }
+            }
+            out
+        }
+    }
+}
+
+/// What a batch read yields, in queue order.
+pub enum Event<'a> {
+    Message(MessageView<'a>),
+    /// The partition's fetch position reached the end of its log (or its last stable offset).
+    PartitionEof {
+        topic: &'a str,
+        partition: i32,
+    },
+    /// A consumer error: librdkafka's code and description.
+    Error {
+        code: RDKafkaRespErr,
+        message: String,
+        topic: &'a str,
+        partition: i32,
+    },
+}
+
+/// The consumer queue of a consumer (which must have a `group.id`, so rust-rdkafka forwarded
+/// its main queue to it).
+pub struct ConsumerQueue {
+    queue: *mut rd::rd_kafka_queue_t,
+    buffer: Vec<*mut rd::rd_kafka_message_t>,
+}
+
+// SAFETY: librdkafka queues are thread-safe; the pointer is only used by the thread that owns
+// this value (a fetcher), and the consumer outlives it (both live in the split reader, the queue
+// field declared first so it is dropped first).
+unsafe impl Send for ConsumerQueue {}
+
+impl ConsumerQueue {
+    /// The consumer queue of `consumer`; `None` if librdkafka has none (no `group.id`).
+    pub fn new(consumer: &BaseConsumer<TracingContext>, batch: usize) -> Option<Self> {
+        use rdkafka::consumer::Consumer;
+        // SAFETY: the client pointer is valid for the consumer's lifetime; the returned queue
+        // holds its own reference and is released in Drop.
+        let queue = unsafe { rd::rd_kafka_queue_get_consumer(consumer.client().native_ptr()) };
+        (!queue.is_null()).then(|| ConsumerQueue {
+            queue,
+            buffer: vec![std::ptr::null_mut(); batch.max(1)],
+        })
+    }
+
+    /// Up to the buffer's size of events, waiting up to `timeout` for the first; each is handed
+    /// to `f` while librdkafka still owns it. Returns how many there were.
+    pub fn read(&mut self, timeout: Duration, mut f: impl FnMut(Event<'_>)) -> usize {
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: the buffer has room for `len` pointers; librdkafka fills the first `n`.
+        let n =
+            unsafe { rd::rd_kafka_consume_batch_queue(self.queue, ms, self.buffer.as_mut_ptr(), self.buffer.len()) };
+        let n = n.max(0) as usize;
+        for i in 0..n {
+            let msg = self.buffer[i];
+            // SAFETY: librdkafka returned `n` valid messages; each is viewed once, then destroyed.
+            unsafe {
+                f(view(&*msg));
+                rd::rd_kafka_message_destroy(msg);
+            }
+        }
+        n
+    }
+}
+
+impl Drop for ConsumerQueue {
+    fn drop(&mut self) {
+        // SAFETY: the queue reference obtained in `new`, released once.
+        unsafe { rd::rd_kafka_queue_destroy(self.queue) }
+    }
+}
+
+/// A view of a message.
+///
+/// # Safety
+/// `m` must be a valid message returned by librdkafka, not destroyed while the view lives.
+unsafe fn view(m: &rd::rd_kafka_message_t) -> Event<'_> {
+    let topic = if m.rkt.is_null() {
+        ""
+    } else {
+        CStr::from_ptr(rd::rd_kafka_topic_name(m.rkt)).to_str().unwrap_or("")
+    };
+    if m.err != RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
+        if m.err == RDKafkaRespErr::RD_KAFKA_RESP_ERR__PARTITION_EOF {
+            return Event::PartitionEof {
+                topic,
+                partition: m.partition,
+            };
+        }
+        let text = rd::rd_kafka_message_errstr(m);
+        let message = if text.is_null() {
+            CStr::from_ptr(rd::rd_kafka_err2str(m.err))
+                .to_string_lossy()
+                .into_owned()
+        } else {
+            CStr::from_ptr(text).to_string_lossy().into_owned()
+        };
+        return Event::Error {
+            code: m.err,
+            message,
+            topic,
+            partition: m.partition,
+        };
+    }
+    let bytes = |ptr: *mut std::ffi::c_void, len: usize| {
+        (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr as *const u8, len))
+    };
+    let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+    let ts = rd::rd_kafka_message_timestamp(m, &mut kind);
+    let timestamp = (kind != rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE && ts >= 0).then_some(ts);
+    let mut headers: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
+    if rd::rd_kafka_message_headers(m, &mut headers) != RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
+        headers = std::ptr::null_mut();
+    }
+    Event::Message(MessageView {
+        topic,
+        partition: m.partition,
+        offset: m.offset,
+        timestamp,
+        key: bytes(m.key, m.key_len),
+        payload: bytes(m.payload, m.len),
+        headers,
+    })
+}
