@@ -113,10 +113,13 @@ impl KafkaPartitionSplitReader {
             // default) whenever its prefetch queue is over the thresholds below; a replay drains
             // the queue a batch at a time, so the default starved it to a quarter of kcat's rate
             ("fetch.queue.backoff.ms", "10"),
-            // a smaller prefetch queue: enough to keep the pipeline busy, and a bounded memory
-            // (the defaults, 100k messages / 64 MiB per partition, cost RSS for no throughput)
+            // a smaller prefetch queue and smaller fetches: enough to keep the pipeline busy, and
+            // a bounded memory. The defaults (100k messages, 64 MiB, 1 MiB per partition and fetch)
+            // cost RSS for little throughput: replaying 100-byte records from 2 partitions peaked at
+            // 100 MiB with 8 MiB / 1 MiB, 60 MiB with 4 MiB / 512 KiB (scripts/bench, README)
             ("queued.min.messages", "20000"),
-            ("queued.max.messages.kbytes", "8192"),
+            ("queued.max.messages.kbytes", "4096"),
+            ("max.partition.fetch.bytes", "524288"),
         ];
         let consumer: BaseConsumer<TracingContext> =
             client_config(&settings.bootstrap_servers, &defaults, &settings.properties)
