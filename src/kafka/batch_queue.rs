@@ -98,13 +98,13 @@ impl ConsumerQueue {
         })
     }
 
-    /// Up to the buffer's size of events, waiting up to `timeout` for the first; each is handed
-    /// to `f` while librdkafka still owns it. Returns how many there were.
-    pub fn read(&mut self, timeout: Duration, mut f: impl FnMut(Event<'_>)) -> usize {
+    /// Up to `max` events (at most the buffer's size), waiting up to `timeout` for the first; each
+    /// is handed to `f` while librdkafka still owns it. Returns how many there were.
+    pub fn read(&mut self, timeout: Duration, max: usize, mut f: impl FnMut(Event<'_>)) -> usize {
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        let len = max.clamp(1, self.buffer.len());
         // SAFETY: the buffer has room for `len` pointers; librdkafka fills the first `n`.
-        let n =
-            unsafe { rd::rd_kafka_consume_batch_queue(self.queue, ms, self.buffer.as_mut_ptr(), self.buffer.len()) };
+        let n = unsafe { rd::rd_kafka_consume_batch_queue(self.queue, ms, self.buffer.as_mut_ptr(), len) };
         let n = n.max(0) as usize;
         for i in 0..n {
             let msg = self.buffer[i];

@@ -76,12 +76,10 @@ pub struct KafkaPartitionSplitReader {
     /// Declared before the consumer, so it is released first.
     queue: ConsumerQueue,
     consumer: BaseConsumer<TracingContext>,
-    /// Live splits by topic, then partition.
     /// Live splits. Looked up per record, so by a last-hit cache and a scan rather than hashing:
     /// librdkafka hands records over in runs of one partition.
     splits: Vec<LiveSplit>,
     last_hit: usize,
-    live: usize,
     finished: Vec<(SplitId, FinishReason)>,
     max_batch_records: usize,
     last_position_check: Instant,
@@ -132,7 +130,6 @@ impl KafkaPartitionSplitReader {
             consumer,
             splits: Vec::new(),
             last_hit: 0,
-            live: 0,
             finished: Vec::new(),
             max_batch_records: max_batch_records.max(1),
             last_position_check: Instant::now(),
@@ -158,7 +155,6 @@ impl KafkaPartitionSplitReader {
             return;
         };
         let split = self.splits.swap_remove(i);
-        self.live = self.splits.len();
         split.metrics.remaining.set(0.0);
         info!(split_id = %split.id, position = split.position, stop_offset = ?split.stop, ?reason, "split reached its end");
         let tpl = self.tpl_of(topic, &[partition]);
@@ -236,7 +232,7 @@ impl SplitReader for KafkaPartitionSplitReader {
     fn fetch(&mut self) -> Result<RecordsWithSplitIds<Record>> {
         let mut batch = RecordsWithSplitIds::default();
         let mut finished = std::mem::take(&mut self.finished);
-        if self.live == 0 {
+        if self.splits.is_empty() {
             batch.finished = finished;
             return Ok(batch);
         }
@@ -250,73 +246,75 @@ impl SplitReader for KafkaPartitionSplitReader {
         let mut out_of_range = false;
         while count < self.max_batch_records && failure.is_none() && !out_of_range {
             let (splits, last_hit) = (&mut self.splits, &mut self.last_hit);
-            let read = self.queue.read(timeout, |event| match event {
-                Event::Message(m) => {
-                    let Some(index) = index_in(splits, last_hit, m.topic, m.partition) else {
-                        return; // a split removed a moment ago
-                    };
-                    let split = &mut splits[index];
-                    if split.stop.is_some_and(|stop| m.offset >= stop) {
-                        to_finish.push((split.topic.clone(), split.partition));
-                        return;
-                    }
-                    let record = Record {
-                        topic: Some(Arc::clone(&split.topic)),
-                        partition: Some(m.partition),
-                        offset: Some(m.offset),
-                        timestamp: m.timestamp,
-                        key: m.key.map(<[u8]>::to_vec),
-                        value: m.payload.map(<[u8]>::to_vec),
-                        headers: m.headers(),
-                        ..Record::default()
-                    };
-                    split.position = m.offset + 1;
-                    split.fetched_records += 1;
-                    split.fetched_bytes += (m.key.map_or(0, <[u8]>::len) + m.payload.map_or(0, <[u8]>::len)) as u64;
-                    split.last_timestamp = record.timestamp;
-                    let slot = match split.slot {
-                        Some(slot) => slot,
-                        None => {
-                            groups.push((split.id.clone(), Vec::with_capacity(1024)));
-                            split.slot = Some(groups.len() - 1);
-                            groups.len() - 1
+            let read = self
+                .queue
+                .read(timeout, self.max_batch_records - count, |event| match event {
+                    Event::Message(m) => {
+                        let Some(index) = index_in(splits, last_hit, m.topic, m.partition) else {
+                            return; // a split removed a moment ago
+                        };
+                        let split = &mut splits[index];
+                        if split.stop.is_some_and(|stop| m.offset >= stop) {
+                            to_finish.push((split.topic.clone(), split.partition));
+                            return;
                         }
-                    };
-                    groups[slot].1.push(record);
-                    count += 1;
-                    if split.stop.is_some_and(|stop| split.position >= stop) {
-                        to_finish.push((split.topic.clone(), split.partition));
+                        let record = Record {
+                            topic: Some(Arc::clone(&split.topic)),
+                            partition: Some(m.partition),
+                            offset: Some(m.offset),
+                            timestamp: m.timestamp,
+                            key: m.key.map(<[u8]>::to_vec),
+                            value: m.payload.map(<[u8]>::to_vec),
+                            headers: m.headers(),
+                            ..Record::default()
+                        };
+                        split.position = m.offset + 1;
+                        split.fetched_records += 1;
+                        split.fetched_bytes += (m.key.map_or(0, <[u8]>::len) + m.payload.map_or(0, <[u8]>::len)) as u64;
+                        split.last_timestamp = record.timestamp;
+                        let slot = match split.slot {
+                            Some(slot) => slot,
+                            None => {
+                                groups.push((split.id.clone(), Vec::with_capacity(1024)));
+                                split.slot = Some(groups.len() - 1);
+                                groups.len() - 1
+                            }
+                        };
+                        groups[slot].1.push(record);
+                        count += 1;
+                        if split.stop.is_some_and(|stop| split.position >= stop) {
+                            to_finish.push((split.topic.clone(), split.partition));
+                        }
                     }
-                }
-                Event::PartitionEof { .. } => eof = true,
-                Event::Error {
-                    code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET,
-                    ..
-                } => {
-                    out_of_range = true;
-                }
-                Event::Error {
-                    code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__FATAL,
-                    message,
-                    topic,
-                    partition,
-                } => {
-                    failure.get_or_insert(Error::runtime(
-                        format!("consuming {topic}:{partition}"),
-                        format!("fatal consumer error: {message}"),
-                    ));
-                }
-                Event::Error {
-                    message,
-                    topic,
-                    partition,
-                    ..
-                } => {
-                    // transient: librdkafka retries broker failures by itself
-                    debug!(topic, partition, error = %message, "consumer error");
-                    metrics::counter!("tidegate_kafka_consumer_errors_total").increment(1);
-                }
-            });
+                    Event::PartitionEof { .. } => eof = true,
+                    Event::Error {
+                        code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET,
+                        ..
+                    } => {
+                        out_of_range = true;
+                    }
+                    Event::Error {
+                        code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__FATAL,
+                        message,
+                        topic,
+                        partition,
+                    } => {
+                        failure.get_or_insert(Error::runtime(
+                            format!("consuming {topic}:{partition}"),
+                            format!("fatal consumer error: {message}"),
+                        ));
+                    }
+                    Event::Error {
+                        message,
+                        topic,
+                        partition,
+                        ..
+                    } => {
+                        // transient: librdkafka retries broker failures by itself
+                        debug!(topic, partition, error = %message, "consumer error");
+                        metrics::counter!("tidegate_kafka_consumer_errors_total").increment(1);
+                    }
+                });
             timeout = Duration::ZERO;
             if read == 0 {
                 idle = count == 0;
@@ -398,7 +396,6 @@ impl SplitReader for KafkaPartitionSplitReader {
                         Some(i) => self.splits[i] = live,
                         None => self.splits.push(live),
                     }
-                    self.live = self.splits.len();
                 }
                 if tpl.count() > 0 {
                     self.consumer
@@ -415,7 +412,6 @@ impl SplitReader for KafkaPartitionSplitReader {
                     }
                     keep
                 });
-                self.live = self.splits.len();
                 if tpl.count() > 0 {
                     if let Err(e) = self.consumer.incremental_unassign(&tpl) {
                         warn!(error = %e, "could not unassign removed splits");
