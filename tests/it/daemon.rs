@@ -52,7 +52,7 @@ fn a_topic_is_copied_to_a_file_record_by_record() {
     let config = dir.config(&replay_config(
         &kafka,
         &topic,
-        "[sink]\ntype = \"file\"\npath = \"{dir}/out.jsonl\"",
+        FILE_SINK,
         "stopping_offsets = \"latest\"",
     ));
     let (code, log) = run(&config, &[], MINUTE);
@@ -114,7 +114,7 @@ fn kill_9_and_restart_loses_nothing_and_duplicates_at_most_one_interval() {
     let config = dir.config(&replay_config(
         &kafka,
         &topic,
-        "[sink]\ntype = \"file\"\npath = \"{dir}/out.jsonl\"",
+        FILE_SINK,
         "stopping_offsets = \"latest\"",
     ));
     let out = dir.path("out.jsonl");
@@ -196,12 +196,7 @@ fn sigterm_stops_gracefully_and_a_rerun_continues() {
     produce_numbered(&kafka, &topic, 2, 200);
     let dir = JobDir::new();
     // unbounded: only a signal ends it
-    let config = dir.config(&replay_config(
-        &kafka,
-        &topic,
-        "[sink]\ntype = \"file\"\npath = \"{dir}/out.jsonl\"",
-        "",
-    ));
+    let config = dir.config(&replay_config(&kafka, &topic, FILE_SINK, ""));
     let out = dir.path("out.jsonl");
     let daemon = Daemon::start(&config, &[]);
     wait_until("the first records", MINUTE, || line_count(&out) == 200);
@@ -393,12 +388,7 @@ fn a_second_signal_exits_at_once_and_leaves_the_last_state() {
     let topic = kafka.create_topic("second-signal", 1);
     produce_numbered(&kafka, &topic, 1, 100);
     let dir = JobDir::new();
-    let config = dir.config(&replay_config(
-        &kafka,
-        &topic,
-        "[sink]\ntype = \"file\"\npath = \"{dir}/out.jsonl\"",
-        "",
-    ));
+    let config = dir.config(&replay_config(&kafka, &topic, FILE_SINK, ""));
     let out = dir.path("out.jsonl");
     let daemon = Daemon::start(&config, &[]);
     wait_until("a checkpoint", MINUTE, || {

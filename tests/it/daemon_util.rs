@@ -31,6 +31,9 @@ impl JobDir {
     }
 }
 
+/// A file sink writing `out.jsonl` in the job directory.
+pub const FILE_SINK: &str = "[sink]\ntype = \"file\"\npath = \"{dir}/out.jsonl\"";
+
 pub fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_tidegate")
 }

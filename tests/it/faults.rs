@@ -95,7 +95,7 @@ fn kill_nine_times(sink_kind: &str) {
     let dir = JobDir::new();
     let out_topic = kafka.create_topic("faults-kill-out", 2);
     let sink = match sink_kind {
-        "file" => "[sink]\ntype = \"file\"\npath = \"{dir}/out.jsonl\"".to_string(),
+        "file" => FILE_SINK.to_string(),
         _ => format!(
             "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{out_topic}\"\npreserve_partition = true",
             kafka.bootstrap
@@ -300,15 +300,8 @@ fn broker_fault(fault: &str) {
     let total = 300_000;
     produce_coordinates(&kafka, &topic, 2, total);
     let dir = JobDir::new();
-    let config = dir.config(
-        &replay_config(
-            &kafka,
-            &topic,
-            "[sink]\ntype = \"file\"\npath = \"{dir}/out.jsonl\"",
-            "200ms",
-        )
-        .replace("[job]", "[job]\nqueue_capacity = 1"),
-    );
+    let config =
+        dir.config(&replay_config(&kafka, &topic, FILE_SINK, "200ms").replace("[job]", "[job]\nqueue_capacity = 1"));
     let out = dir.path("out.jsonl");
     let daemon = Daemon::start(&config, &[]);
     wait_until("some output", MINUTE, || line_count(&out) > 20_000);
@@ -512,15 +505,8 @@ fn offsets_deleted_by_retention_are_an_error_unless_a_reset_is_chosen() {
     produce_coordinates(&kafka, &topic, 1, 100);
     let dir = JobDir::new();
     // unbounded: the split stays open, with its position in the state file
-    let config = dir.config(
-        &replay_config(
-            &kafka,
-            &topic,
-            "[sink]\ntype = \"file\"\npath = \"{dir}/out.jsonl\"",
-            "1s",
-        )
-        .replace("stopping_offsets = \"latest\"", ""),
-    );
+    let config =
+        dir.config(&replay_config(&kafka, &topic, FILE_SINK, "1s").replace("stopping_offsets = \"latest\"", ""));
     let out = dir.path("out.jsonl");
     let stop_after = |lines: usize, extra: &[&str]| {
         let daemon = Daemon::start(&config, extra);
