@@ -21,26 +21,7 @@ fn produce_numbered(kafka: &TestKafka, topic: &str, partitions: i32, n: usize) {
 }
 
 fn replay_config(kafka: &TestKafka, topic: &str, sink: &str, extra_source: &str) -> String {
-    format!(
-        r#"
-[job]
-parallelism = 2
-
-[source]
-type = "kafka"
-bootstrap_servers = "{}"
-topics = ["{topic}"]
-format = "string"
-{extra_source}
-
-{sink}
-
-[checkpoint]
-path = "{{dir}}/job.state"
-interval = "200ms"
-"#,
-        kafka.bootstrap
-    )
+    crate::daemon_util::replay_config(kafka, topic, sink, extra_source, "200ms")
 }
 
 #[test]

@@ -31,6 +31,37 @@ impl JobDir {
     }
 }
 
+/// A replay of `topic` as strings at parallelism 2 into `sink`, checkpointed to `{dir}/job.state`
+/// every `interval`; `extra_source` adds lines to `[source]`.
+pub fn replay_config(
+    kafka: &crate::common::TestKafka,
+    topic: &str,
+    sink: &str,
+    extra_source: &str,
+    interval: &str,
+) -> String {
+    format!(
+        r#"
+[job]
+parallelism = 2
+
+[source]
+type = "kafka"
+bootstrap_servers = "{}"
+topics = ["{topic}"]
+format = "string"
+{extra_source}
+
+{sink}
+
+[checkpoint]
+path = "{{dir}}/job.state"
+interval = "{interval}"
+"#,
+        kafka.bootstrap
+    )
+}
+
 /// A file sink writing `out.jsonl` in the job directory.
 pub const FILE_SINK: &str = "[sink]\ntype = \"file\"\npath = \"{dir}/out.jsonl\"";
 

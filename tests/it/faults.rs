@@ -33,27 +33,9 @@ fn produce_coordinates(kafka: &TestKafka, topic: &str, partitions: i32, n: usize
     kafka.produce(topic, &records);
 }
 
+/// A bounded replay (to the end offsets at start) checkpointed every `interval`.
 fn replay_config(kafka: &TestKafka, topic: &str, sink: &str, interval: &str) -> String {
-    format!(
-        r#"
-[job]
-parallelism = 2
-
-[source]
-type = "kafka"
-bootstrap_servers = "{}"
-topics = ["{topic}"]
-stopping_offsets = "latest"
-format = "string"
-
-{sink}
-
-[checkpoint]
-path = "{{dir}}/job.state"
-interval = "{interval}"
-"#,
-        kafka.bootstrap
-    )
+    crate::daemon_util::replay_config(kafka, topic, sink, "stopping_offsets = \"latest\"", interval)
 }
 
 /// Checkpointed next offsets per partition.
