@@ -201,6 +201,37 @@ impl TestKafka {
         }
     }
 
+    /// Set (or, with `None`, remove) a broker-side fetch quota for a client id: Kafka throttles
+    /// that client to `bytes_per_second`, whatever the speed of this machine. Fault tests pace a
+    /// replay this way, so the work they interrupt lasts long enough on a fast machine too.
+    /// Runs Kafka's own `ConfigCommand` from the jars `scripts/kafka` fetched.
+    pub fn set_consumer_quota(&self, client_id: &str, bytes_per_second: Option<u64>) {
+        let script = format!("{}/scripts/kafka", env!("CARGO_MANIFEST_DIR"));
+        let classpath = std::process::Command::new(&script)
+            .arg("classpath")
+            .output()
+            .expect("scripts/kafka classpath");
+        assert!(classpath.status.success(), "scripts/kafka classpath failed");
+        let classpath = String::from_utf8_lossy(&classpath.stdout).trim().to_string();
+        let change = match bytes_per_second {
+            Some(rate) => vec!["--add-config".to_string(), format!("consumer_byte_rate={rate}")],
+            None => vec!["--delete-config".to_string(), "consumer_byte_rate".to_string()],
+        };
+        let out = std::process::Command::new("java")
+            .args(["-Xmx128m", "-cp", &classpath, "org.apache.kafka.tools.ConfigCommand"])
+            .args(["--bootstrap-server", &self.bootstrap, "--alter"])
+            .args(["--entity-type", "clients", "--entity-name", client_id])
+            .args(&change)
+            .output()
+            .expect("running Kafka's ConfigCommand (java)");
+        assert!(
+            out.status.success(),
+            "setting a client quota failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// End offsets (high watermarks) of every partition; retried while metadata is settling.
     pub fn end_offsets(&self, topic: &str) -> BTreeMap<i32, i64> {
         let consumer: BaseConsumer = self.config().create().expect("consumer");

@@ -65,15 +65,33 @@ fn checkpoint_id(dir: &JobDir) -> u64 {
         .unwrap_or(0)
 }
 
-/// Kill the replay with -9 at ten pseudo-random points, restarting each time; then check the
+/// The records the running daemon's sink has taken, from its metrics endpoint.
+fn records_written(port: u16) -> Option<u64> {
+    let text = http_get(&format!("127.0.0.1:{port}"), "/metrics")?;
+    metric(&text, "tidegate_records_written_total").map(|v| v as u64)
+}
+
+/// How many times the kill tests kill the replay.
+const KILLS: usize = 20;
+
+/// Kill the replay with -9 at `KILLS` pseudo-random points, restarting each time; then check the
 /// output for loss, duplicates (each kill may repeat only what was written after the last
 /// completed checkpoint) and order within each partition.
+///
+/// The kills are placed by progress, not by time: each restart is killed once it has completed a
+/// checkpoint (so the job moves on) and its sink has taken a random number of records. The
+/// broker paces the replay with a fetch quota on the daemon's client id, so a fast machine cannot
+/// finish the million records before the kills are done, and a slow one only takes longer.
 fn kill_nine_times(sink_kind: &str) {
     let kafka = TestKafka::get();
     let topic = kafka.create_topic("faults-kill", 2);
-    // enough work that the replay outlives ten kills (the reader does ~100k records/s here)
     let total = 1_000_000usize;
     produce_coordinates(&kafka, &topic, 2, total);
+    let client_id = kafka.unique_topic("kill-test-client");
+    // about 10,000 records/s of these ~105-byte records: a restart reads for well under a second
+    // before its first checkpoint, then up to 15,000 records before its kill, so twenty restarts
+    // take about a third of the records (half at 50,000 per restart)
+    kafka.set_consumer_quota(&client_id, Some(1_000_000));
     let dir = JobDir::new();
     let out_topic = kafka.create_topic("faults-kill-out", 2);
     let sink = match sink_kind {
@@ -83,7 +101,10 @@ fn kill_nine_times(sink_kind: &str) {
             kafka.bootstrap
         ),
     };
-    let config = dir.config(&replay_config(&kafka, &topic, &sink, "300ms"));
+    let config = dir.config(&format!(
+        "{}\n[source.properties]\n\"client.id\" = \"{client_id}\"\n",
+        replay_config(&kafka, &topic, &sink, "300ms")
+    ));
     let out = dir.path("out.jsonl");
     // (source partition, offset) of every record written so far
     let written = || -> Vec<(i64, i64)> {
@@ -106,11 +127,13 @@ fn kill_nine_times(sink_kind: &str) {
     let mut worst_kill = 0usize;
     let mut recoveries = Vec::new();
     let mut kills = 0;
-    while kills < 10 {
+    while kills < KILLS {
         let resumed_from = checkpoint_id(&dir);
-        let mut daemon = Daemon::start(&config, &[]);
+        let port = free_port();
+        let listen = format!("metrics.listen=127.0.0.1:{port}");
+        let mut daemon = Daemon::start(&config, &["--set", &listen]);
         let started = Instant::now();
-        let kill_after = Duration::from_millis(150 + rng.next(900));
+        let kill_at = 1 + rng.next(15_000);
         let deadline = Instant::now() + MINUTE;
         let mut recovered = None;
         let mut finished = false;
@@ -124,15 +147,15 @@ fn kill_nine_times(sink_kind: &str) {
                 finished = true;
                 break;
             }
-            if recovered.is_some() && started.elapsed() >= kill_after {
+            if recovered.is_some() && records_written(port).is_some_and(|n| n >= kill_at) {
                 break;
             }
             assert!(
                 Instant::now() < deadline,
-                "no checkpoint after a restart: {}",
+                "no checkpoint, or no progress, within a minute of a restart: {}",
                 daemon.log_text()
             );
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(2));
         }
         if finished {
             break; // the replay ended before this kill
@@ -149,7 +172,13 @@ fn kill_nine_times(sink_kind: &str) {
         allowed += after_cp;
         worst_kill = worst_kill.max(after_cp);
     }
-    assert_eq!(kills, 10, "the replay ended after {kills} kills; it should take longer");
+    let progress: i64 = checkpointed(&dir).values().sum();
+    assert_eq!(
+        kills, KILLS,
+        "the replay ended after {kills} kills; the pace should leave room for {KILLS}"
+    );
+    // the rest at full speed
+    kafka.set_consumer_quota(&client_id, None);
     let (code, log) = run(&config, &[], MINUTE * 2);
     assert_eq!(code, 0, "{log}");
     let coords = written();
@@ -181,9 +210,10 @@ fn kill_nine_times(sink_kind: &str) {
     let mean = recoveries.iter().map(Duration::as_millis).sum::<u128>() / recoveries.len().max(1) as u128;
     let worst = recoveries.iter().max().copied().unwrap_or_default().as_millis();
     eprintln!(
-        "faults: kill -9 x{kills} ({sink_kind} sink, {total} records, checkpoint every 300 ms): lost 0, \
-         duplicates {duplicates} (at most {worst_kill} in one kill: the records of one interval), \
-         time to recover (restart to the next checkpoint) mean {mean} ms, worst {worst} ms"
+        "faults: kill -9 x{kills} ({sink_kind} sink, {total} records, checkpoint every 300 ms, {progress} \
+         records durable at the last kill): lost 0, duplicates {duplicates} (at most {worst_kill} in one \
+         kill: the records of one interval), time to recover (restart to the next checkpoint) mean \
+         {mean} ms, worst {worst} ms"
     );
 }
 
