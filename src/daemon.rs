@@ -10,11 +10,10 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::cli::RunArgs;
-use crate::config::{Config, LogFormat, SinkConfig, SourceConfig};
+use crate::config::{Config, LogFormat};
+use crate::connector::{JobFuture, SinkContext, SourceContext, SourceVisitor};
 use crate::core::{Job, JobOptions, JobReport, JobStats, Sink, Source, SourceSplit, StateStore};
-use crate::datagen::{DataGeneratorSource, DatagenSettings};
 use crate::error::{Error, Result};
-use crate::kafka::KafkaSource;
 use crate::metrics::Metrics;
 use crate::progress::Progress;
 use crate::record::Record;
@@ -73,57 +72,28 @@ pub fn run(args: RunArgs) -> Result<()> {
         Some(s) => s.load::<serde_json::Value>()?.is_some(),
         None => false,
     };
-    let end_marker = match &config.source {
-        SourceConfig::Datagen(d) => match (&d.end_marker, d.generator.format) {
-            (Some(marker), crate::record::ValueFormat::Avro) => {
-                // the marker is written in the topic's format too
-                let encoder = crate::format::encoder_for(
-                    crate::record::ValueFormat::Avro,
-                    d.avro.as_ref(),
-                    "source.avro",
-                    sink_topic(&config),
-                )?;
-                let mut marker = marker.clone();
-                if let (Some(encoder), Some(value)) = (encoder, &marker.decoded) {
-                    marker.value = Some(
-                        encoder
-                            .0
-                            .encode(value)
-                            .map_err(|m| Error::config("source.end_marker.value", m))?,
-                    );
-                }
-                Some(marker)
-            }
-            (marker, _) => marker.clone(),
-        },
-        SourceConfig::Kafka(_) | SourceConfig::Periodic(_) => None,
+    let source_ctx = SourceContext {
+        job: &config.job,
+        sink_prints_values: config.sink.prints_values(),
+        sink_topic: config.sink.topic(),
     };
-    let mut sink = crate::sink::build(&config.sink, resuming, end_marker)?;
-    if let SourceConfig::Kafka(k) = &config.source {
-        if let Some(topic) = &k.dead_letter_topic {
-            let dead = crate::sink::kafka::KafkaSink::new(
-                crate::sink::kafka::KafkaSinkSettings {
-                    bootstrap_servers: k.settings.bootstrap_servers.clone(),
-                    topic: topic.clone(),
-                    preserve_partition: false,
-                    properties: Default::default(),
-                    flush_timeout: Duration::from_secs(60),
-                },
-                None,
-            )?;
-            sink = Box::new(crate::sink::dead_letter::DeadLetterSink::new(sink, dead));
-        }
-    }
+    let end_marker = config.source.end_marker(&source_ctx)?;
+    let sink = config.sink.build(SinkContext {
+        job: &config.job,
+        resuming,
+        end_marker,
+    })?;
+    let sink = config.source.wrap_sink(sink)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("tidegate")
         .build()
         .map_err(|e| Error::io("starting the async runtime", e))?;
-    runtime.block_on(run_config(config, store, sink, args.no_progress, resuming))
+    runtime.block_on(run_config(&config, store, sink, args.no_progress, resuming))
 }
 
 async fn run_config(
-    config: Config,
+    config: &Config,
     store: Option<StateStore>,
     sink: Box<dyn Sink<Record>>,
     no_progress: bool,
@@ -143,93 +113,38 @@ async fn run_config(
     options.max_duration = config.job.max_duration;
     info!(job = %config.job.name, source = config.source.kind(), parallelism = config.job.parallelism, resuming, "starting");
 
-    let outcome = match &config.source {
-        SourceConfig::Kafka(k) => {
-            let source = kafka_source(&config, k)?;
-            run_job(source, sink, options, store, stats, stop_rx, no_progress).await
-        }
-        SourceConfig::Datagen(d) => {
-            let mut generator = d.generator.clone();
-            // the Kafka and null sinks never print the generated JSON: skip keeping it
-            generator.keep_decoded = matches!(config.sink, SinkConfig::File { .. } | SinkConfig::Stdout);
-            generator.encoder =
-                crate::format::encoder_for(generator.format, d.avro.as_ref(), "source.avro", sink_topic(&config))?;
-            let settings = DatagenSettings {
-                count: d.count,
-                rate: d.rate,
-                splits: config.job.parallelism,
-                batch_size: d.batch_size,
-            };
-            let source = DataGeneratorSource::new(settings, Arc::new(move || Box::new(generator.clone())));
-            run_job(source, sink, options, store, stats, stop_rx, no_progress).await
-        }
-        SourceConfig::Periodic(p) => {
-            let mut settings = p.clone();
-            settings.keep_decoded = matches!(config.sink, SinkConfig::File { .. } | SinkConfig::Stdout);
-            settings.encoder = crate::format::encoder_for(
-                settings.format,
-                settings.avro.as_ref(),
-                "source.avro",
-                sink_topic(&config),
-            )?;
-            let source = crate::periodic::PeriodicSource {
-                settings: Arc::new(settings),
-            };
-            run_job(source, sink, options, store, stats, stop_rx, no_progress).await
-        }
+    let source_ctx = SourceContext {
+        job: &config.job,
+        sink_prints_values: config.sink.prints_values(),
+        sink_topic: config.sink.topic(),
     };
+    let job = RunJob {
+        sink,
+        options,
+        store,
+        stats,
+        stop: stop_rx,
+        no_progress,
+    };
+    let outcome = config.source.visit(&source_ctx, job)?.await;
     metrics.sync();
     outcome
 }
 
-/// The topic of a Kafka sink, if that is the sink.
-fn sink_topic(config: &Config) -> Option<&str> {
-    match &config.sink {
-        SinkConfig::Kafka(k) => Some(k.settings.topic.as_str()),
-        _ => None,
-    }
+/// Runs the configured source's job (the visitor the registry hands the built source to).
+struct RunJob {
+    sink: Box<dyn Sink<Record>>,
+    options: JobOptions,
+    store: Option<StateStore>,
+    stats: Arc<JobStats>,
+    stop: watch::Receiver<bool>,
+    no_progress: bool,
 }
 
-/// The Kafka source of a config.
-pub fn kafka_source(config: &Config, k: &crate::config::KafkaSourceConfig) -> Result<KafkaSource> {
-    // only the file and stdout sinks print decoded values
-    let keep_decoded = matches!(config.sink, SinkConfig::File { .. } | SinkConfig::Stdout);
-    let expression = k
-        .eof
-        .as_deref()
-        .map(crate::expr::RecordExpression::compile)
-        .transpose()
-        .map_err(|e| Error::config("source.eof", e))?;
-    let decoder = match (
-        k.format,
-        keep_decoded,
-        expression.as_ref().and_then(|e| e.value_fields()),
-    ) {
-        // nothing prints the value and the expression reads a few fields: decode just those
-        (crate::record::ValueFormat::Json, false, Some(fields)) => {
-            let fields = fields.to_vec();
-            let factory: crate::format::DecoderFactory = Arc::new(move || {
-                Ok(Box::new(crate::format::JsonFieldsDecoder::new(fields.clone()))
-                    as Box<dyn crate::format::ValueDecoder>)
-            });
-            factory
-        }
-        _ => crate::format::decoder_factory(k.format, k.avro.as_ref())?,
-    };
-    let mut builder = KafkaSource::builder()
-        .settings(k.settings.clone())
-        .format(k.format)
-        .decoder(decoder)
-        .decode_errors(k.decode_errors)
-        .eof_emit_marker(k.eof_emit_marker)
-        .fetcher_mode(config.job.fetcher_mode);
-    if let Some(expression) = expression {
-        builder = builder.eof_evaluator(Arc::new(expression));
+impl<'a> SourceVisitor<'a> for RunJob {
+    fn visit<S: Source<Output = Record>>(self, source: S) -> JobFuture<'a> {
+        Box::pin(self.run(source))
     }
-    let mut source = builder.build()?;
-    source.queue_capacity = config.job.queue_capacity;
-    source.keep_decoded = keep_decoded;
-    Ok(source)
 }
 
 /// First SIGTERM/SIGINT: stop gracefully; a second one: exit at once (the state file is only
@@ -261,30 +176,32 @@ struct SplitLine<'a, S: Serialize> {
     finished: Option<crate::core::Finished>,
 }
 
-async fn run_job<S: Source<Output = Record>>(
-    source: S,
-    sink: Box<dyn Sink<Record>>,
-    options: JobOptions,
-    store: Option<StateStore>,
-    stats: Arc<JobStats>,
-    stop: watch::Receiver<bool>,
-    no_progress: bool,
-) -> Result<()> {
-    let bounded = source.boundedness() == crate::core::Boundedness::Bounded;
-    let name = options.name.clone();
-    let mut job = Job::new(source, options)
-        .with_stats(Arc::clone(&stats))
-        .with_stop_signal(stop);
-    if let Some(store) = store {
-        job = job.with_state(store);
+impl RunJob {
+    async fn run<S: Source<Output = Record>>(self, source: S) -> Result<()> {
+        let RunJob {
+            sink,
+            options,
+            store,
+            stats,
+            stop,
+            no_progress,
+        } = self;
+        let bounded = source.boundedness() == crate::core::Boundedness::Bounded;
+        let name = options.name.clone();
+        let mut job = Job::new(source, options)
+            .with_stats(Arc::clone(&stats))
+            .with_stop_signal(stop);
+        if let Some(store) = store {
+            job = job.with_state(store);
+        }
+        let (progress, progress_task) = Progress::start(Arc::clone(&stats), bounded, !no_progress);
+        let result = job.run(sink).await;
+        progress_task.abort();
+        progress.finish();
+        let report = result?;
+        print_summary(&name, &report);
+        Ok(())
     }
-    let (progress, progress_task) = Progress::start(Arc::clone(&stats), bounded, !no_progress);
-    let result = job.run(sink).await;
-    progress_task.abort();
-    progress.finish();
-    let report = result?;
-    print_summary(&name, &report);
-    Ok(())
 }
 
 fn print_summary<S: SourceSplit>(job: &str, report: &JobReport<S>) {
@@ -340,70 +257,8 @@ pub fn validate(config: &Path, sets: &[String]) -> Result<()> {
             .map(|p| format!(" to {}", p.display()))
             .unwrap_or_default()
     );
-    match &c.source {
-        SourceConfig::Kafka(k) => {
-            println!(
-                "  source kafka {} {:?}",
-                k.settings.bootstrap_servers, k.settings.subscription
-            );
-            println!(
-                "    starting {:?}, stopping {:?}, format {:?}",
-                k.settings.starting, k.settings.stopping, k.format
-            );
-            if let Some(e) = &k.eof {
-                println!("    eof {e}");
-            }
-            if !k.settings.properties.is_empty() {
-                println!(
-                    "    properties {:?}",
-                    crate::kafka::client::redacted(&k.settings.properties)
-                );
-            }
-        }
-        SourceConfig::Datagen(d) => {
-            println!(
-                "  source datagen: count {:?}, rate {:?}/s, format {:?}",
-                d.count, d.rate, d.generator.format
-            );
-        }
-        SourceConfig::Periodic(p) => match &p.supplier {
-            crate::periodic::supplier::Supplier::Inline(events) => {
-                println!(
-                    "  source periodic: {} inline events, catch-up {:?}",
-                    events.len(),
-                    p.catch_up
-                )
-            }
-            crate::periodic::supplier::Supplier::File { path, max_events } => {
-                println!(
-                    "  source periodic: events from {} every {:?}, catch-up {:?}",
-                    path.display(),
-                    p.discover_interval,
-                    p.catch_up
-                );
-                match crate::periodic::supplier::read_file(path, *max_events) {
-                    Ok(events) => println!("    the file holds {} valid events", events.len()),
-                    Err(e) => println!("    warning: the file cannot be used now ({e}); the job would wait for it"),
-                }
-            }
-        },
-    }
-    match &c.sink {
-        SinkConfig::Kafka(k) => {
-            println!(
-                "  sink kafka {} topic {}",
-                k.settings.bootstrap_servers, k.settings.topic
-            );
-            if !k.settings.properties.is_empty() {
-                println!(
-                    "    properties {:?}",
-                    crate::kafka::client::redacted(&k.settings.properties)
-                );
-            }
-        }
-        SinkConfig::File { path } => println!("  sink file {}", path.display()),
-        SinkConfig::Stdout => println!("  sink stdout"),
-        SinkConfig::Null => println!("  sink null"),
+    for line in c.source.describe().into_iter().chain(c.sink.describe()) {
+        println!("  {line}");
     }
     Ok(())
 }

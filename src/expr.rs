@@ -27,6 +27,8 @@ pub struct RecordExpression {
     value_fields: Option<Vec<String>>,
     /// Evaluations that failed (a missing map key, a non-boolean result); they count as "no match".
     errors: AtomicU64,
+    /// The metric the failures are counted in.
+    failures: metrics::Counter,
 }
 
 impl std::fmt::Debug for RecordExpression {
@@ -63,7 +65,14 @@ impl RecordExpression {
             env,
             value_fields,
             errors: AtomicU64::new(0),
+            failures: metrics::Counter::noop(),
         })
+    }
+
+    /// Count failed evaluations in `counter` (`tidegate_eof_evaluation_errors_total`).
+    pub fn counting_failures_in(mut self, counter: metrics::Counter) -> Self {
+        self.failures = counter;
+        self
     }
 
     pub fn source(&self) -> &str {
@@ -108,7 +117,7 @@ impl EofOnRecordEvaluator<Record> for RecordExpression {
                           offset = ?record.offset, error = %e,
                           "end-of-stream expression failed on a record; treated as no match (further failures are counted, not logged)");
                 }
-                metrics::counter!("tidegate_eof_evaluation_errors_total").increment(1);
+                self.failures.increment(1);
                 false
             }
         }

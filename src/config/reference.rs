@@ -1,10 +1,12 @@
 //! The config reference (docs/config.md), generated from the raw config structs' doc comments
-//! through their JSON schemas, so the documentation is written once, in the code.
+//! through their JSON schemas, so the documentation is written once, in the code. Sources and
+//! sinks contribute their sections through the connector registry.
 
 use schemars::JsonSchema;
 use serde_json::Value;
 
 use super::raw::*;
+use crate::connector::{SinkConfig, SourceConfig};
 
 fn type_name(prop: &Value, defs: &Value) -> String {
     if let Some(r) = prop.get("$ref").and_then(Value::as_str) {
@@ -134,33 +136,9 @@ pub fn markdown() -> String {
     );
     let (schema, defs) = schema_of::<RawConfig>();
     section(&mut out, "top level", "", &schema, &defs, &[]);
-    let sources: [(&str, (Value, Value)); 3] = [
-        ("source` with `type = \"kafka\"", schema_of::<RawKafkaSource>()),
-        ("source` with `type = \"datagen\"", schema_of::<RawDatagenSource>()),
-        ("source` with `type = \"periodic\"", schema_of::<RawPeriodicSource>()),
-    ];
-    for (title, (schema, defs)) in &sources {
-        section(&mut out, title, "source", schema, defs, &[]);
-    }
-    let (schema, defs) = schema_of::<crate::periodic::supplier::RawEvent>();
-    section(
-        &mut out,
-        "source.events[]` (periodic), and each event of a supplier file",
-        "event",
-        &schema,
-        &defs,
-        &[],
-    );
-    let sinks: [(&str, (Value, Value)); 3] = [
-        ("sink` with `type = \"kafka\"", schema_of::<RawKafkaSink>()),
-        ("sink` with `type = \"file\"", schema_of::<RawFileSink>()),
-        (
-            "sink` with `type = \"stdout\"` or `\"null\"",
-            schema_of::<RawNoOptions>(),
-        ),
-    ];
-    for (title, (schema, defs)) in &sinks {
-        section(&mut out, title, "sink", schema, defs, &[]);
+    for s in SourceConfig::reference().into_iter().chain(SinkConfig::reference()) {
+        let (schema, defs) = &s.schema;
+        section(&mut out, &s.title, s.prefix, schema, defs, &[]);
     }
     out
 }

@@ -1,6 +1,10 @@
 //! Config loading and validation: every error names its key; examples under config/ parse.
 
+use std::collections::BTreeMap;
+
 use super::*;
+use crate::kafka::{StartingOffsets, StoppingOffsets, Subscription};
+use crate::record::ValueFormat;
 
 /// Config loading reads the process environment, and one test sets a variable: tests that load
 /// a config hold this lock, so none sees another's variable.

@@ -115,14 +115,14 @@ pub struct EnumeratorContext<S, C> {
     calls: mpsc::UnboundedSender<Result<C>>,
     call_tasks: Vec<JoinHandle<()>>,
     no_more_splits_sent: BTreeSet<usize>,
-    stats: std::sync::Arc<super::job::JobStats>,
+    stats: std::sync::Arc<super::checkpoint::JobStats>,
 }
 
 impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
     pub(crate) fn new(
         readers: Vec<mpsc::UnboundedSender<ReaderCommand<S>>>,
         calls: mpsc::UnboundedSender<Result<C>>,
-        stats: std::sync::Arc<super::job::JobStats>,
+        stats: std::sync::Arc<super::checkpoint::JobStats>,
     ) -> Self {
         EnumeratorContext {
             parallelism: readers.len(),

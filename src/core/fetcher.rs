@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use tracing::{debug, error, info_span};
 
 use super::queue::ElementQueue;
-use super::source::{SourceSplit, SplitId};
+use super::source::{FinishReason, SourceSplit, SplitId};
 use super::split_reader::{RecordsWithSplitIds, SplitReader, SplitsChange, WakeUpHandle};
 use crate::error::{Error, Result};
 
@@ -37,6 +37,20 @@ pub struct FetchStats {
     pub records_fetched: AtomicU64,
     /// Fetched batches dropped before reaching the queue (all their splits were removed).
     pub batches_dropped: AtomicU64,
+    /// Splits this reader finished, by [`FinishReason`] (indexed as [`FinishReason::ALL`]).
+    pub splits_finished: [AtomicU64; 4],
+}
+
+impl FetchStats {
+    /// Count a finished split.
+    pub fn split_finished(&self, reason: FinishReason) {
+        self.splits_finished[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Splits finished for `reason`.
+    pub fn finished(&self, reason: FinishReason) -> u64 {
+        self.splits_finished[reason as usize].load(Ordering::Relaxed)
+    }
 }
 
 type Batch<R> = RecordsWithSplitIds<<R as SplitReader>::Element>;

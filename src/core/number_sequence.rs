@@ -21,8 +21,9 @@ use crate::error::Result;
 pub struct NumberSequenceSplit {
     /// Stable id: the split's index in the original cut.
     pub id: String,
-    /// The next number to emit (inclusive).
-    pub next: u64,
+    /// The next number to emit (inclusive) (`next` in older state files).
+    #[serde(alias = "next")]
+    pub next_offset: u64,
     /// The end of the range (exclusive).
     pub end: u64,
 }
@@ -33,14 +34,14 @@ impl SourceSplit for NumberSequenceSplit {
     }
 
     fn remaining(&self) -> Option<u64> {
-        Some(self.end.saturating_sub(self.next))
+        Some(self.end.saturating_sub(self.next_offset))
     }
 }
 
 impl NumberSequenceSplit {
     /// Numbers left to emit.
     pub fn left(&self) -> u64 {
-        self.end.saturating_sub(self.next)
+        self.end.saturating_sub(self.next_offset)
     }
 }
 
@@ -52,7 +53,7 @@ pub fn split_range(from: u64, to: u64, n: usize) -> Vec<NumberSequenceSplit> {
     (0..n)
         .map(|i| NumberSequenceSplit {
             id: i.to_string(),
-            next: from + total * i / n,
+            next_offset: from + total * i / n,
             end: from + total * (i + 1) / n,
         })
         .collect()
@@ -128,11 +129,11 @@ impl SplitReader for NumberSequenceSplitReader {
         let Some(split) = self.splits.front_mut() else {
             return Ok(batch);
         };
-        let end = split.end.min(split.next.saturating_add(self.batch_size));
-        let values: Vec<u64> = (split.next..end).collect();
-        split.next = end;
+        let end = split.end.min(split.next_offset.saturating_add(self.batch_size));
+        let values: Vec<u64> = (split.next_offset..end).collect();
+        split.next_offset = end;
         batch.records.push((split.split_id(), values));
-        if split.next >= split.end {
+        if split.next_offset >= split.end {
             batch.finished.push((split.split_id(), FinishReason::StoppingOffset));
             self.splits.pop_front();
         }
@@ -159,7 +160,7 @@ impl RecordEmitter<u64, u64, NumberSequenceSplit> for NumberEmitter {
         split: &mut NumberSequenceSplit,
     ) -> Result<()> {
         output.collect(element);
-        split.next = element + 1;
+        split.next_offset = element + 1;
         Ok(())
     }
 }
@@ -240,8 +241,8 @@ mod tests {
             assert_eq!(splits.len() as u64, total.min(n as u64));
             let mut next = 5;
             for s in &splits {
-                assert_eq!(s.next, next);
-                assert!(s.end > s.next);
+                assert_eq!(s.next_offset, next);
+                assert!(s.end > s.next_offset);
                 next = s.end;
             }
             assert_eq!(next, 5 + total);

@@ -13,7 +13,8 @@ use super::reader::AvailabilityFuture;
 /// The default capacity in batches, as in Flink (`source.reader.element.queue.capacity` = 2).
 pub const DEFAULT_CAPACITY: usize = 2;
 
-/// A bounded queue of batches with a blocking, interruptible `put` and an async availability signal.
+/// A bounded queue of batches with a blocking, interruptible `put` and an async availability
+/// signal: Flink's `FutureCompletingBlockingQueue` under a shorter name.
 pub struct ElementQueue<B> {
     items: Mutex<VecDeque<B>>,
     not_full: Condvar,

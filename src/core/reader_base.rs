@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use tracing::{debug, info};
 
+use super::checkpoint::FINAL_SNAPSHOT;
 use super::emitter::{EofOnRecordEvaluator, ReaderOutput, RecordEmitter, RecordPosition};
 use super::enumerator::SourceEvent;
 use super::fetcher::{FetchStats, FetcherMode, SplitFetcherManager, SplitReaderFactory};
-use super::job::FINAL_SNAPSHOT;
 use super::queue::{ElementQueue, DEFAULT_CAPACITY};
 use super::reader::{AvailabilityFuture, InputStatus, ReaderRequest, SourceReader};
 use super::source::{FinishReason, Finished, SourceSplit, SplitId, SplitSnapshot};
@@ -134,11 +134,7 @@ where
         entry.finished = Some(finished);
         self.unfinished -= 1;
         info!(reader = self.options.index, split_id = %id, reason = ?finished.reason, at = ?finished.at, "split finished");
-        let reason = serde_json::to_value(finished.reason)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        metrics::counter!("tidegate_splits_finished_total", "reason" => reason).increment(1);
+        self.options.stats.split_finished(finished.reason);
         if from_fetcher {
             self.manager.split_finished(id);
         } else {

@@ -49,6 +49,26 @@ pub enum FinishReason {
     Removed,
 }
 
+impl FinishReason {
+    /// Every reason, in a fixed order (the index of each in per-reason counters).
+    pub const ALL: [FinishReason; 4] = [
+        FinishReason::StoppingOffset,
+        FinishReason::EofRecord,
+        FinishReason::Empty,
+        FinishReason::Removed,
+    ];
+
+    /// The reason as the state file and metrics spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::StoppingOffset => "stopping_offset",
+            FinishReason::EofRecord => "eof_record",
+            FinishReason::Empty => "empty",
+            FinishReason::Removed => "removed",
+        }
+    }
+}
+
 /// A finished split's reason, and where the EOF record was for [`FinishReason::EofRecord`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finished {
@@ -100,6 +120,27 @@ pub trait Source: Send + Sync + 'static {
 
     /// Reader `index` of `parallelism`.
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader>;
+}
+
+/// This process's share of a job that runs as several processes (`job.instance`): an instance
+/// takes only the work whose owner slot modulo `count` is its `index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Instance {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Default for Instance {
+    fn default() -> Self {
+        Instance { index: 0, count: 1 }
+    }
+}
+
+impl Instance {
+    /// Whether this instance owns work item `slot` (dealt round-robin over the instances).
+    pub fn owns(&self, slot: u64) -> bool {
+        slot % self.count.max(1) as u64 == self.index as u64
+    }
 }
 
 /// What a reader knows of its place in the job (Flink's `SourceReaderContext`).

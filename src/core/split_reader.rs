@@ -1,7 +1,8 @@
 //! The blocking split reader a fetcher thread drives (Flink's `SplitReader`), and the batch it
 //! hands to the reader (Flink's `RecordsWithSplitIds`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use super::source::{FinishReason, SourceSplit, SplitId};
 use crate::error::Result;
@@ -44,6 +45,55 @@ pub enum SplitsChange<S> {
 /// Wakes a split reader blocked in `fetch` from another thread.
 pub type WakeUpHandle = Arc<dyn Fn() + Send + Sync>;
 
+/// A sleep another thread can cut short: for split readers that wait in `fetch` (for a rate, a
+/// schedule) and hand out its [`WakeableSleep::handle`] as their [`WakeUpHandle`].
+#[derive(Clone, Default)]
+pub struct WakeableSleep {
+    state: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl WakeableSleep {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sleep up to `timeout`: true if it elapsed, false if woken first (the wake-up is used up).
+    pub fn sleep(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let (lock, cv) = &*self.state;
+        let mut woken = lock.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if *woken {
+                *woken = false;
+                return false;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return true;
+            }
+            woken = cv
+                .wait_timeout(woken, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Sleep until `due`: true if it came, false if woken first.
+    pub fn sleep_until(&self, due: Instant) -> bool {
+        self.sleep(due.saturating_duration_since(Instant::now()))
+    }
+
+    /// The handle that wakes this sleep (a wake-up with nobody asleep ends the next sleep at once).
+    pub fn handle(&self) -> WakeUpHandle {
+        let state = Arc::clone(&self.state);
+        Arc::new(move || {
+            let (lock, cv) = &*state;
+            *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            cv.notify_all();
+        })
+    }
+}
+
 /// Reads records of its splits with blocking I/O, on a fetcher thread (Flink's `SplitReader`).
 pub trait SplitReader: Send + 'static {
     type Element: Send + 'static;
@@ -67,5 +117,29 @@ pub trait SplitReader: Send + 'static {
 
     fn close(&mut self) -> Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wake_up_ends_the_sleep_early_and_is_used_once() {
+        let sleep = WakeableSleep::new();
+        let wake = sleep.handle();
+        wake();
+        assert!(
+            !sleep.sleep(Duration::from_secs(30)),
+            "a stored wake-up ends the next sleep"
+        );
+        assert!(sleep.sleep(Duration::from_millis(1)), "and only that one");
+        let sleeper = sleep.clone();
+        let t = std::thread::spawn(move || sleeper.sleep(Duration::from_secs(30)));
+        while !t.is_finished() {
+            wake();
+            std::thread::yield_now();
+        }
+        assert!(!t.join().unwrap());
     }
 }

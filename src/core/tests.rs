@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::job::{Checkpoint, Job, JobOptions, JobReport};
+use super::checkpoint::{Checkpoint, JobReport};
+use super::job::{Job, JobOptions};
 use super::number_sequence::{NumberSequenceSource, NumberSequenceSplit};
 use super::sink::{CollectSink, Sink};
 use super::source::{FinishReason, SplitSnapshot};
@@ -64,7 +65,7 @@ fn exact_output_for_one_or_many_splits_and_idle_readers() {
         let mut values = out.lock().unwrap().clone();
         let ranges: Vec<(u64, u64)> = super::number_sequence::split_range(0, count, splits)
             .iter()
-            .map(|s| (s.next, s.end))
+            .map(|s| (s.next_offset, s.end))
             .collect();
         assert_in_order_per_split(&values, &ranges);
         values.sort_unstable();
@@ -226,14 +227,14 @@ fn crash_and_restore(p1: usize, p2: usize) {
     .expect_err("the sink crashes the job");
     assert!(err.to_string().contains("simulated crash"), "{err}");
 
-    let checkpoint: NumberCheckpoint = crate::core::state::read_state(&path)
+    let checkpoint: NumberCheckpoint = crate::state::read_state(&path)
         .unwrap()
         .expect("a checkpoint was written");
     let mut resume_at: Vec<(u64, u64, u64)> = checkpoint
         .splits
         .iter()
-        .map(|s: &SplitSnapshot<NumberSequenceSplit>| (s.split.next, s.split.end, 0))
-        .chain(checkpoint.enumerator.iter().map(|s| (s.next, s.end, 0)))
+        .map(|s: &SplitSnapshot<NumberSequenceSplit>| (s.split.next_offset, s.split.end, 0))
+        .chain(checkpoint.enumerator.iter().map(|s| (s.next_offset, s.end, 0)))
         .collect();
     resume_at.sort_unstable();
 
@@ -418,7 +419,7 @@ fn end_of_input_reaches_the_sink_once_across_restarts() {
         .unwrap();
     }
     assert_eq!(ends.load(Ordering::SeqCst), 1);
-    let cp: NumberCheckpoint = crate::core::state::read_state(&path).unwrap().unwrap();
+    let cp: NumberCheckpoint = crate::state::read_state(&path).unwrap().unwrap();
     assert!(cp.end_of_input);
 }
 

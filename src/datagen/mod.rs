@@ -2,17 +2,20 @@
 //! number-sequence splits, each generated in order on a fetcher thread by a
 //! [`GeneratorFunction`], at one rate shared by every reader that has work.
 
+mod compile;
+pub mod config;
 pub mod rate;
 pub mod template;
+mod text;
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::core::number_sequence::{split_range, IteratorEnumerator, NumberSequenceSplit};
-use crate::core::split_reader::WakeUpHandle;
+use crate::core::split_reader::{WakeUpHandle, WakeableSleep};
 use crate::core::{
     Boundedness, FinishReason, ReaderContext, ReaderOptions, ReaderOutput, RecordEmitter, RecordsWithSplitIds, Source,
     SourceReaderBase, SourceSplit, SplitReader, SplitsChange,
@@ -72,7 +75,7 @@ impl GeneratorFunction for TemplateGenerator {
         let timestamp = match &self.timestamp_field {
             Some(f) => match fields.get(f) {
                 Some(Value::Number(n)) => n.as_i64(),
-                Some(Value::String(s)) => Some(template::parse_time(s).map_err(|e| {
+                Some(Value::String(s)) => Some(crate::connector::values::parse_time(s).map_err(|e| {
                     Error::runtime(
                         format!("generating record {index}"),
                         format!("timestamp field {f}: {e}"),
@@ -197,9 +200,9 @@ impl RecordEmitter<Record, Record, NumberSequenceSplit> for IndexEmitter {
         output: &mut ReaderOutput<Record>,
         split: &mut NumberSequenceSplit,
     ) -> Result<()> {
-        let next = record.offset.map(|o| o as u64 + 1).unwrap_or(split.next);
+        let next = record.offset.map(|o| o as u64 + 1).unwrap_or(split.next_offset);
         output.collect(record);
-        split.next = next;
+        split.next_offset = next;
         Ok(())
     }
 }
@@ -212,7 +215,7 @@ pub struct GeneratorSplitReader {
     batch: u64,
     /// Slots claimed from the rate but not generated yet (a wake-up interrupted the wait).
     claimed: Option<(u64, Instant)>,
-    wake: Arc<(Mutex<bool>, Condvar)>,
+    sleep: WakeableSleep,
 }
 
 impl GeneratorSplitReader {
@@ -223,24 +226,7 @@ impl GeneratorSplitReader {
             limiter,
             batch: batch as u64,
             claimed: None,
-            wake: Arc::new((Mutex::new(false), Condvar::new())),
-        }
-    }
-
-    /// Sleep until `due`; false if woken first.
-    fn sleep_until(&self, due: Instant) -> bool {
-        let (lock, cv) = &*self.wake;
-        let mut woken = lock.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if *woken {
-                *woken = false;
-                return false;
-            }
-            let now = Instant::now();
-            if now >= due {
-                return true;
-            }
-            woken = cv.wait_timeout(woken, due - now).unwrap_or_else(|p| p.into_inner()).0;
+            sleep: WakeableSleep::new(),
         }
     }
 }
@@ -262,7 +248,7 @@ impl SplitReader for GeneratorSplitReader {
                     Some(c) => c,
                     None => limiter.claim(want),
                 };
-                if !self.sleep_until(due) {
+                if !self.sleep.sleep_until(due) {
                     self.claimed = Some((n, due));
                     return Ok(batch);
                 }
@@ -273,15 +259,15 @@ impl SplitReader for GeneratorSplitReader {
             return Ok(batch);
         };
         let mut records = Vec::with_capacity(n as usize);
-        for i in split.next..split.next + n {
+        for i in split.next_offset..split.next_offset + n {
             records.push(self.generator.map(i).map_err(|e| match e {
                 Error::Runtime { .. } => e,
                 other => Error::runtime(format!("generating record {i}"), other),
             })?);
         }
-        split.next += n;
+        split.next_offset += n;
         batch.records.push((split.split_id(), records));
-        if split.next >= split.end {
+        if split.next_offset >= split.end {
             batch.finished.push((split.split_id(), FinishReason::StoppingOffset));
             self.splits.pop_front();
         }
@@ -304,12 +290,7 @@ impl SplitReader for GeneratorSplitReader {
     }
 
     fn wake_up_handle(&self) -> Option<WakeUpHandle> {
-        let wake = Arc::clone(&self.wake);
-        Some(Arc::new(move || {
-            let (lock, cv) = &*wake;
-            *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
-            cv.notify_all();
-        }))
+        Some(self.sleep.handle())
     }
 
     fn close(&mut self) -> Result<()> {

@@ -3,12 +3,13 @@
 //! and the decode-error policy.
 
 pub mod avro;
+pub mod config;
 
 use std::sync::Arc;
 
-use crate::config::AvroConfig;
 use crate::error::Result;
 use crate::record::ValueFormat;
+pub use config::AvroConfig;
 
 /// What happens to a record whose value cannot be decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

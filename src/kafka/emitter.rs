@@ -1,22 +1,20 @@
 //! The Kafka record emitter (Flink's `KafkaRecordEmitter`): decodes each fetched record's value,
 //! applies the decode-error policy, emits it, and advances the split past it.
 
-use metrics::{Counter, Gauge};
 use tracing::warn;
 
 use super::split::KafkaPartitionSplit;
 use crate::core::{ReaderOutput, RecordEmitter};
 use crate::error::{Error, Result};
 use crate::format::{DecodeErrorPolicy, ValueDecoder};
+use crate::metrics::ReaderMetrics;
 use crate::record::Record;
 
 /// Decodes and emits Kafka records.
 pub struct KafkaRecordEmitter {
     decoder: Box<dyn ValueDecoder>,
     policy: DecodeErrorPolicy,
-    skipped: Counter,
-    dead_lettered: Counter,
-    emit_lag: Gauge,
+    metrics: ReaderMetrics,
     emitted: u64,
     /// Keep the decoded value for the sink (file and stdout print it); otherwise it is dropped
     /// once the end-of-stream expression has seen it, on this thread, where it was allocated.
@@ -24,14 +22,11 @@ pub struct KafkaRecordEmitter {
 }
 
 impl KafkaRecordEmitter {
-    pub fn new(decoder: Box<dyn ValueDecoder>, policy: DecodeErrorPolicy, reader: usize) -> Self {
-        let r = [("reader", reader.to_string())];
+    pub fn new(decoder: Box<dyn ValueDecoder>, policy: DecodeErrorPolicy, metrics: ReaderMetrics) -> Self {
         KafkaRecordEmitter {
             decoder,
             policy,
-            skipped: metrics::counter!("tidegate_decode_errors_skipped_total", &r),
-            dead_lettered: metrics::counter!("tidegate_decode_errors_dead_lettered_total", &r),
-            emit_lag: metrics::gauge!("tidegate_kafka_emit_lag_seconds", &r),
+            metrics,
             emitted: 0,
             keep_decoded: true,
         }
@@ -70,13 +65,13 @@ impl RecordEmitter<Record, Record, KafkaPartitionSplit> for KafkaRecordEmitter {
                     }
                     DecodeErrorPolicy::Skip => {
                         warn!(topic = %split.topic, partition = split.partition, offset, error = %message, "skipping a record that cannot be decoded");
-                        self.skipped.increment(1);
+                        self.metrics.decode_skipped.increment(1);
                         split.next_offset = offset + 1;
                         return Ok(());
                     }
                     DecodeErrorPolicy::DeadLetter => {
                         warn!(topic = %split.topic, partition = split.partition, offset, error = %message, "sending a record that cannot be decoded to the dead-letter topic");
-                        self.dead_lettered.increment(1);
+                        self.metrics.dead_lettered.increment(1);
                         record.dead_letter = Some(message);
                         output.collect_unevaluated(record);
                         split.next_offset = offset + 1;
@@ -90,7 +85,7 @@ impl RecordEmitter<Record, Record, KafkaPartitionSplit> for KafkaRecordEmitter {
         if self.emitted % 1024 == 1 {
             if let Some(ts) = record.timestamp {
                 let lag_ms = chrono::Utc::now().timestamp_millis() - ts;
-                self.emit_lag.set(lag_ms.max(0) as f64 / 1000.0);
+                self.metrics.emit_lag.set(lag_ms.max(0) as f64 / 1000.0);
             }
         }
         let structured = record.decoded.is_some();

@@ -17,6 +17,7 @@ use super::split::{split_owner, KafkaPartitionSplit};
 use super::{Instance, KafkaSourceSettings, Subscription};
 use crate::core::{EnumeratorContext, RemoveSplits, SourceEvent, SourceSplit, SplitEnumerator, SplitId};
 use crate::error::{Error, Result};
+use crate::metrics::KafkaMetrics;
 
 /// A split the enumerator knows, with its offsets as resolved at discovery.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -60,10 +61,11 @@ pub struct KafkaSourceEnumerator {
     pending: BTreeMap<usize, Vec<SplitId>>,
     no_more_splits: bool,
     parallelism: usize,
+    metrics: KafkaMetrics,
 }
 
 impl KafkaSourceEnumerator {
-    pub fn new(settings: Arc<KafkaSourceSettings>, state: Option<KafkaEnumeratorState>) -> Self {
+    pub fn new(settings: Arc<KafkaSourceSettings>, state: Option<KafkaEnumeratorState>, metrics: KafkaMetrics) -> Self {
         let state = state.unwrap_or_default();
         let known: BTreeMap<SplitId, KnownSplit> = state.splits.into_iter().map(|k| (k.split.split_id(), k)).collect();
         let partitions = known
@@ -78,6 +80,7 @@ impl KafkaSourceEnumerator {
             pending: BTreeMap::new(),
             no_more_splits: false,
             parallelism: 1,
+            metrics,
         }
     }
 
@@ -290,7 +293,7 @@ impl SplitEnumerator for KafkaSourceEnumerator {
             Err(e) if !self.initial_done.load(Ordering::Acquire) => Err(e),
             Err(e) => {
                 warn!(error = %e, "partition discovery failed; keeping the current splits");
-                metrics::counter!("tidegate_kafka_discovery_failures_total").increment(1);
+                self.metrics.discovery_failures.increment(1);
                 Ok(())
             }
         }
@@ -311,7 +314,7 @@ pub fn admin_consumer(settings: &KafkaSourceSettings) -> Result<BaseConsumer<Tra
     }
     super::client::client_config(&settings.bootstrap_servers, &defaults, &settings.properties)
         .create_with_context(TracingContext::new("enumerator"))
-        .map_err(|e| Error::kafka("creating the enumerator's client", e))
+        .map_err(|e| crate::error::kafka("creating the enumerator's client", e))
 }
 
 /// One discovery: the subscribed partitions that exist, and offsets for the new ones.
@@ -324,7 +327,7 @@ pub fn discover(
 ) -> Result<Discovery> {
     let timeout = settings.request_timeout;
     let servers = &settings.bootstrap_servers;
-    let metadata_err = |e| Error::kafka(format!("fetching metadata from {servers} (timeout {timeout:?})"), e);
+    let metadata_err = |e| crate::error::kafka(format!("fetching metadata from {servers} (timeout {timeout:?})"), e);
     let mut partitions = BTreeSet::new();
     let mut missing_topics = Vec::new();
     let mut add_topic = |topic: &rdkafka::metadata::MetadataTopic, only: Option<&BTreeSet<i32>>| {

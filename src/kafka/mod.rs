@@ -3,6 +3,7 @@
 
 pub mod batch_queue;
 pub mod client;
+pub mod config;
 pub mod emitter;
 pub mod enumerator;
 pub mod offsets;
@@ -23,6 +24,7 @@ use crate::core::{
 };
 use crate::error::{Error, Result};
 use crate::format::DecodeErrorPolicy;
+use crate::metrics::KafkaMetrics;
 use crate::record::{Record, ValueFormat};
 
 pub use crate::core::RemoveSplits;
@@ -58,18 +60,7 @@ impl Subscription {
     }
 }
 
-/// This process's share of the work when a job runs as several instances.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Instance {
-    pub index: usize,
-    pub count: usize,
-}
-
-impl Default for Instance {
-    fn default() -> Self {
-        Instance { index: 0, count: 1 }
-    }
-}
+pub use crate::core::Instance;
 
 /// Everything the enumerator and readers need to talk to Kafka.
 #[derive(Debug, Clone)]
@@ -124,6 +115,8 @@ pub struct KafkaSource {
     pub max_batch_records: usize,
     /// Records keep their decoded value for the sink (false for sinks that never print it).
     pub keep_decoded: bool,
+    /// Where its metrics go (no-op handles unless the daemon registered them).
+    pub metrics: KafkaMetrics,
 }
 
 impl KafkaSource {
@@ -283,6 +276,7 @@ impl KafkaSourceBuilder {
             queue_capacity: crate::core::queue::DEFAULT_CAPACITY,
             max_batch_records: 4096,
             keep_decoded: true,
+            metrics: KafkaMetrics::noop(),
         })
     }
 }
@@ -307,11 +301,19 @@ impl Source for KafkaSource {
     }
 
     fn create_enumerator(&self) -> Result<KafkaSourceEnumerator> {
-        Ok(KafkaSourceEnumerator::new(Arc::clone(&self.settings), None))
+        Ok(KafkaSourceEnumerator::new(
+            Arc::clone(&self.settings),
+            None,
+            self.metrics.clone(),
+        ))
     }
 
     fn restore_enumerator(&self, state: KafkaEnumeratorState) -> Result<KafkaSourceEnumerator> {
-        Ok(KafkaSourceEnumerator::new(Arc::clone(&self.settings), Some(state)))
+        Ok(KafkaSourceEnumerator::new(
+            Arc::clone(&self.settings),
+            Some(state),
+            self.metrics.clone(),
+        ))
     }
 
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {
@@ -324,9 +326,11 @@ impl Source for KafkaSource {
         options.stats = context.fetch_stats;
         let settings = Arc::clone(&self.settings);
         let max_batch = self.max_batch_records;
-        let factory = Box::new(move || KafkaPartitionSplitReader::new(&settings, index, max_batch));
-        let emitter = emitter::KafkaRecordEmitter::new((self.decoder)()?, self.decode_errors, index)
-            .keep_decoded(self.keep_decoded);
+        let metrics = self.metrics.clone();
+        let factory = Box::new(move || KafkaPartitionSplitReader::new(&settings, index, max_batch, metrics.clone()));
+        let emitter =
+            emitter::KafkaRecordEmitter::new((self.decoder)()?, self.decode_errors, self.metrics.reader(index))
+                .keep_decoded(self.keep_decoded);
         let mut reader = SourceReaderBase::new(factory, emitter, options).with_event_handler(Box::new(|event| {
             match event.0.downcast::<RemoveSplits>() {
                 Ok(remove) => remove.0,
@@ -358,12 +362,12 @@ fn offset_committer(
         &settings.properties,
     )
     .create_with_context(client::TracingContext::new(format!("committer-{reader}")))
-    .map_err(|e| Error::kafka("creating the offset committer", e))?;
+    .map_err(|e| crate::error::kafka("creating the offset committer", e))?;
     Ok(Box::new(move |checkpoint, splits, is_final| {
         let mut tpl = TopicPartitionList::new();
         for s in splits {
             tpl.add_partition_offset(&s.split.topic, s.split.partition, Offset::Offset(s.split.next_offset))
-                .map_err(|e| Error::kafka("building the offsets to commit", e))?;
+                .map_err(|e| crate::error::kafka("building the offsets to commit", e))?;
         }
         if tpl.count() == 0 {
             return Ok(());

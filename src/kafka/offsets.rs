@@ -94,7 +94,7 @@ impl<'a> OffsetsResolver<'a> {
         let mut tpl = TopicPartitionList::new();
         for (topic, partition) in partitions {
             tpl.add_partition_offset(topic, *partition, spec)
-                .map_err(|e| Error::kafka(format!("offsets request for {topic}:{partition}"), e))?;
+                .map_err(|e| crate::error::kafka(format!("offsets request for {topic}:{partition}"), e))?;
         }
         let what = match spec {
             Offset::End => "latest offsets".to_string(),
@@ -105,10 +105,11 @@ impl<'a> OffsetsResolver<'a> {
         let result = self
             .consumer
             .offsets_for_times(tpl, self.timeout)
-            .map_err(|e| Error::kafka(format!("listing {what} (timeout {:?})", self.timeout), e))?;
+            .map_err(|e| crate::error::kafka(format!("listing {what} (timeout {:?})", self.timeout), e))?;
         for elem in result.elements() {
-            elem.error()
-                .map_err(|e| Error::kafka(format!("listing {what} of {}:{}", elem.topic(), elem.partition()), e))?;
+            elem.error().map_err(|e| {
+                crate::error::kafka(format!("listing {what} of {}:{}", elem.topic(), elem.partition()), e)
+            })?;
             let offset = match elem.offset() {
                 Offset::Offset(n) if n >= 0 => Some(n),
                 _ => None,
@@ -197,7 +198,7 @@ impl<'a> OffsetsResolver<'a> {
         let committed = self
             .consumer
             .committed_offsets(tpl, self.timeout)
-            .map_err(|e| Error::kafka(format!("reading committed offsets of group {group}"), e))?;
+            .map_err(|e| crate::error::kafka(format!("reading committed offsets of group {group}"), e))?;
         let mut out = HashMap::new();
         let mut without = Vec::new();
         for elem in committed.elements() {

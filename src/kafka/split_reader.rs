@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use metrics::{Counter, Gauge};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
@@ -18,31 +17,13 @@ use super::split::KafkaPartitionSplit;
 use super::KafkaSourceSettings;
 use crate::core::{FinishReason, RecordsWithSplitIds, SourceSplit, SplitId, SplitReader, SplitsChange};
 use crate::error::{Error, Result};
+use crate::metrics::{KafkaMetrics, PartitionMetrics};
 use crate::record::Record;
 
 /// How long one `fetch` waits for the first record: bounds how late split changes are seen.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 /// How often positions of bounded splits are checked when records keep arriving.
 const POSITION_CHECK_EVERY: Duration = Duration::from_millis(500);
-
-struct SplitMetrics {
-    records: Counter,
-    bytes: Counter,
-    remaining: Gauge,
-    fetch_lag: Gauge,
-}
-
-impl SplitMetrics {
-    fn new(topic: &str, partition: i32) -> Self {
-        let labels = [("topic", topic.to_string()), ("partition", partition.to_string())];
-        SplitMetrics {
-            records: metrics::counter!("tidegate_kafka_records_in_total", &labels),
-            bytes: metrics::counter!("tidegate_kafka_bytes_in_total", &labels),
-            remaining: metrics::gauge!("tidegate_kafka_records_remaining", &labels),
-            fetch_lag: metrics::gauge!("tidegate_kafka_fetch_lag_seconds", &labels),
-        }
-    }
-}
 
 struct LiveSplit {
     id: SplitId,
@@ -52,7 +33,7 @@ struct LiveSplit {
     stop: Option<i64>,
     /// The offset after the last record handed over.
     position: i64,
-    metrics: SplitMetrics,
+    metrics: PartitionMetrics,
     /// Index of this split's records in the batch being built.
     slot: Option<usize>,
     fetched_records: u64,
@@ -83,10 +64,16 @@ pub struct KafkaPartitionSplitReader {
     finished: Vec<(SplitId, FinishReason)>,
     max_batch_records: usize,
     last_position_check: Instant,
+    metrics: KafkaMetrics,
 }
 
 impl KafkaPartitionSplitReader {
-    pub fn new(settings: &KafkaSourceSettings, reader_index: usize, max_batch_records: usize) -> Result<Self> {
+    pub fn new(
+        settings: &KafkaSourceSettings,
+        reader_index: usize,
+        max_batch_records: usize,
+        metrics: KafkaMetrics,
+    ) -> Result<Self> {
         let client_id = format!("tidegate-reader-{reader_index}");
         // Manual assignment still needs a group id in librdkafka; without the user's group this
         // one is never joined or committed to (no subscribe, no commits from this consumer).
@@ -122,7 +109,7 @@ impl KafkaPartitionSplitReader {
         let consumer: BaseConsumer<TracingContext> =
             client_config(&settings.bootstrap_servers, &defaults, &settings.properties)
                 .create_with_context(TracingContext::new(format!("reader-{reader_index}")))
-                .map_err(|e| Error::kafka("creating a reader's consumer", e))?;
+                .map_err(|e| crate::error::kafka("creating a reader's consumer", e))?;
         let queue = ConsumerQueue::new(&consumer, max_batch_records.max(1))
             .ok_or_else(|| Error::runtime("creating a reader's consumer", "librdkafka gave no consumer queue"))?;
         Ok(KafkaPartitionSplitReader {
@@ -133,6 +120,7 @@ impl KafkaPartitionSplitReader {
             finished: Vec::new(),
             max_batch_records: max_batch_records.max(1),
             last_position_check: Instant::now(),
+            metrics,
         })
     }
 
@@ -174,7 +162,7 @@ impl KafkaPartitionSplitReader {
         let positions = self
             .consumer
             .position()
-            .map_err(|e| Error::kafka("reading consumer positions", e))?;
+            .map_err(|e| crate::error::kafka("reading consumer positions", e))?;
         let mut done = Vec::new();
         for elem in positions.elements() {
             let Offset::Offset(pos) = elem.offset() else {
@@ -245,7 +233,8 @@ impl SplitReader for KafkaPartitionSplitReader {
         let mut failure: Option<Error> = None;
         let mut out_of_range = false;
         while count < self.max_batch_records && failure.is_none() && !out_of_range {
-            let (splits, last_hit) = (&mut self.splits, &mut self.last_hit);
+            let (splits, last_hit, consumer_errors) =
+                (&mut self.splits, &mut self.last_hit, &self.metrics.consumer_errors);
             let read = self
                 .queue
                 .read(timeout, self.max_batch_records - count, |event| match event {
@@ -312,7 +301,7 @@ impl SplitReader for KafkaPartitionSplitReader {
                     } => {
                         // transient: librdkafka retries broker failures by itself
                         debug!(topic, partition, error = %message, "consumer error");
-                        metrics::counter!("tidegate_kafka_consumer_errors_total").increment(1);
+                        consumer_errors.increment(1);
                     }
                 });
             timeout = Duration::ZERO;
@@ -337,8 +326,8 @@ impl SplitReader for KafkaPartitionSplitReader {
         for split in &mut self.splits {
             split.slot = None;
             if split.fetched_records > 0 {
-                split.metrics.records.increment(split.fetched_records);
-                split.metrics.bytes.increment(split.fetched_bytes);
+                split.metrics.records_in.increment(split.fetched_records);
+                split.metrics.bytes_in.increment(split.fetched_bytes);
                 split.fetched_records = 0;
                 split.fetched_bytes = 0;
                 if let Some(stop) = split.stop {
@@ -373,9 +362,9 @@ impl SplitReader for KafkaPartitionSplitReader {
                         continue;
                     }
                     tpl.add_partition_offset(&split.topic, split.partition, Offset::Offset(split.next_offset))
-                        .map_err(|e| Error::kafka(format!("assigning {id}"), e))?;
+                        .map_err(|e| crate::error::kafka(format!("assigning {id}"), e))?;
                     let topic: Arc<str> = Arc::from(split.topic.as_str());
-                    let metrics = SplitMetrics::new(&split.topic, split.partition);
+                    let metrics = self.metrics.partition(&split.topic, split.partition);
                     if let Some(stop) = split.stop_offset {
                         metrics.remaining.set((stop - split.next_offset).max(0) as f64);
                     }
@@ -400,7 +389,7 @@ impl SplitReader for KafkaPartitionSplitReader {
                 if tpl.count() > 0 {
                     self.consumer
                         .incremental_assign(&tpl)
-                        .map_err(|e| Error::kafka("assigning partitions", e))?;
+                        .map_err(|e| crate::error::kafka("assigning partitions", e))?;
                 }
             }
             SplitsChange::Remove(ids) => {
@@ -434,12 +423,14 @@ impl SplitReader for KafkaPartitionSplitReader {
         };
         let (p, r) = (collect(pause), collect(resume));
         if p.count() > 0 {
-            self.consumer.pause(&p).map_err(|e| Error::kafka("pausing splits", e))?;
+            self.consumer
+                .pause(&p)
+                .map_err(|e| crate::error::kafka("pausing splits", e))?;
         }
         if r.count() > 0 {
             self.consumer
                 .resume(&r)
-                .map_err(|e| Error::kafka("resuming splits", e))?;
+                .map_err(|e| crate::error::kafka("resuming splits", e))?;
         }
         Ok(())
     }

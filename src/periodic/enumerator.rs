@@ -13,6 +13,7 @@ use super::supplier::EventDef;
 use super::{PeriodicEventSplit, PeriodicSettings};
 use crate::core::{EnumeratorContext, RemoveSplits, SourceEvent, SourceSplit, SplitEnumerator};
 use crate::error::Result;
+use crate::metrics::PeriodicMetrics;
 
 /// An event and the reader that fires it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -40,10 +41,15 @@ pub struct PeriodicEnumerator {
     supplier_started: bool,
     no_more_splits: bool,
     parallelism: usize,
+    metrics: PeriodicMetrics,
 }
 
 impl PeriodicEnumerator {
-    pub fn new(settings: Arc<PeriodicSettings>, state: Option<PeriodicEnumeratorState>) -> Self {
+    pub fn new(
+        settings: Arc<PeriodicSettings>,
+        state: Option<PeriodicEnumeratorState>,
+        metrics: PeriodicMetrics,
+    ) -> Self {
         let state = state.unwrap_or_default();
         PeriodicEnumerator {
             settings,
@@ -53,6 +59,7 @@ impl PeriodicEnumerator {
             supplier_started: false,
             no_more_splits: false,
             parallelism: 1,
+            metrics,
         }
     }
 
@@ -121,7 +128,7 @@ impl PeriodicEnumerator {
                 last_fire_ms: None,
             });
         }
-        metrics::gauge!("tidegate_periodic_events").set(self.assignments.len() as f64);
+        self.metrics.events.set(self.assignments.len() as f64);
         if self.settings.supplier.is_static() && self.assignments.values().all(|a| a.event.count.is_some()) {
             self.no_more_splits = true;
         }
@@ -190,12 +197,12 @@ impl SplitEnumerator for PeriodicEnumerator {
             Ok(Ok(events)) => self.apply(ctx, events),
             Ok(Err(message)) | Err(crate::Error::Runtime { message, .. }) => {
                 warn!(error = %message, "the event supplier failed; the current events keep firing");
-                metrics::counter!("tidegate_periodic_supplier_failures_total").increment(1);
+                self.metrics.supplier_failures.increment(1);
                 Ok(())
             }
             Err(e) => {
                 warn!(error = %e, "the event supplier failed; the current events keep firing");
-                metrics::counter!("tidegate_periodic_supplier_failures_total").increment(1);
+                self.metrics.supplier_failures.increment(1);
                 Ok(())
             }
         }

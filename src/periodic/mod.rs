@@ -2,23 +2,25 @@
 //! coordinator every discovery interval, events assigned round-robin to readers, and each reader
 //! firing its events on their wall-time or fixed-rate schedules, on a fetcher thread.
 
+pub mod config;
 pub mod enumerator;
 pub mod schedule;
 pub mod supplier;
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::core::split_reader::WakeUpHandle;
+use crate::core::split_reader::{WakeUpHandle, WakeableSleep};
 use crate::core::{
     Boundedness, FinishReason, ReaderContext, ReaderOptions, ReaderOutput, RecordEmitter, RecordsWithSplitIds, Source,
     SourceReaderBase, SourceSplit, SplitId, SplitReader, SplitsChange,
 };
 use crate::error::Result;
+use crate::metrics::PeriodicMetrics;
 use crate::record::{Header, Record, ValueFormat};
 use enumerator::{PeriodicEnumerator, PeriodicEnumeratorState};
 use schedule::CatchUp;
@@ -60,7 +62,7 @@ pub struct PeriodicSettings {
     pub initial_delay: Duration,
     pub catch_up: CatchUp,
     pub format: ValueFormat,
-    pub avro: Option<crate::config::AvroConfig>,
+    pub avro: Option<crate::format::AvroConfig>,
     /// Encodes values for `avro` (set by the daemon, which knows the sink's topic).
     pub encoder: Option<crate::format::EncoderHandle>,
     /// Keep the JSON beside the bytes (for sinks that print it).
@@ -70,6 +72,7 @@ pub struct PeriodicSettings {
 /// The periodic source.
 pub struct PeriodicSource {
     pub settings: Arc<PeriodicSettings>,
+    pub metrics: PeriodicMetrics,
 }
 
 impl Source for PeriodicSource {
@@ -92,18 +95,27 @@ impl Source for PeriodicSource {
     }
 
     fn create_enumerator(&self) -> Result<PeriodicEnumerator> {
-        Ok(PeriodicEnumerator::new(Arc::clone(&self.settings), None))
+        Ok(PeriodicEnumerator::new(
+            Arc::clone(&self.settings),
+            None,
+            self.metrics.clone(),
+        ))
     }
 
     fn restore_enumerator(&self, state: PeriodicEnumeratorState) -> Result<PeriodicEnumerator> {
-        Ok(PeriodicEnumerator::new(Arc::clone(&self.settings), Some(state)))
+        Ok(PeriodicEnumerator::new(
+            Arc::clone(&self.settings),
+            Some(state),
+            self.metrics.clone(),
+        ))
     }
 
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {
         let mut options = ReaderOptions::new(context.index);
         options.stats = context.fetch_stats;
         let settings = Arc::clone(&self.settings);
-        let factory = Box::new(move || Ok(PeriodicSplitReader::new(Arc::clone(&settings))));
+        let fires = self.metrics.fires.clone();
+        let factory = Box::new(move || Ok(PeriodicSplitReader::new(Arc::clone(&settings), fires.clone())));
         Ok(
             SourceReaderBase::new(factory, FireEmitter, options).with_event_handler(Box::new(|event| {
                 match event.0.downcast::<crate::core::RemoveSplits>() {
@@ -173,15 +185,18 @@ fn render(value: &Value, id: &str, seq: u64, scheduled: i64) -> Value {
 pub struct PeriodicSplitReader {
     settings: Arc<PeriodicSettings>,
     events: BTreeMap<SplitId, LiveEvent>,
-    wake: Arc<(Mutex<bool>, Condvar)>,
+    sleep: WakeableSleep,
+    /// `tidegate_periodic_fires_total`.
+    fires: metrics::Counter,
 }
 
 impl PeriodicSplitReader {
-    fn new(settings: Arc<PeriodicSettings>) -> Self {
+    fn new(settings: Arc<PeriodicSettings>, fires: metrics::Counter) -> Self {
         PeriodicSplitReader {
             settings,
             events: BTreeMap::new(),
-            wake: Arc::new((Mutex::new(false), Condvar::new())),
+            sleep: WakeableSleep::new(),
+            fires,
         }
     }
 
@@ -231,26 +246,17 @@ impl PeriodicSplitReader {
 
     /// Wait until `due` (ms since the epoch); false if woken by a split change first.
     fn sleep_until(&self, due: Option<i64>) -> bool {
-        let (lock, cv) = &*self.wake;
-        let mut woken = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(due) = due else {
+            // no events: wait for a change (the fetcher only calls fetch with splits assigned)
+            self.sleep.sleep(Duration::from_millis(200));
+            return false;
+        };
         loop {
-            if *woken {
-                *woken = false;
-                return false;
+            let left = due - now_ms();
+            if left <= 0 {
+                return true;
             }
-            let wait = match due {
-                Some(d) => {
-                    let left = d - now_ms();
-                    if left <= 0 {
-                        return true;
-                    }
-                    Duration::from_millis(left as u64)
-                }
-                // no events: wait for a change (the fetcher only calls fetch with splits assigned)
-                None => Duration::from_millis(200),
-            };
-            woken = cv.wait_timeout(woken, wait).unwrap_or_else(|p| p.into_inner()).0;
-            if due.is_none() {
+            if !self.sleep.sleep(Duration::from_millis(left as u64)) {
                 return false;
             }
         }
@@ -299,7 +305,7 @@ impl SplitReader for PeriodicSplitReader {
                 .map(|(seq, at)| self.fire(&event, seq, at))
                 .collect::<Result<_>>()?;
             if !records.is_empty() {
-                metrics::counter!("tidegate_periodic_fires_total").increment(records.len() as u64);
+                self.fires.increment(records.len() as u64);
                 batch.records.push((id.clone(), records));
             }
             if done {
@@ -351,11 +357,6 @@ impl SplitReader for PeriodicSplitReader {
     }
 
     fn wake_up_handle(&self) -> Option<WakeUpHandle> {
-        let wake = Arc::clone(&self.wake);
-        Some(Arc::new(move || {
-            let (lock, cv) = &*wake;
-            *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
-            cv.notify_all();
-        }))
+        Some(self.sleep.handle())
     }
 }

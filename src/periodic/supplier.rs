@@ -86,13 +86,15 @@ pub fn validate_events(raw: Vec<RawEvent>, at: &str, max_events: usize) -> Resul
         if !ids.insert(e.id.clone()) {
             return Err((format!("{key}.id"), format!("{:?} is used twice", e.id)));
         }
-        let period =
-            crate::config::parse_duration(&e.schedule.period).map_err(|m| (format!("{key}.schedule.period"), m))?;
+        let period = crate::connector::values::parse_duration(&e.schedule.period)
+            .map_err(|m| (format!("{key}.schedule.period"), m))?;
         if period.is_zero() {
             return Err((format!("{key}.schedule.period"), "must be more than 0".into()));
         }
         let delay = match &e.schedule.initial_delay {
-            Some(d) => crate::config::parse_duration(d).map_err(|m| (format!("{key}.schedule.initial_delay"), m))?,
+            Some(d) => {
+                crate::connector::values::parse_duration(d).map_err(|m| (format!("{key}.schedule.initial_delay"), m))?
+            }
             None => std::time::Duration::ZERO,
         };
         if e.count == Some(0) {

@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 use tracing::warn;
 
 use super::envelope::write_line;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::connector::{SinkConnector, SinkContext};
 use crate::core::Sink;
 use crate::error::{Error, Result};
 use crate::record::Record;
@@ -151,6 +155,102 @@ impl Sink<Record> for NullSink {
     }
     fn flush(&mut self) -> Result<()> {
         Ok(())
+    }
+}
+
+/// `[sink]` with `type = "file"`: JSON lines, fsynced at each checkpoint.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawFileSink {
+    /// The file. A fresh job starts it anew; a resumed job appends.
+    pub path: String,
+}
+
+/// The validated file sink.
+#[derive(Debug, Clone)]
+pub struct FileSinkConfig {
+    pub path: PathBuf,
+}
+
+impl SinkConnector for FileSinkConfig {
+    const TYPE: &'static str = "file";
+    type Raw = RawFileSink;
+
+    fn validate(raw: RawFileSink) -> Result<Self> {
+        if raw.path.trim().is_empty() {
+            return Err(Error::config("sink.path", "must not be empty"));
+        }
+        Ok(FileSinkConfig {
+            path: PathBuf::from(raw.path),
+        })
+    }
+
+    fn describe(&self) -> Vec<String> {
+        vec![format!("sink file {}", self.path.display())]
+    }
+
+    fn prints_values(&self) -> bool {
+        true
+    }
+
+    fn build(&self, ctx: SinkContext<'_>) -> Result<Box<dyn Sink<Record>>> {
+        Ok(Box::new(FileSink::open(&self.path, ctx.resuming, ctx.end_marker)?))
+    }
+}
+
+/// `[sink]` with `type = "stdout"`: JSON lines on standard output, flushed at each checkpoint.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawStdoutSink {}
+
+/// `[sink]` with `type = "null"`: discards every record (benchmarks).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawNullSink {}
+
+/// The stdout sink: JSON lines on standard output.
+#[derive(Debug, Clone)]
+pub struct StdoutSinkConfig;
+
+impl SinkConnector for StdoutSinkConfig {
+    const TYPE: &'static str = "stdout";
+    type Raw = RawStdoutSink;
+
+    fn validate(_raw: RawStdoutSink) -> Result<Self> {
+        Ok(StdoutSinkConfig)
+    }
+
+    fn describe(&self) -> Vec<String> {
+        vec!["sink stdout".into()]
+    }
+
+    fn prints_values(&self) -> bool {
+        true
+    }
+
+    fn build(&self, ctx: SinkContext<'_>) -> Result<Box<dyn Sink<Record>>> {
+        Ok(Box::new(StdoutSink::new(ctx.end_marker)))
+    }
+}
+
+/// The null sink: discards (benchmarks).
+#[derive(Debug, Clone)]
+pub struct NullSinkConfig;
+
+impl SinkConnector for NullSinkConfig {
+    const TYPE: &'static str = "null";
+    type Raw = RawNullSink;
+
+    fn validate(_raw: RawNullSink) -> Result<Self> {
+        Ok(NullSinkConfig)
+    }
+
+    fn describe(&self) -> Vec<String> {
+        vec!["sink null".into()]
+    }
+
+    fn build(&self, _ctx: SinkContext<'_>) -> Result<Box<dyn Sink<Record>>> {
+        Ok(Box::new(NullSink))
     }
 }
 

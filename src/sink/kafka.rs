@@ -12,6 +12,11 @@ use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::Message;
 
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::connector::values::{duration_at, positive, properties, PropertyValue};
+use crate::connector::{SinkConnector, SinkContext};
 use crate::core::Sink;
 use crate::error::{Error, Result};
 use crate::kafka::client::{client_config, TracingContext};
@@ -87,7 +92,7 @@ impl KafkaSink {
                 log: TracingContext::new("sink"),
                 failure: Arc::clone(&failure),
             })
-            .map_err(|e| Error::kafka("creating the sink's producer", e))?;
+            .map_err(|e| crate::error::kafka("creating the sink's producer", e))?;
         Ok(KafkaSink {
             producer,
             settings,
@@ -134,7 +139,7 @@ impl KafkaSink {
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 Err((e, _)) => {
-                    return Err(Error::kafka(format!("producing to {}", self.settings.topic), e));
+                    return Err(crate::error::kafka(format!("producing to {}", self.settings.topic), e));
                 }
             }
         }
@@ -156,9 +161,9 @@ impl Sink<Record> for KafkaSink {
     }
 
     fn flush(&mut self) -> Result<()> {
-        self.producer
-            .flush(self.settings.flush_timeout)
-            .map_err(|e| Error::kafka(format!("waiting for acknowledgements from {}", self.settings.topic), e))?;
+        self.producer.flush(self.settings.flush_timeout).map_err(|e| {
+            crate::error::kafka(format!("waiting for acknowledgements from {}", self.settings.topic), e)
+        })?;
         self.check_failure()
     }
 
@@ -172,7 +177,7 @@ impl Sink<Record> for KafkaSink {
             .producer
             .client()
             .fetch_metadata(Some(&self.settings.topic), Duration::from_secs(30))
-            .map_err(|e| Error::kafka(format!("reading the partitions of {}", self.settings.topic), e))?;
+            .map_err(|e| crate::error::kafka(format!("reading the partitions of {}", self.settings.topic), e))?;
         let partitions: Vec<i32> = metadata
             .topics()
             .first()
@@ -183,5 +188,107 @@ impl Sink<Record> for KafkaSink {
         }
         tracing::info!(topic = %self.settings.topic, partitions = partitions.len(), "end markers written");
         self.flush()
+    }
+}
+
+fn one() -> i64 {
+    1
+}
+
+fn sixty_seconds() -> String {
+    "60s".into()
+}
+
+/// `[sink]` with `type = "kafka"`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawKafkaSink {
+    /// Brokers to bootstrap from.
+    pub bootstrap_servers: String,
+    /// The topic to write.
+    pub topic: String,
+    /// Write each record to the partition number it was read from (else the key decides).
+    #[serde(default)]
+    pub preserve_partition: bool,
+    /// Create the topic if it does not exist: `{ partitions = 3, replication_factor = 1 }`.
+    pub create_topic: Option<RawCreateTopic>,
+    /// How long a checkpoint waits for every send to be acknowledged.
+    #[serde(default = "sixty_seconds")]
+    pub flush_timeout: String,
+    /// librdkafka producer properties, passed through.
+    #[serde(default)]
+    pub properties: BTreeMap<String, PropertyValue>,
+}
+
+/// `sink.create_topic`
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCreateTopic {
+    /// Partitions of the new topic.
+    pub partitions: i64,
+    /// Replication factor of the new topic.
+    #[serde(default = "one")]
+    pub replication_factor: i64,
+}
+
+/// The validated Kafka sink.
+#[derive(Debug, Clone)]
+pub struct KafkaSinkConfig {
+    pub settings: KafkaSinkSettings,
+    /// Partitions and replication factor, to create the topic if missing.
+    pub create_topic: Option<(i32, i32)>,
+}
+
+impl SinkConnector for KafkaSinkConfig {
+    const TYPE: &'static str = "kafka";
+    type Raw = RawKafkaSink;
+
+    fn validate(raw: RawKafkaSink) -> Result<Self> {
+        if raw.topic.trim().is_empty() {
+            return Err(Error::config("sink.topic", "must not be empty"));
+        }
+        let create_topic = match raw.create_topic {
+            None => None,
+            Some(c) => {
+                let p = positive("sink.create_topic.partitions", c.partitions)?;
+                let r = positive("sink.create_topic.replication_factor", c.replication_factor)?;
+                Some((p as i32, r as i32))
+            }
+        };
+        Ok(KafkaSinkConfig {
+            settings: KafkaSinkSettings {
+                bootstrap_servers: raw.bootstrap_servers,
+                topic: raw.topic,
+                preserve_partition: raw.preserve_partition,
+                properties: properties(raw.properties),
+                flush_timeout: duration_at("sink.flush_timeout", &raw.flush_timeout)?,
+            },
+            create_topic,
+        })
+    }
+
+    fn describe(&self) -> Vec<String> {
+        let mut lines = vec![format!(
+            "sink kafka {} topic {}",
+            self.settings.bootstrap_servers, self.settings.topic
+        )];
+        if !self.settings.properties.is_empty() {
+            lines.push(format!(
+                "  properties {:?}",
+                crate::kafka::client::redacted(&self.settings.properties)
+            ));
+        }
+        lines
+    }
+
+    fn topic(&self) -> Option<&str> {
+        Some(&self.settings.topic)
+    }
+
+    fn build(&self, ctx: SinkContext<'_>) -> Result<Box<dyn Sink<Record>>> {
+        if let Some((partitions, replication)) = self.create_topic {
+            super::create_topic_if_missing(&self.settings, partitions, replication)?;
+        }
+        Ok(Box::new(KafkaSink::new(self.settings.clone(), ctx.end_marker)?))
     }
 }

@@ -1,4 +1,4 @@
-//! The sinks (`kafka`, `file`, `stdout`, `null`) and the one place that builds them from config.
+//! The sinks (`kafka`, `file`, `stdout`, `null`), each with its config, and the dead-letter wrapper.
 
 pub mod dead_letter;
 pub mod envelope;
@@ -12,33 +12,14 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 use tracing::info;
 
-use crate::config::SinkConfig;
-use crate::core::Sink;
 use crate::error::{Error, Result};
-use crate::record::Record;
-
-/// Build the configured sink. `append`: the job resumes from a state file (the file sink keeps
-/// what it wrote). `end_marker`: written at the end of input (data generator).
-pub fn build(config: &SinkConfig, append: bool, end_marker: Option<Record>) -> Result<Box<dyn Sink<Record>>> {
-    Ok(match config {
-        SinkConfig::Kafka(k) => {
-            if let Some((partitions, replication)) = k.create_topic {
-                create_topic_if_missing(&k.settings, partitions, replication)?;
-            }
-            Box::new(kafka::KafkaSink::new(k.settings.clone(), end_marker)?)
-        }
-        SinkConfig::File { path } => Box::new(file::FileSink::open(path, append, end_marker)?),
-        SinkConfig::Stdout => Box::new(file::StdoutSink::new(end_marker)),
-        SinkConfig::Null => Box::new(file::NullSink),
-    })
-}
 
 /// Create the sink's topic unless it exists. Must run outside the job's runtime.
 pub fn create_topic_if_missing(settings: &kafka::KafkaSinkSettings, partitions: i32, replication: i32) -> Result<()> {
     let admin: AdminClient<DefaultClientContext> =
         crate::kafka::client::client_config(&settings.bootstrap_servers, &[], &settings.properties)
             .create()
-            .map_err(|e| Error::kafka("creating an admin client", e))?;
+            .map_err(|e| crate::error::kafka("creating an admin client", e))?;
     let topic = NewTopic::new(&settings.topic, partitions, TopicReplication::Fixed(replication));
     let options = AdminOptions::new()
         .operation_timeout(Some(Duration::from_secs(30)))
@@ -49,7 +30,7 @@ pub fn create_topic_if_missing(settings: &kafka::KafkaSinkSettings, partitions: 
         .map_err(|e| Error::io("starting a runtime for the admin client", e))?;
     let results = runtime
         .block_on(admin.create_topics([&topic], &options))
-        .map_err(|e| Error::kafka(format!("creating topic {}", settings.topic), e))?;
+        .map_err(|e| crate::error::kafka(format!("creating topic {}", settings.topic), e))?;
     for r in results {
         match r {
             Ok(name) => info!(topic = %name, partitions, "topic created"),

@@ -132,7 +132,7 @@ fn kill_9_and_restart_produces_the_same_records_with_bounded_duplicates() {
         .iter()
         .map(|s| {
             (
-                s["split"]["next"].as_u64().unwrap(),
+                s["split"]["next_offset"].as_u64().unwrap(),
                 s["split"]["end"].as_u64().unwrap(),
             )
         })
@@ -142,7 +142,7 @@ fn kill_9_and_restart_produces_the_same_records_with_bounded_duplicates() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|s| (s["next"].as_u64().unwrap(), s["end"].as_u64().unwrap())),
+            .map(|s| (s["next_offset"].as_u64().unwrap(), s["end"].as_u64().unwrap())),
     );
     let before = kafka.end_offsets(&topic).values().sum::<i64>();
     assert!((before as u64) < count, "finished before the kill: {log}");

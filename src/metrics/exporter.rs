@@ -67,6 +67,10 @@ impl Metrics {
             .set(s.last_checkpoint_ms.load(Ordering::Relaxed) as f64 / 1000.0);
         self.expected.set(s.expected_records.load(Ordering::Relaxed) as f64);
         let readers = s.readers.lock().unwrap_or_else(|p| p.into_inner());
+        for reason in crate::core::FinishReason::ALL {
+            let finished: u64 = readers.iter().map(|r| r.finished(reason)).sum();
+            metrics::counter!("tidegate_splits_finished_total", "reason" => reason.as_str()).absolute(finished);
+        }
         for (i, r) in readers.iter().enumerate() {
             let label = [("reader", i.to_string())];
             metrics::counter!("tidegate_fetch_batches_total", &label)

@@ -2,27 +2,36 @@
 //! bounded queue, end-of-stream evaluation, sinks, and aligned checkpoints to a crash-safe state
 //! file. Nothing here knows about Kafka; connectors plug in through these traits.
 
+pub mod checkpoint;
+mod coordinator;
 pub mod emitter;
 pub mod enumerator;
+pub mod error;
 pub mod fetcher;
 pub mod job;
 pub mod number_sequence;
 pub mod queue;
 pub mod reader;
 pub mod reader_base;
+mod reader_driver;
 pub mod sink;
+mod sink_driver;
 pub mod source;
 pub mod split_reader;
 pub mod state;
 
+pub use checkpoint::{Checkpoint, JobReport, JobStats};
 pub use emitter::{EofOnRecordEvaluator, ReaderOutput, RecordEmitter, RecordPosition};
 pub use enumerator::{EnumeratorContext, ReaderCommand, RemoveSplits, SourceEvent, SplitEnumerator};
+pub use error::{Error, Result, StateError};
 pub use fetcher::{FetchStats, FetcherMode, SplitFetcherManager};
-pub use job::{Checkpoint, Job, JobOptions, JobReport, JobStats};
+pub use job::{Job, JobOptions};
 pub use reader::{AvailabilityFuture, InputStatus, ReaderRequest, SourceReader};
 pub use reader_base::{ReaderOptions, SourceReaderBase};
 pub use sink::{CollectSink, Sink, SinkMessage};
-pub use source::{Boundedness, FinishReason, Finished, ReaderContext, Source, SourceSplit, SplitId, SplitSnapshot};
+pub use source::{
+    Boundedness, FinishReason, Finished, Instance, ReaderContext, Source, SourceSplit, SplitId, SplitSnapshot,
+};
 pub use split_reader::{RecordsWithSplitIds, SplitReader, SplitsChange};
 pub use state::StateStore;
 

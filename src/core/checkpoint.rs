@@ -1,0 +1,77 @@
+//! Checkpoint bookkeeping (Flink's `CheckpointCoordinator`, reduced to one process): what a
+//! completed checkpoint holds, the checkpoint in progress, the job's live counters and its report.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::fetcher::FetchStats;
+use super::source::{Source, SourceSplit, SplitSnapshot};
+
+/// The id under which a reader's last snapshot (end of input, or stop) is taken; it is part of
+/// whichever checkpoint completes next.
+pub const FINAL_SNAPSHOT: u64 = u64::MAX;
+
+/// What the state file holds: the enumerator's checkpoint and every split's.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(bound(
+    serialize = "E: Serialize, S: SourceSplit",
+    deserialize = "E: serde::de::DeserializeOwned, S: SourceSplit"
+))]
+pub struct Checkpoint<E, S: SourceSplit> {
+    pub job: String,
+    /// The source kind that wrote it ([`Source::kind`]).
+    pub source: String,
+    pub checkpoint_id: u64,
+    /// When the checkpoint completed, RFC 3339.
+    pub completed_at: String,
+    pub enumerator: E,
+    pub splits: Vec<SplitSnapshot<S>>,
+    /// The job reached the end of its input (not a stop): a restart has nothing left to do.
+    #[serde(default)]
+    pub end_of_input: bool,
+}
+
+/// Live counters of a running job, shared with metrics and progress reporting.
+#[derive(Debug, Default)]
+pub struct JobStats {
+    pub records_emitted: AtomicU64,
+    pub records_written: AtomicU64,
+    pub checkpoints_completed: AtomicU64,
+    pub checkpoint_failures: AtomicU64,
+    /// Duration of the last completed checkpoint, in milliseconds.
+    pub last_checkpoint_ms: AtomicU64,
+    /// Records the assigned bounded splits hold (an upper bound), for progress and ETA.
+    pub expected_records: AtomicU64,
+    pub readers: Mutex<Vec<Arc<FetchStats>>>,
+}
+
+/// How a job ended.
+#[derive(Debug)]
+pub struct JobReport<S: SourceSplit> {
+    pub records_emitted: u64,
+    pub records_written: u64,
+    pub checkpoints: u64,
+    /// The state of every split at the last checkpoint.
+    pub splits: Vec<SplitSnapshot<S>>,
+    /// The job was stopped (signal or `max_duration`) rather than reaching the end of input.
+    pub stopped: bool,
+    pub elapsed: Duration,
+}
+
+pub(crate) type EnumState<S> = <S as Source>::EnumeratorState;
+pub(crate) type SourceCheckpoint<S> = Checkpoint<EnumState<S>, <S as Source>::Split>;
+
+/// The checkpoint in progress: the enumerator's snapshot and the readers' acknowledgements.
+pub(crate) struct Pending<S: Source> {
+    pub(crate) id: u64,
+    pub(crate) started: Instant,
+    pub(crate) enumerator: EnumState<S>,
+    pub(crate) acks: HashMap<usize, Vec<SplitSnapshot<S::Split>>>,
+    pub(crate) barrier_sent: bool,
+    /// The final checkpoint after every split ended on its own.
+    pub(crate) end_of_input: bool,
+}

@@ -1,0 +1,168 @@
+//! The reader driver (the task half of Flink's `SourceOperator`): runs one reader, commands from
+//! the coordinator first, then polling, waiting on the reader's availability instead of spinning.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::checkpoint::{JobStats, FINAL_SNAPSHOT};
+use super::enumerator::ReaderCommand;
+use super::reader::{InputStatus, ReaderRequest, SourceReader};
+use super::sink::SinkMessage;
+use super::source::{SourceSplit, SplitSnapshot};
+use crate::error::{Error, Result};
+
+/// What a reader tells the coordinator.
+pub(crate) enum ReaderEvent<S: SourceSplit> {
+    Registered,
+    Request(ReaderRequest),
+    CheckpointAck { id: u64, splits: Vec<SplitSnapshot<S>> },
+    Finished { splits: Vec<SplitSnapshot<S>> },
+    Failed(Error),
+}
+
+/// Drives one reader: commands from the coordinator first, then polling, waiting on the
+/// reader's availability instead of spinning.
+pub(crate) struct ReaderDriver<S: SourceSplit, T> {
+    pub(crate) index: usize,
+    pub(crate) events: mpsc::UnboundedSender<(usize, ReaderEvent<S>)>,
+    pub(crate) sink: mpsc::Sender<SinkMessage<T>>,
+    pub(crate) stats: Arc<JobStats>,
+}
+
+enum Flow {
+    Continue,
+    /// Stop requested: finish now with the current state.
+    Stop,
+}
+
+impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
+    pub(crate) async fn run<R: SourceReader<Split = S, Output = T>>(
+        self,
+        mut reader: R,
+        mut commands: mpsc::UnboundedReceiver<ReaderCommand<S>>,
+    ) {
+        let result = self.drive(&mut reader, &mut commands).await;
+        let close = tokio::task::block_in_place(|| reader.close());
+        let outcome = result.and_then(|finished| close.map(|_| finished));
+        match outcome {
+            Ok(Some(splits)) => {
+                let _ = self.events.send((self.index, ReaderEvent::Finished { splits }));
+            }
+            Ok(None) => return,
+            Err(e) => {
+                let _ = self.events.send((self.index, ReaderEvent::Failed(e)));
+                return;
+            }
+        }
+        // A finished reader still hears which checkpoint made its last state durable (the Kafka
+        // source commits its final offsets then), until the job closes the channel.
+        drop(self.sink);
+        while let Some(command) = commands.recv().await {
+            if let ReaderCommand::CheckpointComplete(id) = command {
+                if let Err(e) = tokio::task::block_in_place(|| reader.notify_checkpoint_complete(id)) {
+                    warn!(reader = self.index, error = %e, "after-checkpoint action failed");
+                }
+            }
+        }
+    }
+
+    fn send(&self, event: ReaderEvent<S>) {
+        let _ = self.events.send((self.index, event));
+    }
+
+    /// Returns the final snapshot, or `None` when the coordinator is gone.
+    async fn drive<R: SourceReader<Split = S, Output = T>>(
+        &self,
+        reader: &mut R,
+        commands: &mut mpsc::UnboundedReceiver<ReaderCommand<S>>,
+    ) -> Result<Option<Vec<SplitSnapshot<S>>>> {
+        for request in reader.start()? {
+            self.send(ReaderEvent::Request(request));
+        }
+        self.send(ReaderEvent::Registered);
+        let mut output = reader.create_output();
+        let mut status = InputStatus::MoreAvailable;
+        let mut polls_since_yield = 0u32;
+        loop {
+            // commands first: assignments and checkpoint triggers must not wait behind data
+            loop {
+                match commands.try_recv() {
+                    Ok(command) => {
+                        if let Flow::Stop = self.handle(reader, command)? {
+                            return Ok(Some(reader.snapshot_state(FINAL_SNAPSHOT)));
+                        }
+                        status = InputStatus::MoreAvailable;
+                    }
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => return Ok(None),
+                }
+            }
+            match status {
+                InputStatus::MoreAvailable => {
+                    status = reader.poll_next(&mut output)?;
+                    for request in reader.take_requests() {
+                        self.send(ReaderEvent::Request(request));
+                    }
+                    if !output.is_empty() {
+                        let records = output.take_records();
+                        self.stats
+                            .records_emitted
+                            .fetch_add(records.len() as u64, Ordering::Relaxed);
+                        if self.sink.send(SinkMessage::Records(records)).await.is_err() {
+                            return Ok(None);
+                        }
+                    }
+                    polls_since_yield += 1;
+                    if polls_since_yield >= 64 {
+                        polls_since_yield = 0;
+                        tokio::task::yield_now().await;
+                    }
+                }
+                InputStatus::NothingAvailable => {
+                    let available = reader.is_available();
+                    tokio::select! {
+                        biased;
+                        command = commands.recv() => {
+                            let Some(command) = command else { return Ok(None) };
+                            if let Flow::Stop = self.handle(reader, command)? {
+                                return Ok(Some(reader.snapshot_state(FINAL_SNAPSHOT)));
+                            }
+                        }
+                        _ = available => {}
+                    }
+                    status = InputStatus::MoreAvailable;
+                }
+                InputStatus::EndOfInput => {
+                    debug!("end of input");
+                    return Ok(Some(reader.snapshot_state(FINAL_SNAPSHOT)));
+                }
+            }
+        }
+    }
+
+    fn handle<R: SourceReader<Split = S, Output = T>>(
+        &self,
+        reader: &mut R,
+        command: ReaderCommand<S>,
+    ) -> Result<Flow> {
+        match command {
+            ReaderCommand::AddSplits(splits) => reader.add_splits(splits)?,
+            ReaderCommand::NoMoreSplits => reader.notify_no_more_splits(),
+            ReaderCommand::SourceEvent(event) => reader.handle_source_event(event)?,
+            ReaderCommand::TriggerCheckpoint(id) => {
+                // everything emitted so far is already on the sink channel
+                let splits = reader.snapshot_state(id);
+                self.send(ReaderEvent::CheckpointAck { id, splits });
+            }
+            ReaderCommand::CheckpointComplete(id) => reader.notify_checkpoint_complete(id)?,
+            ReaderCommand::Stop => return Ok(Flow::Stop),
+        }
+        for request in reader.take_requests() {
+            self.send(ReaderEvent::Request(request));
+        }
+        Ok(Flow::Continue)
+    }
+}

@@ -1,0 +1,228 @@
+//! The data generator's config: the `[source]` table as written, its validation (every error
+//! names its key), what `validate` prints, and how it becomes a [`DataGeneratorSource`] (and the
+//! end marker the sink writes last).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::template::{self, TextTemplate};
+use super::{DataGeneratorSource, DatagenSettings, TemplateGenerator};
+use crate::connector::values::{positive, time_value};
+use crate::connector::{JobConfig, SourceConnector, SourceContext};
+use crate::error::{Error, Result};
+use crate::format::config::{produced_format, AvroConfig, RawAvro};
+use crate::record::{Header, Record, ValueFormat};
+
+/// `[source]` with `type = "datagen"`: generate records from a field template (FLIP-238).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawDatagenSource {
+    /// Records to generate, indices `0..count`; omit for an unbounded stream.
+    pub count: Option<i64>,
+    /// Records per second for the whole source, shared by the readers with work; omit for as fast
+    /// as possible.
+    pub rate: Option<f64>,
+    /// Seed: record i is a pure function of (seed, i).
+    #[serde(default)]
+    pub seed: u64,
+    /// "json" (default), "string" or "avro".
+    pub format: Option<String>,
+    /// Avro settings, for `format = "avro"`.
+    pub avro: Option<RawAvro>,
+    /// The fields of each record: `name = { <generator> = … }` with generators `value`,
+    /// `sequence = { start, step }`, `uniform = { min, max }`, `normal = { mean, stddev }` (with
+    /// optional `round`, `min`, `max`), `choice = [..]` (with optional `weights = [..]`),
+    /// `uuid = {}`, `timestamp = { start, step, jitter, format }`, `fake = "name"`, and
+    /// `object = { … }` for nesting.
+    #[serde(default)]
+    pub fields: BTreeMap<String, Value>,
+    /// Key template over the fields, e.g. "{symbol}".
+    pub key: Option<String>,
+    /// Value template for `format = "string"`, e.g. "{symbol} {price}".
+    pub value: Option<String>,
+    /// Header templates, e.g. `{ source = "tidegate" }`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The field whose value (epoch ms or RFC 3339) becomes the record timestamp.
+    pub timestamp: Option<String>,
+    /// A record written once to every partition of the target topic after every generated record
+    /// is acknowledged (the market-close record).
+    pub end_marker: Option<RawEndMarker>,
+    /// Records generated per batch.
+    pub batch_size: Option<i64>,
+}
+
+/// `source.end_marker`
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawEndMarker {
+    /// Its key.
+    pub key: Option<String>,
+    /// Its value (a table, written in the source's format).
+    pub value: Value,
+    /// Its timestamp: RFC 3339 or epoch milliseconds.
+    pub timestamp: Option<Value>,
+    /// Its headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// The validated data generator.
+#[derive(Debug, Clone)]
+pub struct DatagenConfig {
+    pub count: Option<u64>,
+    pub rate: Option<f64>,
+    pub generator: TemplateGenerator,
+    pub avro: Option<AvroConfig>,
+    pub end_marker: Option<Record>,
+    pub batch_size: usize,
+}
+
+fn validate_datagen(raw: RawDatagenSource) -> Result<DatagenConfig> {
+    let count = match raw.count {
+        None => None,
+        Some(c) if c >= 0 => Some(c as u64),
+        Some(c) => return Err(Error::config("source.count", format!("must be 0 or more, not {c}"))),
+    };
+    if let Some(rate) = raw.rate {
+        if !(rate > 0.0 && rate.is_finite()) {
+            return Err(Error::config(
+                "source.rate",
+                format!("must be more than 0 records per second, not {rate}"),
+            ));
+        }
+    }
+    let (format, avro) = produced_format(raw.format.as_deref(), raw.avro)?;
+    let fields = template::compile_fields(&raw.fields, "source.fields").map_err(|(k, m)| Error::config(k, m))?;
+    let text = |key: &str, t: &str| TextTemplate::parse(t, &fields).map_err(|m| Error::config(key, m));
+    let key = raw.key.as_deref().map(|t| text("source.key", t)).transpose()?;
+    let value = raw.value.as_deref().map(|t| text("source.value", t)).transpose()?;
+    if value.is_some() && format != ValueFormat::String {
+        return Err(Error::config("source.value", "only applies to format = \"string\""));
+    }
+    let mut headers = Vec::new();
+    for (k, t) in &raw.headers {
+        headers.push((k.clone(), text(&format!("source.headers.{k}"), t)?));
+    }
+    if let Some(ts) = &raw.timestamp {
+        if !raw.fields.contains_key(ts) {
+            return Err(Error::config("source.timestamp", format!("names no field ({ts:?})")));
+        }
+    }
+    let end_marker = match raw.end_marker {
+        None => None,
+        Some(m) => {
+            let value = match format {
+                ValueFormat::String => match &m.value {
+                    Value::String(s) => s.clone().into_bytes(),
+                    other => other.to_string().into_bytes(),
+                },
+                _ => {
+                    serde_json::to_vec(&m.value).map_err(|e| Error::config("source.end_marker.value", e.to_string()))?
+                }
+            };
+            Some(Record {
+                key: m.key.map(String::into_bytes),
+                value: Some(value),
+                decoded: matches!(format, ValueFormat::Json | ValueFormat::Avro).then(|| m.value.clone()),
+                format,
+                timestamp: m
+                    .timestamp
+                    .as_ref()
+                    .map(|t| time_value("source.end_marker.timestamp", t))
+                    .transpose()?,
+                headers: m
+                    .headers
+                    .into_iter()
+                    .map(|(k, v)| Header {
+                        key: k,
+                        value: Some(v.into_bytes()),
+                    })
+                    .collect(),
+                ..Record::default()
+            })
+        }
+    };
+    let batch_size = raw
+        .batch_size
+        .map(|b| positive("source.batch_size", b))
+        .transpose()?
+        .unwrap_or(1024);
+    Ok(DatagenConfig {
+        count,
+        rate: raw.rate,
+        generator: TemplateGenerator {
+            seed: raw.seed,
+            format,
+            fields,
+            key,
+            value,
+            headers,
+            timestamp_field: raw.timestamp,
+            keep_decoded: true,
+            encoder: None,
+        },
+        avro,
+        end_marker,
+        batch_size,
+    })
+}
+
+impl SourceConnector for DatagenConfig {
+    const TYPE: &'static str = "datagen";
+    type Raw = RawDatagenSource;
+    type Source = DataGeneratorSource;
+
+    fn validate(raw: RawDatagenSource, _job: &JobConfig) -> Result<Self> {
+        validate_datagen(raw)
+    }
+
+    fn describe(&self) -> Vec<String> {
+        vec![format!(
+            "source datagen: count {:?}, rate {:?}/s, format {:?}",
+            self.count, self.rate, self.generator.format
+        )]
+    }
+
+    fn build(&self, ctx: &SourceContext<'_>) -> Result<DataGeneratorSource> {
+        let mut generator = self.generator.clone();
+        generator.keep_decoded = ctx.sink_prints_values;
+        generator.encoder =
+            crate::format::encoder_for(generator.format, self.avro.as_ref(), "source.avro", ctx.sink_topic)?;
+        let settings = DatagenSettings {
+            count: self.count,
+            rate: self.rate,
+            splits: ctx.job.parallelism,
+            batch_size: self.batch_size,
+        };
+        Ok(DataGeneratorSource::new(
+            settings,
+            Arc::new(move || Box::new(generator.clone())),
+        ))
+    }
+
+    fn end_marker(&self, ctx: &SourceContext<'_>) -> Result<Option<Record>> {
+        let Some(marker) = &self.end_marker else {
+            return Ok(None);
+        };
+        let mut marker = marker.clone();
+        if self.generator.format == ValueFormat::Avro {
+            // the marker is written in the topic's format too
+            let encoder =
+                crate::format::encoder_for(ValueFormat::Avro, self.avro.as_ref(), "source.avro", ctx.sink_topic)?;
+            if let (Some(encoder), Some(value)) = (encoder, &marker.decoded) {
+                marker.value = Some(
+                    encoder
+                        .0
+                        .encode(value)
+                        .map_err(|m| Error::config("source.end_marker.value", m))?,
+                );
+            }
+        }
+        Ok(Some(marker))
+    }
+}

@@ -1,0 +1,94 @@
+//! `{field}` templates over the generated fields: a key, a header, a string value.
+
+use serde_json::Value;
+
+use super::template::Gen;
+
+/// A `{field}` template over the generated fields: a key, a header, a string value.
+/// Hand-rolled: a single substitution form does not justify a template engine.
+#[derive(Debug, Clone)]
+pub struct TextTemplate {
+    parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone)]
+enum Part {
+    Text(String),
+    Field(Vec<String>),
+}
+
+impl TextTemplate {
+    /// Parse `{a.b}` references (`{{` and `}}` are literal braces); fields must exist.
+    pub fn parse(text: &str, known: &Gen) -> Result<Self, String> {
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '{' if chars.peek() == Some(&'{') => {
+                    chars.next();
+                    literal.push('{');
+                }
+                '}' if chars.peek() == Some(&'}') => {
+                    chars.next();
+                    literal.push('}');
+                }
+                '{' => {
+                    let mut name = String::new();
+                    loop {
+                        match chars.next() {
+                            Some('}') => break,
+                            Some(c) => name.push(c),
+                            None => return Err(format!("unclosed {{ in {text:?}")),
+                        }
+                    }
+                    let path: Vec<String> = name.trim().split('.').map(str::to_string).collect();
+                    if !has_path(known, &path) {
+                        return Err(format!("{{{name}}} names no generated field"));
+                    }
+                    if !literal.is_empty() {
+                        parts.push(Part::Text(std::mem::take(&mut literal)));
+                    }
+                    parts.push(Part::Field(path));
+                }
+                '}' => return Err(format!("unmatched }} in {text:?}")),
+                c => literal.push(c),
+            }
+        }
+        if !literal.is_empty() {
+            parts.push(Part::Text(literal));
+        }
+        Ok(TextTemplate { parts })
+    }
+
+    /// Render against a generated record (an object).
+    pub fn render(&self, record: &Value) -> String {
+        let mut out = String::new();
+        for p in &self.parts {
+            match p {
+                Part::Text(t) => out.push_str(t),
+                Part::Field(path) => {
+                    let mut v = record;
+                    for seg in path {
+                        v = v.get(seg).unwrap_or(&Value::Null);
+                    }
+                    match v {
+                        Value::String(s) => out.push_str(s),
+                        Value::Null => {}
+                        other => out.push_str(&other.to_string()),
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn has_path(g: &Gen, path: &[String]) -> bool {
+    match (g, path.split_first()) {
+        (_, None) => true,
+        (Gen::Object(fields), Some((head, rest))) => fields.iter().any(|(n, f)| n == head && has_path(f, rest)),
+        (Gen::Const(Value::Object(_)), Some(_)) => true,
+        _ => false,
+    }
+}

@@ -1,0 +1,412 @@
+//! The Kafka source's config: the `[source]` table as written, its validation (every error names
+//! its key), what `validate` prints, and how it becomes a [`KafkaSource`] (with the dead-letter
+//! sink when undecodable records go to a topic).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::offsets::{parse_topic_partition, CommittedReset, StartingOffsets, StoppingOffsets};
+use super::{KafkaSource, KafkaSourceSettings, Subscription};
+use crate::connector::values::{duration_at, keyword, one_of, properties, single_entry, time_value, PropertyValue};
+use crate::connector::{JobConfig, SourceConnector, SourceContext};
+use crate::core::Sink;
+use crate::error::{Error, Result};
+use crate::format::config::{avro, value_format, AvroConfig, RawAvro};
+use crate::format::DecodeErrorPolicy;
+use crate::metrics::KafkaMetrics;
+use crate::record::{Record, ValueFormat};
+
+fn thirty_seconds() -> String {
+    "30s".into()
+}
+
+/// `[source]` with `type = "kafka"`: read topics, bounded or not, until stopping offsets or an
+/// end-of-stream record.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawKafkaSource {
+    /// Brokers to bootstrap from, e.g. "127.0.0.1:9092".
+    pub bootstrap_servers: String,
+    /// Topics to read. Exactly one of `topics`, `topic_pattern` and `partitions`.
+    pub topics: Option<Vec<String>>,
+    /// A regular expression that whole topic names must match.
+    pub topic_pattern: Option<String>,
+    /// Fixed partitions, as "topic:partition".
+    pub partitions: Option<Vec<String>>,
+    /// Where to start: "earliest" (default), "latest", "committed" (group offsets, error when a
+    /// partition has none), `{ committed = "earliest" | "latest" | "none" }`,
+    /// `{ timestamp = "2026-11-27T09:30:00-05:00" }` (or epoch milliseconds), or
+    /// `{ offsets = { "topic:0" = 42 } }` (unlisted partitions start at earliest).
+    pub starting_offsets: Option<Value>,
+    /// Where to stop (exclusive): "none" (default, unbounded), "latest" (the end of each partition
+    /// when it is discovered), `{ timestamp = … }`, or `{ offsets = { "topic:0" = 50 } }`
+    /// (unlisted partitions stop at latest).
+    pub stopping_offsets: Option<Value>,
+    /// End-of-stream expression in CEL over `key`, `value`, `headers`, `topic`, `partition`,
+    /// `offset`, `timestamp`, e.g. `value.type == "MARKET_CLOSE"`. The matching record ends its
+    /// partition and is not emitted.
+    pub eof: Option<String>,
+    /// Emit the record that matched `eof` too.
+    #[serde(default)]
+    pub eof_emit_marker: bool,
+    /// How often to look for new partitions, e.g. "5m"; "0" disables. Default: off when the source
+    /// is bounded or has `eof`, else "5m". Not allowed with bounded stopping offsets.
+    pub partition_discovery_interval: Option<String>,
+    /// Wait for subscribed topics that do not exist yet, instead of failing.
+    #[serde(default)]
+    pub wait_for_topics: bool,
+    /// Value format: "bytes" (default), "string", "json" or "avro".
+    pub format: Option<String>,
+    /// Avro settings, for `format = "avro"`.
+    pub avro: Option<RawAvro>,
+    /// What to do with a record whose value cannot be decoded: "fail" (default), "skip" or
+    /// "dead_letter".
+    pub decode_errors: Option<String>,
+    /// Topic for `decode_errors = "dead_letter"`.
+    pub dead_letter_topic: Option<String>,
+    /// Consumer group: offsets are committed to it after each checkpoint (progress report only),
+    /// and `committed` starting offsets read from it.
+    pub group_id: Option<String>,
+    /// When a position to read was deleted by retention: "error" (default), "earliest" or "latest".
+    pub offset_reset: Option<String>,
+    /// Timeout of metadata and offset requests; an unreachable cluster fails the job after it.
+    #[serde(default = "thirty_seconds")]
+    pub request_timeout: String,
+    /// librdkafka consumer properties, passed through, e.g. `"fetch.min.bytes" = 1`.
+    #[serde(default)]
+    pub properties: BTreeMap<String, PropertyValue>,
+}
+
+/// The validated Kafka source.
+#[derive(Debug, Clone)]
+pub struct KafkaSourceConfig {
+    pub settings: KafkaSourceSettings,
+    pub format: ValueFormat,
+    pub avro: Option<AvroConfig>,
+    pub eof: Option<String>,
+    pub eof_emit_marker: bool,
+    pub decode_errors: DecodeErrorPolicy,
+    pub dead_letter_topic: Option<String>,
+}
+
+fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSourceConfig> {
+    let subscription = match (raw.topics, raw.topic_pattern, raw.partitions) {
+        (Some(topics), None, None) => {
+            if topics.is_empty() || topics.iter().any(|t| t.trim().is_empty()) {
+                return Err(Error::config(
+                    "source.topics",
+                    "must list at least one topic, without empty names",
+                ));
+            }
+            Subscription::Topics(topics)
+        }
+        (None, Some(pattern), None) => Subscription::pattern(&pattern)
+            .map_err(|e| Error::config("source.topic_pattern", format!("invalid regular expression: {e}")))?,
+        (None, None, Some(list)) => {
+            let mut parsed = Vec::with_capacity(list.len());
+            for (i, s) in list.iter().enumerate() {
+                parsed.push(parse_topic_partition(s).ok_or_else(|| {
+                    Error::config(
+                        format!("source.partitions[{i}]"),
+                        format!("{s:?} is not \"topic:partition\""),
+                    )
+                })?);
+            }
+            if parsed.is_empty() {
+                return Err(Error::config("source.partitions", "must list at least one partition"));
+            }
+            Subscription::partitions(parsed)
+        }
+        (None, None, None) => {
+            return Err(Error::config(
+                "source.topics",
+                "one of topics, topic_pattern or partitions is required",
+            ))
+        }
+        _ => {
+            return Err(Error::config(
+                "source.topics",
+                "set only one of topics, topic_pattern and partitions",
+            ))
+        }
+    };
+    let starting = starting_offsets(raw.starting_offsets.as_ref())?;
+    let stopping = stopping_offsets(raw.stopping_offsets.as_ref())?;
+    if let (StartingOffsets::Timestamp(start), StoppingOffsets::Timestamp(stop)) = (&starting, &stopping) {
+        if stop < start {
+            return Err(Error::config(
+                "source.stopping_offsets",
+                "stops before the starting timestamp",
+            ));
+        }
+    }
+    if let (StartingOffsets::Specific(starts), StoppingOffsets::Specific(stops)) = (&starting, &stopping) {
+        for (tp, start) in starts {
+            if let Some(stop) = stops.get(tp) {
+                if stop < start {
+                    return Err(Error::config(
+                        format!("source.stopping_offsets.offsets.\"{}:{}\"", tp.0, tp.1),
+                        format!("{stop} is before the starting offset {start}"),
+                    ));
+                }
+            }
+        }
+    }
+    if matches!(starting, StartingOffsets::Committed { .. }) && raw.group_id.is_none() {
+        return Err(Error::config(
+            "source.starting_offsets",
+            "\"committed\" needs source.group_id",
+        ));
+    }
+    let discovery = match raw.partition_discovery_interval.as_deref() {
+        Some(text) => {
+            let d = duration_at("source.partition_discovery_interval", text)?;
+            if !d.is_zero() && stopping.is_bounded() {
+                return Err(Error::config(
+                    "source.partition_discovery_interval",
+                    "cannot be used with bounded stopping_offsets: the job could never end",
+                ));
+            }
+            (!d.is_zero()).then_some(d)
+        }
+        // a bounded read, or a replay that ends at a marker, must not wait for new partitions
+        None if stopping.is_bounded() || raw.eof.is_some() => None,
+        None => Some(Duration::from_secs(300)),
+    };
+    if let Some(expr) = &raw.eof {
+        crate::expr::RecordExpression::compile(expr).map_err(|e| Error::config("source.eof", e))?;
+    }
+    let format = value_format(
+        "source.format",
+        raw.format.as_deref(),
+        ValueFormat::Bytes,
+        &[
+            ValueFormat::Bytes,
+            ValueFormat::String,
+            ValueFormat::Json,
+            ValueFormat::Avro,
+        ],
+    )?;
+    let avro = avro("source.avro", format, raw.avro)?;
+    let decode_errors = keyword(
+        "source.decode_errors",
+        raw.decode_errors.as_deref(),
+        DecodeErrorPolicy::Fail,
+        &[
+            ("fail", DecodeErrorPolicy::Fail),
+            ("skip", DecodeErrorPolicy::Skip),
+            ("dead_letter", DecodeErrorPolicy::DeadLetter),
+        ],
+    )?;
+    if decode_errors == DecodeErrorPolicy::DeadLetter && raw.dead_letter_topic.is_none() {
+        return Err(Error::config(
+            "source.dead_letter_topic",
+            "is required with decode_errors = \"dead_letter\"",
+        ));
+    }
+    let offset_reset = keyword(
+        "source.offset_reset",
+        raw.offset_reset.as_deref(),
+        "error",
+        &[("error", "error"), ("earliest", "earliest"), ("latest", "latest")],
+    )?;
+    if raw.bootstrap_servers.trim().is_empty() {
+        return Err(Error::config("source.bootstrap_servers", "must not be empty"));
+    }
+    let mut settings = KafkaSourceSettings::new(raw.bootstrap_servers, subscription);
+    settings.starting = starting;
+    settings.stopping = stopping;
+    settings.discovery_interval = discovery;
+    settings.wait_for_topics = raw.wait_for_topics;
+    settings.group_id = raw.group_id;
+    settings.properties = properties(raw.properties);
+    settings.request_timeout = duration_at("source.request_timeout", &raw.request_timeout)?;
+    settings.instance = job.instance;
+    settings.offset_reset = offset_reset.to_string();
+    Ok(KafkaSourceConfig {
+        settings,
+        format,
+        avro,
+        eof: raw.eof,
+        eof_emit_marker: raw.eof_emit_marker,
+        decode_errors,
+        dead_letter_topic: raw.dead_letter_topic,
+    })
+}
+
+fn offsets_map(key: &str, v: &Value) -> Result<BTreeMap<(String, i32), i64>> {
+    let Value::Object(map) = v else {
+        return Err(Error::config(key, "must be a table of \"topic:partition\" = offset"));
+    };
+    let mut out = BTreeMap::new();
+    for (tp, o) in map {
+        let entry = format!("{key}.\"{tp}\"");
+        let parsed = parse_topic_partition(tp).ok_or_else(|| Error::config(&entry, "is not \"topic:partition\""))?;
+        let offset = o
+            .as_i64()
+            .filter(|o| *o >= 0)
+            .ok_or_else(|| Error::config(&entry, "must be an offset (>= 0)"))?;
+        out.insert(parsed, offset);
+    }
+    Ok(out)
+}
+
+fn starting_offsets(v: Option<&Value>) -> Result<StartingOffsets> {
+    const KEY: &str = "source.starting_offsets";
+    const EXPECTED: &str =
+        "\"earliest\", \"latest\", \"committed\", { committed = … }, { timestamp = … } or { offsets = { … } }";
+    let Some(v) = v else {
+        return Ok(StartingOffsets::Earliest);
+    };
+    if let Some(s) = v.as_str() {
+        return match s {
+            "earliest" => Ok(StartingOffsets::Earliest),
+            "latest" => Ok(StartingOffsets::Latest),
+            "committed" => Ok(StartingOffsets::Committed {
+                reset: CommittedReset::None,
+            }),
+            other => Err(Error::config(KEY, format!("{other:?} is not one of {EXPECTED}"))),
+        };
+    }
+    let (kind, arg) = single_entry(KEY, v, EXPECTED)?;
+    let at = format!("{KEY}.{kind}");
+    match kind {
+        "timestamp" => Ok(StartingOffsets::Timestamp(time_value(&at, arg)?)),
+        "offsets" => Ok(StartingOffsets::Specific(offsets_map(&at, arg)?)),
+        "committed" => {
+            const RESETS: [(&str, CommittedReset); 3] = [
+                ("earliest", CommittedReset::Earliest),
+                ("latest", CommittedReset::Latest),
+                ("none", CommittedReset::None),
+            ];
+            match arg.as_str() {
+                Some(text) => Ok(StartingOffsets::Committed {
+                    reset: keyword(&at, Some(text), CommittedReset::None, &RESETS)?,
+                }),
+                None => Err(Error::config(at, format!("is {}", one_of(&RESETS)))),
+            }
+        }
+        other => Err(Error::config(KEY, format!("{other:?} is not one of {EXPECTED}"))),
+    }
+}
+
+fn stopping_offsets(v: Option<&Value>) -> Result<StoppingOffsets> {
+    const KEY: &str = "source.stopping_offsets";
+    const EXPECTED: &str = "\"none\", \"latest\", { timestamp = … } or { offsets = { … } }";
+    let Some(v) = v else {
+        return Ok(StoppingOffsets::None);
+    };
+    if let Some(s) = v.as_str() {
+        return match s {
+            "none" => Ok(StoppingOffsets::None),
+            "latest" => Ok(StoppingOffsets::Latest),
+            other => Err(Error::config(KEY, format!("{other:?} is not one of {EXPECTED}"))),
+        };
+    }
+    let (kind, arg) = single_entry(KEY, v, EXPECTED)?;
+    let at = format!("{KEY}.{kind}");
+    match kind {
+        "timestamp" => Ok(StoppingOffsets::Timestamp(time_value(&at, arg)?)),
+        "offsets" => Ok(StoppingOffsets::Specific(offsets_map(&at, arg)?)),
+        other => Err(Error::config(KEY, format!("{other:?} is not one of {EXPECTED}"))),
+    }
+}
+
+impl SourceConnector for KafkaSourceConfig {
+    const TYPE: &'static str = "kafka";
+    type Raw = RawKafkaSource;
+    type Source = KafkaSource;
+
+    fn validate(raw: RawKafkaSource, job: &JobConfig) -> Result<Self> {
+        validate_kafka_source(raw, job)
+    }
+
+    fn describe(&self) -> Vec<String> {
+        let k = self;
+        let mut lines = vec![
+            format!(
+                "source kafka {} {:?}",
+                k.settings.bootstrap_servers, k.settings.subscription
+            ),
+            format!(
+                "  starting {:?}, stopping {:?}, format {:?}",
+                k.settings.starting, k.settings.stopping, k.format
+            ),
+        ];
+        if let Some(e) = &k.eof {
+            lines.push(format!("  eof {e}"));
+        }
+        if !k.settings.properties.is_empty() {
+            lines.push(format!(
+                "  properties {:?}",
+                super::client::redacted(&k.settings.properties)
+            ));
+        }
+        lines
+    }
+
+    fn build(&self, ctx: &SourceContext<'_>) -> Result<KafkaSource> {
+        let keep_decoded = ctx.sink_prints_values;
+        let metrics = KafkaMetrics::register();
+        let expression = self
+            .eof
+            .as_deref()
+            .map(crate::expr::RecordExpression::compile)
+            .transpose()
+            .map_err(|e| Error::config("source.eof", e))?
+            .map(|e| e.counting_failures_in(metrics.eof_evaluation_errors.clone()));
+        let decoder = match (
+            self.format,
+            keep_decoded,
+            expression.as_ref().and_then(|e| e.value_fields()),
+        ) {
+            // nothing prints the value and the expression reads a few fields: decode just those
+            (ValueFormat::Json, false, Some(fields)) => {
+                let fields = fields.to_vec();
+                let factory: crate::format::DecoderFactory = Arc::new(move || {
+                    Ok(Box::new(crate::format::JsonFieldsDecoder::new(fields.clone()))
+                        as Box<dyn crate::format::ValueDecoder>)
+                });
+                factory
+            }
+            _ => crate::format::decoder_factory(self.format, self.avro.as_ref())?,
+        };
+        let mut builder = KafkaSource::builder()
+            .settings(self.settings.clone())
+            .format(self.format)
+            .decoder(decoder)
+            .decode_errors(self.decode_errors)
+            .eof_emit_marker(self.eof_emit_marker)
+            .fetcher_mode(ctx.job.fetcher_mode);
+        if let Some(expression) = expression {
+            builder = builder.eof_evaluator(Arc::new(expression));
+        }
+        let mut source = builder.build()?;
+        source.queue_capacity = ctx.job.queue_capacity;
+        source.keep_decoded = keep_decoded;
+        source.metrics = metrics;
+        Ok(source)
+    }
+
+    fn wrap_sink(&self, sink: Box<dyn Sink<Record>>) -> Result<Box<dyn Sink<Record>>> {
+        let Some(topic) = &self.dead_letter_topic else {
+            return Ok(sink);
+        };
+        let dead = crate::sink::kafka::KafkaSink::new(
+            crate::sink::kafka::KafkaSinkSettings {
+                bootstrap_servers: self.settings.bootstrap_servers.clone(),
+                topic: topic.clone(),
+                preserve_partition: false,
+                properties: Default::default(),
+                flush_timeout: Duration::from_secs(60),
+            },
+            None,
+        )?;
+        Ok(Box::new(crate::sink::dead_letter::DeadLetterSink::new(sink, dead)))
+    }
+}

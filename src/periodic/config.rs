@@ -1,0 +1,153 @@
+//! The periodic source's config: the `[source]` table as written (and each event's, in
+//! [`super::supplier::RawEvent`]), its validation, what `validate` prints, and how it becomes a
+//! [`PeriodicSource`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::schedule::CatchUp;
+use super::supplier::{read_file, validate_events, RawEvent, Supplier, DEFAULT_MAX_EVENTS};
+use super::{PeriodicSettings, PeriodicSource};
+use crate::connector::values::{duration_at, keyword, positive};
+use crate::connector::{JobConfig, ReferenceSection, SourceConnector, SourceContext};
+use crate::error::{Error, Result};
+use crate::format::config::{produced_format, RawAvro};
+
+/// `[source]` with `type = "periodic"`: events fired on wall-time or fixed-rate schedules, from
+/// inline `events` or a supplier `file` re-read every `discover_interval`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawPeriodicSource {
+    /// Inline events (exactly one of `events` and `file`): `[{ id = "tick", value = { … },
+    /// schedule = { wall_time = true, period = "1s" } }]`; see the event fields below.
+    pub events: Option<Vec<RawEvent>>,
+    /// A TOML (`[[events]]`) or JSON (a list) file of events, re-read every `discover_interval`;
+    /// if it becomes unreadable or invalid, the previous events keep firing.
+    pub file: Option<String>,
+    /// Time between reads of `file`.
+    pub discover_interval: Option<String>,
+    /// Delay of the first read, after every reader registered.
+    pub initial_delay: Option<String>,
+    /// After a restart, missed fires are: "skip" (default), "fire_once" (the latest one), "all".
+    pub catch_up: Option<String>,
+    /// "json" (default: the value as JSON), "string" (a text value as is) or "avro".
+    pub format: Option<String>,
+    /// Avro settings, for `format = "avro"`.
+    pub avro: Option<RawAvro>,
+    /// The most events allowed (default 1000): many events is a misuse of this source.
+    pub max_events: Option<i64>,
+}
+
+/// The validated periodic source.
+#[derive(Debug, Clone)]
+pub struct PeriodicConfig {
+    pub settings: PeriodicSettings,
+}
+
+fn validate_periodic(raw: RawPeriodicSource) -> Result<PeriodicSettings> {
+    let max_events = match raw.max_events {
+        None => DEFAULT_MAX_EVENTS,
+        Some(m) => positive("source.max_events", m)?,
+    };
+    let supplier = match (raw.events, raw.file) {
+        (Some(events), None) => Supplier::Inline(
+            validate_events(events, "source.events", max_events).map_err(|(k, m)| Error::config(k, m))?,
+        ),
+        (None, Some(file)) => Supplier::File {
+            path: PathBuf::from(file),
+            max_events,
+        },
+        _ => return Err(Error::config("source.events", "set exactly one of events and file")),
+    };
+    let discover_interval = match raw.discover_interval.as_deref() {
+        None => Duration::from_secs(60),
+        Some(d) => duration_at("source.discover_interval", d)?,
+    };
+    if discover_interval.is_zero() {
+        return Err(Error::config("source.discover_interval", "must be more than 0"));
+    }
+    let catch_up = keyword(
+        "source.catch_up",
+        raw.catch_up.as_deref(),
+        CatchUp::Skip,
+        &[
+            ("skip", CatchUp::Skip),
+            ("fire_once", CatchUp::FireOnce),
+            ("all", CatchUp::All),
+        ],
+    )?;
+    let (format, avro) = produced_format(raw.format.as_deref(), raw.avro)?;
+    Ok(PeriodicSettings {
+        supplier,
+        discover_interval,
+        initial_delay: raw
+            .initial_delay
+            .as_deref()
+            .map(|d| duration_at("source.initial_delay", d))
+            .transpose()?
+            .unwrap_or_default(),
+        catch_up,
+        format,
+        avro,
+        encoder: None,
+        keep_decoded: true,
+    })
+}
+
+impl SourceConnector for PeriodicConfig {
+    const TYPE: &'static str = "periodic";
+    type Raw = RawPeriodicSource;
+    type Source = PeriodicSource;
+
+    fn validate(raw: RawPeriodicSource, _job: &JobConfig) -> Result<Self> {
+        validate_periodic(raw).map(|settings| PeriodicConfig { settings })
+    }
+
+    fn describe(&self) -> Vec<String> {
+        let p = &self.settings;
+        match &p.supplier {
+            Supplier::Inline(events) => vec![format!(
+                "source periodic: {} inline events, catch-up {:?}",
+                events.len(),
+                p.catch_up
+            )],
+            Supplier::File { path, max_events } => {
+                let mut lines = vec![format!(
+                    "source periodic: events from {} every {:?}, catch-up {:?}",
+                    path.display(),
+                    p.discover_interval,
+                    p.catch_up
+                )];
+                match read_file(path, *max_events) {
+                    Ok(events) => lines.push(format!("  the file holds {} valid events", events.len())),
+                    Err(e) => lines.push(format!(
+                        "  warning: the file cannot be used now ({e}); the job would wait for it"
+                    )),
+                }
+                lines
+            }
+        }
+    }
+
+    fn build(&self, ctx: &SourceContext<'_>) -> Result<PeriodicSource> {
+        let mut settings = self.settings.clone();
+        settings.keep_decoded = ctx.sink_prints_values;
+        settings.encoder =
+            crate::format::encoder_for(settings.format, settings.avro.as_ref(), "source.avro", ctx.sink_topic)?;
+        Ok(PeriodicSource {
+            settings: Arc::new(settings),
+            metrics: crate::metrics::PeriodicMetrics::register(),
+        })
+    }
+
+    fn more_reference() -> Vec<ReferenceSection> {
+        vec![ReferenceSection::of::<RawEvent>(
+            "source.events[]` (periodic), and each event of a supplier file",
+            "event",
+        )]
+    }
+}
