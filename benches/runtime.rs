@@ -19,8 +19,8 @@ impl Sink<u64> for Discard {
         std::hint::black_box(records);
         Ok(())
     }
-    fn flush(&mut self) -> tidegate::Result<()> {
-        Ok(())
+    fn prepare_commit(&mut self, _checkpoint_id: u64) -> tidegate::Result<Option<serde_json::Value>> {
+        Ok(None)
     }
 }
 

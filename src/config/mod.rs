@@ -149,6 +149,7 @@ pub fn validate(path: &Path, tree: Value) -> Result<Config> {
     if checkpoint.interval.is_zero() {
         return Err(Error::config("checkpoint.interval", "must be more than 0"));
     }
+    sink.check_checkpoint_interval(checkpoint.interval)?;
     let metrics = MetricsConfig {
         listen: raw.metrics.listen.as_deref().map(parse_listen).transpose()?,
     };

@@ -130,6 +130,11 @@ pub trait SinkConnector: Clone + std::fmt::Debug + Send + Sync + Sized + 'static
         None
     }
 
+    /// Refuse a checkpoint interval the sink cannot work with (a transaction that would time out).
+    fn check_checkpoint_interval(&self, _interval: std::time::Duration) -> Result<()> {
+        Ok(())
+    }
+
     /// The sink to write to. Runs before the job's async runtime starts.
     fn build(&self, ctx: SinkContext<'_>) -> Result<Box<dyn Sink<Record>>>;
 }

@@ -114,6 +114,11 @@ macro_rules! connectors {
                 match self { $(Self::$sink(c) => c.topic(),)+ }
             }
 
+            /// Refuse a checkpoint interval the sink cannot work with.
+            pub fn check_checkpoint_interval(&self, interval: std::time::Duration) -> Result<()> {
+                match self { $(Self::$sink(c) => c.check_checkpoint_interval(interval),)+ }
+            }
+
             /// The sink to write to.
             pub fn build(&self, ctx: SinkContext<'_>) -> Result<Box<dyn Sink<Record>>> {
                 match self { $(Self::$sink(c) => c.build(ctx),)+ }

@@ -33,6 +33,13 @@ pub struct Checkpoint<E, S: SourceSplit> {
     /// The job reached the end of its input (not a stop): a restart has nothing left to do.
     #[serde(default)]
     pub end_of_input: bool,
+    /// What the sink needs to recover to this checkpoint (a file's length, a transaction's token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink: Option<serde_json::Value>,
+    /// With a transactional sink: the last checkpoint whose transaction is known committed. A
+    /// restart resumes from it if this checkpoint's transaction turns out not to be committed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Box<Checkpoint<E, S>>>,
 }
 
 /// Live counters of a running job, shared with metrics and progress reporting.
@@ -69,9 +76,12 @@ pub(crate) type SourceCheckpoint<S> = Checkpoint<EnumState<S>, <S as Source>::Sp
 pub(crate) struct Pending<S: Source> {
     pub(crate) id: u64,
     pub(crate) started: Instant,
-    pub(crate) enumerator: EnumState<S>,
+    /// Taken when the checkpoint is written.
+    pub(crate) enumerator: Option<EnumState<S>>,
     pub(crate) acks: HashMap<usize, Vec<SplitSnapshot<S::Split>>>,
     pub(crate) barrier_sent: bool,
     /// The final checkpoint after every split ended on its own.
     pub(crate) end_of_input: bool,
+    /// Written to the state file; waiting for the transactional sink's commit.
+    pub(crate) written: Option<SourceCheckpoint<S>>,
 }

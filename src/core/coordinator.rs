@@ -1,6 +1,6 @@
 //! The coordinator task (Flink's `SourceCoordinator` with its checkpoint coordinator): hosts the
-//! enumerator, serves reader events and discovery results, triggers checkpoints, and writes the
-//! state file once the sink made a checkpoint durable.
+//! enumerator, serves reader events and discovery results, triggers checkpoints, writes the
+//! state file once the sink prepared a checkpoint, and gives a transactional sink its go to commit.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -10,12 +10,14 @@ use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info};
 
-use super::checkpoint::{Checkpoint, JobStats, Pending};
+use super::checkpoint::{Checkpoint, JobStats, Pending, SourceCheckpoint};
 use super::enumerator::{EnumeratorContext, ReaderCommand, SplitEnumerator};
+use super::failpoint;
 use super::job::JobOptions;
 use super::reader::ReaderRequest;
 use super::reader_driver::ReaderEvent;
 use super::sink::SinkMessage;
+use super::sink::SinkState;
 use super::sink_driver::SinkEvent;
 use super::source::{Source, SourceSplit, SplitSnapshot};
 use super::state::StateStore;
@@ -43,6 +45,14 @@ pub(crate) struct Coordinator<S: Source> {
     pub(crate) stopping: bool,
     /// The restored state says the input had already ended.
     pub(crate) restored_end_of_input: bool,
+    /// The go to commit, for a transactional sink.
+    pub(crate) commits: Option<mpsc::UnboundedSender<u64>>,
+    /// The last checkpoint whose records are committed: a transactional sink's state file keeps
+    /// it beside the newest one until that one's commit is done.
+    pub(crate) last_committed: Option<SourceCheckpoint<S>>,
+    /// Every reader finished while a checkpoint's barrier was in flight: the final checkpoint
+    /// starts when that one completes (a barrier the sink has seen is never superseded).
+    pub(crate) final_due: bool,
 }
 
 impl<S: Source> Coordinator<S> {
@@ -70,11 +80,8 @@ impl<S: Source> Coordinator<S> {
             tokio::select! {
                 biased;
                 event = self.sink_events.recv() => match event {
-                    Some(SinkEvent::Durable(id)) => {
-                        if self.complete_checkpoint(id).await? && self.final_id == Some(id) {
-                            let _ = self.sink.send(SinkMessage::End).await;
-                        }
-                    }
+                    Some(SinkEvent::Prepared { id, state }) => self.checkpoint_prepared(id, state).await?,
+                    Some(SinkEvent::Committed(id)) => self.checkpoint_committed(id).await?,
                     Some(SinkEvent::Closed) => return Ok(self.stopping),
                     Some(SinkEvent::Failed(e)) => return Err(e),
                     None => return Err(Error::runtime("sink", "the sink thread ended unexpectedly")),
@@ -83,10 +90,12 @@ impl<S: Source> Coordinator<S> {
                     // the job keeps a sender, so the channel stays open
                     let Some((reader, event)) = event else { continue };
                     self.handle_reader_event(reader, event).await?;
+                    self.take_back_undeliverable()?;
                 }
                 result = calls.recv() => {
                     if let Some(result) = result {
                         self.enumerator.handle_call_result(&mut self.ctx, result)?;
+                        self.take_back_undeliverable()?;
                     }
                 }
                 _ = tick(&mut ticker), if self.pending.is_none() && self.final_id.is_none() && !self.stopping => {
@@ -113,7 +122,24 @@ impl<S: Source> Coordinator<S> {
             if !self.finished_readers.contains_key(&reader) {
                 let _ = self.ctx.send(reader, ReaderCommand::Stop);
             }
+            // from now on, splits for this reader go back to the enumerator: a stopped reader
+            // would never read them, and its final snapshot would not hold them
+            self.ctx.close_reader(reader);
         }
+    }
+
+    /// Splits the enumerator assigned to stopped readers go back to it, so they stay in its
+    /// snapshot and a restart reads them.
+    fn take_back_undeliverable(&mut self) -> Result<()> {
+        let splits = self.ctx.take_undeliverable();
+        if !splits.is_empty() {
+            debug!(
+                splits = splits.len(),
+                "splits for stopped readers go back to the enumerator"
+            );
+            self.enumerator.add_splits_back(&mut self.ctx, splits)?;
+        }
+        Ok(())
     }
 
     async fn handle_reader_event(&mut self, reader: usize, event: ReaderEvent<S::Split>) -> Result<()> {
@@ -139,7 +165,11 @@ impl<S: Source> Coordinator<S> {
                 debug!(reader, "reader finished");
                 self.finished_readers.insert(reader, splits);
                 if self.finished_readers.len() == self.parallelism && self.final_id.is_none() {
-                    self.start_final_checkpoint().await?;
+                    if self.pending.as_ref().is_some_and(|p| p.barrier_sent) {
+                        self.final_due = true;
+                    } else {
+                        self.start_final_checkpoint().await?;
+                    }
                 }
                 self.maybe_send_barrier().await?;
             }
@@ -161,10 +191,11 @@ impl<S: Source> Coordinator<S> {
         self.pending = Some(Pending {
             id,
             started: Instant::now(),
-            enumerator,
+            enumerator: Some(enumerator),
             acks: HashMap::new(),
             barrier_sent: false,
             end_of_input: false,
+            written: None,
         });
         Ok(())
     }
@@ -180,14 +211,15 @@ impl<S: Source> Coordinator<S> {
                 return Err(self.sink_failure());
             }
         }
-        // an unfinished periodic checkpoint is superseded by this one
+        // a periodic checkpoint whose barrier was not sent yet is superseded by this one
         self.pending = Some(Pending {
             id,
             started: Instant::now(),
-            enumerator: self.enumerator.snapshot_state(id)?,
+            enumerator: Some(self.enumerator.snapshot_state(id)?),
             acks: HashMap::new(),
             barrier_sent: false,
             end_of_input: end_of_input || self.restored_end_of_input,
+            written: None,
         });
         Ok(())
     }
@@ -221,14 +253,12 @@ impl<S: Source> Coordinator<S> {
         Error::runtime("sink", "the sink thread ended unexpectedly")
     }
 
-    /// The sink made checkpoint `id` durable: write the state file and notify. Returns false
-    /// for a barrier of a superseded checkpoint.
-    async fn complete_checkpoint(&mut self, id: u64) -> Result<bool> {
-        if self.pending.as_ref().map(|p| p.id) != Some(id) {
-            return Ok(false);
-        }
-        let Some(mut p) = self.pending.take() else {
-            return Ok(false);
+    /// The sink prepared checkpoint `id` (its records are durable, or ready to commit): write
+    /// the state file, then give a transactional sink its go, or complete the checkpoint.
+    async fn checkpoint_prepared(&mut self, id: u64, sink_state: Option<SinkState>) -> Result<()> {
+        let Some(p) = self.pending.as_mut().filter(|p| p.id == id) else {
+            // a superseded checkpoint's barrier (never one a transactional sink waits on)
+            return Ok(());
         };
         let mut splits: Vec<SplitSnapshot<S::Split>> = self.restored_finished.clone();
         for reader in 0..self.parallelism {
@@ -239,14 +269,26 @@ impl<S: Source> Coordinator<S> {
             }
         }
         splits.sort_by_key(|s| s.split.split_id());
+        let transactional = self.commits.is_some();
+        let enumerator = p
+            .enumerator
+            .take()
+            .ok_or_else(|| Error::runtime("checkpoint", "prepared twice"))?;
         let checkpoint = Checkpoint {
             job: self.job.clone(),
             source: self.kind.to_string(),
             checkpoint_id: id,
             completed_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            enumerator: p.enumerator,
+            enumerator,
             splits,
             end_of_input: p.end_of_input,
+            sink: sink_state,
+            // until this checkpoint's transaction is committed, a restart may need the one before
+            previous: if transactional {
+                self.last_committed.clone().map(Box::new)
+            } else {
+                None
+            },
         };
         if let Some(store) = &self.store {
             let store = Arc::clone(store);
@@ -259,7 +301,49 @@ impl<S: Source> Coordinator<S> {
                 return Err(e);
             }
         }
-        let took = p.started.elapsed();
+        failpoint::hit("checkpoint.after_state");
+        match &self.commits {
+            Some(commits) => {
+                if let Some(p) = self.pending.as_mut() {
+                    p.written = Some(checkpoint);
+                }
+                if commits.send(id).is_err() {
+                    return Err(self.sink_failure());
+                }
+                Ok(())
+            }
+            None => {
+                let started = self.pending.take().map(|p| p.started);
+                self.checkpoint_complete(id, started, checkpoint).await
+            }
+        }
+    }
+
+    /// A transactional sink committed checkpoint `id`.
+    async fn checkpoint_committed(&mut self, id: u64) -> Result<()> {
+        let Some(p) = self.pending.take().filter(|p| p.id == id) else {
+            return Err(Error::runtime(
+                "checkpoint",
+                format!("the sink committed {id}, which was not prepared"),
+            ));
+        };
+        let mut checkpoint = p
+            .written
+            .ok_or_else(|| Error::runtime("checkpoint", format!("checkpoint {id} committed before it was written")))?;
+        checkpoint.previous = None;
+        self.last_committed = Some(checkpoint.clone());
+        self.checkpoint_complete(id, Some(p.started), checkpoint).await
+    }
+
+    /// Checkpoint `id` is durable and committed: tell readers and enumerator, and go on (the
+    /// final checkpoint ends the job).
+    async fn checkpoint_complete(
+        &mut self,
+        id: u64,
+        started: Option<Instant>,
+        checkpoint: SourceCheckpoint<S>,
+    ) -> Result<()> {
+        let took = started.map(|t| t.elapsed()).unwrap_or_default();
         self.stats.checkpoints_completed.fetch_add(1, Ordering::Relaxed);
         self.stats
             .last_checkpoint_ms
@@ -275,7 +359,14 @@ impl<S: Source> Coordinator<S> {
         }
         self.enumerator.notify_checkpoint_complete(id)?;
         self.last_splits = checkpoint.splits;
-        Ok(true)
+        if self.final_id == Some(id) {
+            let _ = self.sink.send(SinkMessage::End).await;
+        } else if self.final_due {
+            self.final_due = false;
+            self.start_final_checkpoint().await?;
+            self.maybe_send_barrier().await?;
+        }
+        Ok(())
     }
 }
 

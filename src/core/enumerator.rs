@@ -115,6 +115,9 @@ pub struct EnumeratorContext<S, C> {
     calls: mpsc::UnboundedSender<Result<C>>,
     call_tasks: Vec<JoinHandle<()>>,
     no_more_splits_sent: BTreeSet<usize>,
+    /// Readers told to stop: splits for them are kept in `undeliverable`, not sent.
+    closed: BTreeSet<usize>,
+    undeliverable: Vec<S>,
     stats: std::sync::Arc<super::checkpoint::JobStats>,
 }
 
@@ -131,6 +134,8 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
             calls,
             call_tasks: Vec::new(),
             no_more_splits_sent: BTreeSet::new(),
+            closed: BTreeSet::new(),
+            undeliverable: Vec::new(),
             stats,
         }
     }
@@ -149,9 +154,24 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
         self.registered.insert(reader);
     }
 
+    /// A reader was told to stop: splits assigned to it from now on are kept for the
+    /// coordinator to give back to the enumerator (see [`EnumeratorContext::take_undeliverable`]).
+    pub(crate) fn close_reader(&mut self, reader: usize) {
+        self.closed.insert(reader);
+    }
+
+    /// Splits assigned to stopped readers since the last call.
+    pub(crate) fn take_undeliverable(&mut self) -> Vec<S> {
+        std::mem::take(&mut self.undeliverable)
+    }
+
     /// Assign splits to one reader.
     pub fn assign_splits(&mut self, reader: usize, splits: Vec<S>) -> Result<()> {
         if splits.is_empty() {
+            return Ok(());
+        }
+        if self.closed.contains(&reader) {
+            self.undeliverable.extend(splits);
             return Ok(());
         }
         let expected: u64 = splits.iter().filter_map(SourceSplit::remaining).sum();

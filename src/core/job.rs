@@ -26,7 +26,7 @@ use super::enumerator::{EnumeratorContext, SplitEnumerator};
 use super::fetcher::FetchStats;
 use super::reader_driver::{ReaderDriver, ReaderEvent};
 use super::sink::Sink;
-use super::sink_driver::run_sink;
+use super::sink_driver::{run_sink, SinkChannels};
 use super::source::{ReaderContext, Source};
 use super::state::StateStore;
 use crate::error::{Error, Result, StateError};
@@ -125,18 +125,26 @@ impl<S: Source> Job<S> {
         if self.options.parallelism == 0 {
             return Err(Error::config("job.parallelism", "must be at least 1"));
         }
-        let restored = self.load_checkpoint()?;
+        let latest = self.load_checkpoint()?;
+        let (sink, restored) = recover_sink::<S>(sink, latest).await?;
         let started = Instant::now();
         let parallelism = self.options.parallelism;
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (sink_tx, sink_rx) = mpsc::channel(self.options.sink_capacity.max(1));
         let (sink_events_tx, sink_events_rx) = mpsc::unbounded_channel();
+        let (commits_tx, commits_rx) = mpsc::unbounded_channel();
         let (calls_tx, calls_rx) = mpsc::unbounded_channel();
+        let transactional = sink.is_transactional();
 
         let sink_stats = Arc::clone(&self.stats);
+        let channels = SinkChannels {
+            messages: sink_rx,
+            events: sink_events_tx,
+            commits: commits_rx,
+        };
         let sink_thread = std::thread::Builder::new()
             .name("sink".into())
-            .spawn(move || run_sink(sink, sink_rx, sink_events_tx, sink_stats))
+            .spawn(move || run_sink(sink, channels, sink_stats))
             .map_err(|e| Error::io("cannot start the sink thread", e))?;
 
         let mut reader_txs = Vec::with_capacity(parallelism);
@@ -177,11 +185,14 @@ impl<S: Source> Job<S> {
         let mut ctx = EnumeratorContext::new(reader_txs, calls_tx, Arc::clone(&self.stats));
         let mut restored_finished = Vec::new();
         let mut restored_end_of_input = false;
-        let mut next_checkpoint_id = 1;
-        let mut enumerator = match restored {
+        let next_checkpoint_id = restored.next_checkpoint_id;
+        let last_committed = restored.checkpoint.clone().map(|mut cp| {
+            cp.previous = None;
+            cp
+        });
+        let mut enumerator = match restored.checkpoint {
             Some(cp) => {
                 info!(checkpoint = cp.checkpoint_id, completed_at = %cp.completed_at, splits = cp.splits.len(), "restoring from the state file");
-                next_checkpoint_id = cp.checkpoint_id + 1;
                 restored_end_of_input = cp.end_of_input;
                 let mut enumerator = self.source.restore_enumerator(cp.enumerator)?;
                 let mut unfinished = Vec::new();
@@ -217,6 +228,9 @@ impl<S: Source> Job<S> {
             last_splits: Vec::new(),
             stopping: false,
             restored_end_of_input,
+            commits: transactional.then_some(commits_tx),
+            last_committed,
+            final_due: false,
         };
         let outcome = coordinator
             .run(events_rx, calls_rx, self.stop.clone(), &self.options)
@@ -266,4 +280,48 @@ impl<S: Source> Job<S> {
             elapsed: started.elapsed(),
         })
     }
+}
+
+/// Where a job resumes, once the sink has recovered.
+struct Restored<S: Source> {
+    /// The checkpoint to resume from, if any.
+    checkpoint: Option<SourceCheckpoint<S>>,
+    /// Above every id the state file ever held, so a transaction's marker is never reused.
+    next_checkpoint_id: u64,
+}
+
+/// Let the sink recover to the state file's last checkpoint. If that checkpoint's transaction was
+/// not committed (a crash between the state file and the commit), resume from the one before it,
+/// which the state file keeps for this.
+async fn recover_sink<S: Source>(
+    mut sink: Box<dyn Sink<S::Output>>,
+    latest: Option<SourceCheckpoint<S>>,
+) -> Result<(Box<dyn Sink<S::Output>>, Restored<S>)> {
+    let next_checkpoint_id = latest.as_ref().map_or(1, |cp| cp.checkpoint_id + 1);
+    let (sink, latest, committed) = tokio::task::spawn_blocking(move || {
+        let committed = sink.recover(latest.as_ref().map(|cp| (cp.checkpoint_id, cp.sink.as_ref())));
+        (sink, latest, committed)
+    })
+    .await
+    .map_err(|e| Error::runtime("recovering the sink", e))?;
+    let checkpoint = match (latest, committed?) {
+        (Some(cp), false) => {
+            let previous = cp.previous.map(|b| *b);
+            warn!(
+                checkpoint = cp.checkpoint_id,
+                resuming_from = previous.as_ref().map(|p| p.checkpoint_id),
+                "the last checkpoint's transaction was not committed; resuming from the one before it"
+            );
+            previous
+        }
+        (latest, true) => latest,
+        (None, false) => None,
+    };
+    Ok((
+        sink,
+        Restored {
+            checkpoint,
+            next_checkpoint_id,
+        },
+    ))
 }

@@ -7,6 +7,7 @@ mod coordinator;
 pub mod emitter;
 pub mod enumerator;
 pub mod error;
+pub mod failpoint;
 pub mod fetcher;
 pub mod job;
 pub mod number_sequence;
@@ -28,7 +29,7 @@ pub use fetcher::{FetchStats, FetcherMode, SplitFetcherManager};
 pub use job::{Job, JobOptions};
 pub use reader::{AvailabilityFuture, InputStatus, ReaderRequest, SourceReader};
 pub use reader_base::{ReaderOptions, SourceReaderBase};
-pub use sink::{CollectSink, Sink, SinkMessage};
+pub use sink::{CollectSink, Sink, SinkMessage, SinkState};
 pub use source::{
     Boundedness, FinishReason, Finished, Instance, ReaderContext, Source, SourceSplit, SplitId, SplitSnapshot,
 };

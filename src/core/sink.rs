@@ -1,16 +1,44 @@
-//! The sink contract: where readers' records go, and how a checkpoint barrier makes them durable
-//! before the state file may move past them.
+//! The sink contract, a two-phase commit (Flink's `TwoPhaseCommittingSink`): records are written,
+//! a checkpoint barrier *prepares* them (durable, or ready to commit), the coordinator writes the
+//! state file, and then a transactional sink *commits*. After a crash, [`Sink::recover`] decides
+//! whether the last checkpoint's records were committed.
 
 use crate::error::Result;
+
+/// What a checkpoint remembers of the sink (a file's length, a transaction's token), as JSON.
+pub type SinkState = serde_json::Value;
 
 /// A destination for records. Runs on its own thread; calls may block.
 pub trait Sink<T>: Send + 'static {
     /// Take a batch of records, in order.
     fn write(&mut self, records: Vec<T>) -> Result<()>;
 
-    /// Make everything written so far durable (Kafka: every send acknowledged; file: fsync).
-    /// Called for each checkpoint barrier; the checkpoint completes only after this returns.
-    fn flush(&mut self) -> Result<()>;
+    /// Phase one of checkpoint `checkpoint_id`: make everything written so far durable (a file:
+    /// flush and fsync; Kafka: every send acknowledged) or, for a transactional sink, ready to
+    /// commit, and return what the checkpoint must remember of the sink. The state file is
+    /// written after this returns.
+    fn prepare_commit(&mut self, checkpoint_id: u64) -> Result<Option<SinkState>>;
+
+    /// Whether records become visible only at [`Sink::commit`] (Kafka transactions). The sink then
+    /// waits after each `prepare_commit` until the checkpoint is in the state file, and the state
+    /// file also keeps the checkpoint before it, in case the commit never happened.
+    fn is_transactional(&self) -> bool {
+        false
+    }
+
+    /// Phase two: checkpoint `checkpoint_id` is in the state file; make its records visible.
+    fn commit(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+
+    /// Before the job starts, with the state file's last checkpoint (its id and the sink's state
+    /// in it), or `None` for a fresh job: bring the sink in line with it (a file is cut back to
+    /// the length the checkpoint recorded) and say whether that checkpoint's records are
+    /// committed. A transactional sink that finds them not committed returns `false`, and the
+    /// job resumes from the checkpoint before.
+    fn recover(&mut self, _last: Option<(u64, Option<&SinkState>)>) -> Result<bool> {
+        Ok(true)
+    }
 
     /// Every split reached its end (not a stop): called once, before the final barrier, and never
     /// again for a job whose state says it already ended. The data generator's end markers are
@@ -19,9 +47,9 @@ pub trait Sink<T>: Send + 'static {
         Ok(())
     }
 
-    /// The job ends: flush and release resources.
+    /// The job ends, after its final checkpoint: release resources.
     fn close(&mut self) -> Result<()> {
-        self.flush()
+        Ok(())
     }
 }
 
@@ -63,7 +91,7 @@ impl<T: Send + 'static> Sink<T> for CollectSink<T> {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<()> {
-        Ok(())
+    fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<SinkState>> {
+        Ok(None)
     }
 }

@@ -100,7 +100,7 @@ pub struct SplitSnapshot<S: SourceSplit> {
 pub trait Source: Send + Sync + 'static {
     type Split: SourceSplit;
     /// The enumerator's checkpoint.
-    type EnumeratorState: Serialize + DeserializeOwned + Send + 'static;
+    type EnumeratorState: Serialize + DeserializeOwned + Clone + Send + 'static;
     type Enumerator: SplitEnumerator<Split = Self::Split, State = Self::EnumeratorState>;
     type Reader: SourceReader<Split = Self::Split, Output = Self::Output>;
     /// What the readers emit downstream.

@@ -135,6 +135,7 @@ impl StateStore {
                 .map_err(|e| Error::io(ctx("write temp file"), e))?;
             file.sync_all().map_err(|e| Error::io(ctx("fsync temp file"), e))?;
             drop(file);
+            crate::failpoint::hit("state.before_rename");
             if crash == Some(CrashPoint::BeforeRename) {
                 return Ok(());
             }

@@ -138,8 +138,8 @@ impl Sink<u64> for SlowSink {
         std::thread::sleep(self.delay);
         self.inner.write(records)
     }
-    fn flush(&mut self) -> Result<()> {
-        Ok(())
+    fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<serde_json::Value>> {
+        Ok(None)
     }
 }
 
@@ -189,9 +189,9 @@ impl Sink<u64> for CrashingSink {
         std::thread::sleep(Duration::from_micros(200));
         self.inner.write(records)
     }
-    fn flush(&mut self) -> Result<()> {
+    fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<serde_json::Value>> {
         self.barriers += 1;
-        Ok(())
+        Ok(None)
     }
 }
 
@@ -300,8 +300,8 @@ impl Sink<u64> for StoppingSink {
         }
         self.inner.write(records)
     }
-    fn flush(&mut self) -> Result<()> {
-        Ok(())
+    fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<serde_json::Value>> {
+        Ok(None)
     }
 }
 
@@ -391,8 +391,8 @@ impl Sink<u64> for EndCountingSink {
     fn write(&mut self, _records: Vec<u64>) -> Result<()> {
         Ok(())
     }
-    fn flush(&mut self) -> Result<()> {
-        Ok(())
+    fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<serde_json::Value>> {
+        Ok(None)
     }
     fn end_of_input(&mut self) -> Result<()> {
         self.ends.fetch_add(1, Ordering::SeqCst);

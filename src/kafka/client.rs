@@ -65,6 +65,25 @@ pub fn redacted(properties: &BTreeMap<String, String>) -> BTreeMap<String, Strin
         .collect()
 }
 
+/// The properties that say how to reach and authenticate to the cluster (security protocol,
+/// SASL, TLS, sockets, DNS), for a client that shares another's connection settings but not its
+/// role: consumer-only or producer-only properties would only draw librdkafka's warnings.
+pub fn connection_properties(properties: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    const PREFIXES: [&str; 6] = [
+        "security.",
+        "sasl.",
+        "ssl.",
+        "socket.",
+        "client.dns.",
+        "broker.address.",
+    ];
+    properties
+        .iter()
+        .filter(|(k, _)| PREFIXES.iter().any(|p| k.starts_with(p)))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// A client config: `defaults` first, then `bootstrap.servers`, then the user's pass-through
 /// properties, which win over both.
 pub fn client_config(
@@ -105,5 +124,21 @@ mod tests {
         assert_eq!(shown["sasl.oauthbearer.client.secret"], "***");
         assert_eq!(shown["fetch.min.bytes"], "1");
         assert!(!format!("{shown:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn connection_properties_keep_security_and_drop_client_roles() {
+        let props: BTreeMap<String, String> = [
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.username", "u"),
+            ("ssl.ca.location", "/ca.pem"),
+            ("fetch.min.bytes", "1"),
+            ("linger.ms", "5"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let kept: Vec<String> = connection_properties(&props).into_keys().collect();
+        assert_eq!(kept, ["sasl.username", "security.protocol", "ssl.ca.location"]);
     }
 }

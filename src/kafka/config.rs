@@ -397,16 +397,10 @@ impl SourceConnector for KafkaSourceConfig {
         let Some(topic) = &self.dead_letter_topic else {
             return Ok(sink);
         };
-        let dead = crate::sink::kafka::KafkaSink::new(
-            crate::sink::kafka::KafkaSinkSettings {
-                bootstrap_servers: self.settings.bootstrap_servers.clone(),
-                topic: topic.clone(),
-                preserve_partition: false,
-                properties: Default::default(),
-                flush_timeout: Duration::from_secs(60),
-            },
-            None,
-        )?;
+        // the dead-letter producer reaches the cluster as the source does (SASL, TLS)
+        let mut settings = crate::sink::kafka::KafkaSinkSettings::new(&self.settings.bootstrap_servers, topic);
+        settings.properties = crate::kafka::client::connection_properties(&self.settings.properties);
+        let dead = crate::sink::kafka::KafkaSink::new(settings, None)?;
         Ok(Box::new(crate::sink::dead_letter::DeadLetterSink::new(sink, dead)))
     }
 }

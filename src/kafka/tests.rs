@@ -118,8 +118,8 @@ impl Sink<Record> for Signalling {
         }
         Ok(())
     }
-    fn flush(&mut self) -> crate::Result<()> {
-        Ok(())
+    fn prepare_commit(&mut self, _checkpoint_id: u64) -> crate::Result<Option<serde_json::Value>> {
+        Ok(None)
     }
 }
 

@@ -2,7 +2,7 @@
 //! with the error and their origin in headers; everything else goes to the job's sink. Both are
 //! made durable at each checkpoint.
 
-use crate::core::Sink;
+use crate::core::{Sink, SinkState};
 use crate::error::Result;
 use crate::record::{Header, Record};
 
@@ -65,9 +65,22 @@ impl Sink<Record> for DeadLetterSink {
         self.inner.write(good)
     }
 
-    fn flush(&mut self) -> Result<()> {
-        self.dead_letters.flush()?;
-        self.inner.flush()
+    fn prepare_commit(&mut self, checkpoint_id: u64) -> Result<Option<SinkState>> {
+        // dead letters are durable (acknowledged) with the checkpoint, at least once
+        self.dead_letters.prepare_commit(checkpoint_id)?;
+        self.inner.prepare_commit(checkpoint_id)
+    }
+
+    fn is_transactional(&self) -> bool {
+        self.inner.is_transactional()
+    }
+
+    fn commit(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.inner.commit(checkpoint_id)
+    }
+
+    fn recover(&mut self, last: Option<(u64, Option<&SinkState>)>) -> Result<bool> {
+        self.inner.recover(last)
     }
 
     fn end_of_input(&mut self) -> Result<()> {

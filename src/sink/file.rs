@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::connector::{SinkConnector, SinkContext};
-use crate::core::Sink;
+use crate::core::{Sink, SinkState};
 use crate::error::{Error, Result};
 use crate::record::Record;
 
@@ -86,6 +86,19 @@ fn drop_torn_line(file: &mut File) -> std::io::Result<()> {
     file.set_len(0)
 }
 
+impl FileSink {
+    fn flush_and_sync(&mut self) -> Result<u64> {
+        let ctx = |what: &str| format!("{what} {}", self.path.display());
+        self.out.flush().map_err(|e| Error::io(ctx("flushing"), e))?;
+        let file = self.out.get_ref();
+        file.sync_data().map_err(|e| Error::io(ctx("fsync of"), e))?;
+        Ok(file
+            .metadata()
+            .map_err(|e| Error::io(ctx("reading the length of"), e))?
+            .len())
+    }
+}
+
 impl Sink<Record> for FileSink {
     fn write(&mut self, records: Vec<Record>) -> Result<()> {
         for r in &records {
@@ -94,13 +107,48 @@ impl Sink<Record> for FileSink {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<()> {
+    /// Flush and fsync; the checkpoint records the file's length.
+    fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<SinkState>> {
+        let length = self.flush_and_sync()?;
+        Ok(Some(serde_json::json!({ "length": length })))
+    }
+
+    /// Cut the file back to the length the checkpoint recorded: whatever was written after it is
+    /// written again by the resumed job, so every record is in the file once.
+    fn recover(&mut self, last: Option<(u64, Option<&SinkState>)>) -> Result<bool> {
+        let Some(length) = last.and_then(|(_, state)| state?.get("length")?.as_u64()) else {
+            // a fresh file, or a state file from before lengths were recorded (a torn last line
+            // was dropped when the file was opened)
+            return Ok(true);
+        };
         let ctx = |what: &str| format!("{what} {}", self.path.display());
         self.out.flush().map_err(|e| Error::io(ctx("flushing"), e))?;
-        self.out
-            .get_ref()
-            .sync_data()
-            .map_err(|e| Error::io(ctx("fsync of"), e))
+        let file = self.out.get_mut();
+        let actual = file
+            .metadata()
+            .map_err(|e| Error::io(ctx("reading the length of"), e))?
+            .len();
+        if actual < length {
+            return Err(Error::runtime(
+                format!("resuming {}", self.path.display()),
+                format!(
+                    "the file has {actual} bytes but the last checkpoint wrote {length}: it was changed \
+                     outside tidegate (start over with --reset-state)"
+                ),
+            ));
+        }
+        if actual > length {
+            warn!(
+                path = %self.path.display(),
+                dropped_bytes = actual - length,
+                "cutting the output back to the last checkpoint; the records after it are written again"
+            );
+            file.set_len(length).map_err(|e| Error::io(ctx("truncating"), e))?;
+            file.sync_all().map_err(|e| Error::io(ctx("fsync of"), e))?;
+        }
+        file.seek(SeekFrom::Start(length))
+            .map_err(|e| Error::io(ctx("seeking in"), e))?;
+        Ok(true)
     }
 
     fn end_of_input(&mut self) -> Result<()> {
@@ -108,6 +156,10 @@ impl Sink<Record> for FileSink {
             self.write(vec![marker])?;
         }
         Ok(())
+    }
+
+    fn close(&mut self) -> Result<()> {
+        self.flush_and_sync().map(|_| ())
     }
 }
 
@@ -134,8 +186,9 @@ impl Sink<Record> for StdoutSink {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<()> {
-        self.out.flush().map_err(|e| Error::io("flushing stdout", e))
+    fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<SinkState>> {
+        self.out.flush().map_err(|e| Error::io("flushing stdout", e))?;
+        Ok(None)
     }
 
     fn end_of_input(&mut self) -> Result<()> {
@@ -153,8 +206,8 @@ impl Sink<Record> for NullSink {
     fn write(&mut self, _records: Vec<Record>) -> Result<()> {
         Ok(())
     }
-    fn flush(&mut self) -> Result<()> {
-        Ok(())
+    fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<SinkState>> {
+        Ok(None)
     }
 }
 
@@ -269,7 +322,7 @@ mod tests {
             ..Record::default()
         }])
         .unwrap();
-        sink.flush().unwrap();
+        sink.prepare_commit(1).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "{text}");
@@ -284,7 +337,7 @@ mod tests {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, b"old\n").unwrap();
         let mut sink = FileSink::open(&path, false, None).unwrap();
-        sink.flush().unwrap();
+        sink.prepare_commit(1).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"");
     }
 }

@@ -1,0 +1,179 @@
+//! The Kafka sink's config: the `[sink]` table as written, its validation (every error names its
+//! key), what `validate` prints, and the sink it builds.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{Delivery, KafkaSink, KafkaSinkSettings};
+use crate::connector::values::{duration_at, keyword, positive, properties, PropertyValue};
+use crate::connector::{JobConfig, SinkConnector, SinkContext};
+use crate::core::Sink;
+use crate::error::{Error, Result};
+use crate::record::Record;
+
+fn one() -> i64 {
+    1
+}
+
+fn sixty_seconds() -> String {
+    "60s".into()
+}
+
+/// `[sink]` with `type = "kafka"`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawKafkaSink {
+    /// Brokers to bootstrap from.
+    pub bootstrap_servers: String,
+    /// The topic to write.
+    pub topic: String,
+    /// Write each record to the partition number it was read from (else the key decides).
+    #[serde(default)]
+    pub preserve_partition: bool,
+    /// Create the topic if it does not exist: `{ partitions = 3, replication_factor = 1 }`.
+    pub create_topic: Option<RawCreateTopic>,
+    /// "at_least_once" (default: works with any consumer; a crash repeats the records written
+    /// after the last checkpoint) or "exactly_once" (each checkpoint's records in one Kafka
+    /// transaction, committed with the checkpoint; consumers must read with
+    /// `isolation.level = read_committed`). The transactional id is `tidegate-<job.name>`
+    /// (`-<instance index>` with several instances): a second process running the same job
+    /// fences the first.
+    pub delivery: Option<String>,
+    /// With "exactly_once": how long the broker keeps a transaction open (librdkafka's
+    /// `transaction.timeout.ms`); at least twice `checkpoint.interval`. A transaction that
+    /// times out fails the job, which then resumes exactly from its last checkpoint.
+    #[serde(default = "sixty_seconds")]
+    pub transaction_timeout: String,
+    /// How long a checkpoint waits for every send to be acknowledged.
+    #[serde(default = "sixty_seconds")]
+    pub flush_timeout: String,
+    /// librdkafka producer properties, passed through.
+    #[serde(default)]
+    pub properties: BTreeMap<String, PropertyValue>,
+}
+
+/// `sink.create_topic`
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCreateTopic {
+    /// Partitions of the new topic.
+    pub partitions: i64,
+    /// Replication factor of the new topic.
+    #[serde(default = "one")]
+    pub replication_factor: i64,
+}
+
+/// The validated Kafka sink.
+#[derive(Debug, Clone)]
+pub struct KafkaSinkConfig {
+    pub settings: KafkaSinkSettings,
+    /// Partitions and replication factor, to create the topic if missing.
+    pub create_topic: Option<(i32, i32)>,
+}
+
+/// The transactional id of a job's exactly-once Kafka sink.
+pub fn transactional_id(job: &JobConfig) -> String {
+    if job.instance.count > 1 {
+        format!("tidegate-{}-{}", job.name, job.instance.index)
+    } else {
+        format!("tidegate-{}", job.name)
+    }
+}
+
+impl SinkConnector for KafkaSinkConfig {
+    const TYPE: &'static str = "kafka";
+    type Raw = RawKafkaSink;
+
+    fn validate(raw: RawKafkaSink) -> Result<Self> {
+        if raw.topic.trim().is_empty() {
+            return Err(Error::config("sink.topic", "must not be empty"));
+        }
+        let create_topic = match raw.create_topic {
+            None => None,
+            Some(c) => {
+                let p = positive("sink.create_topic.partitions", c.partitions)?;
+                let r = positive("sink.create_topic.replication_factor", c.replication_factor)?;
+                Some((p as i32, r as i32))
+            }
+        };
+        let delivery = keyword(
+            "sink.delivery",
+            raw.delivery.as_deref(),
+            Delivery::AtLeastOnce,
+            &[
+                ("at_least_once", Delivery::AtLeastOnce),
+                ("exactly_once", Delivery::ExactlyOnce),
+            ],
+        )?;
+        let properties = properties(raw.properties);
+        if delivery == Delivery::ExactlyOnce {
+            if let Some(key) = ["transactional.id", "enable.idempotence"]
+                .into_iter()
+                .find(|k| properties.contains_key(*k))
+            {
+                return Err(Error::config(
+                    format!("sink.properties.\"{key}\""),
+                    "is set by tidegate with delivery = \"exactly_once\"; remove it",
+                ));
+            }
+        }
+        let mut settings = KafkaSinkSettings::new(raw.bootstrap_servers, raw.topic);
+        settings.preserve_partition = raw.preserve_partition;
+        settings.properties = properties;
+        settings.flush_timeout = duration_at("sink.flush_timeout", &raw.flush_timeout)?;
+        settings.delivery = delivery;
+        settings.transaction_timeout = duration_at("sink.transaction_timeout", &raw.transaction_timeout)?;
+        Ok(KafkaSinkConfig { settings, create_topic })
+    }
+
+    fn check_checkpoint_interval(&self, interval: Duration) -> Result<()> {
+        let s = &self.settings;
+        // a transaction stays open for one interval (plus its flush): the broker must not abort it
+        if s.delivery == Delivery::ExactlyOnce && interval * 2 > s.transaction_timeout {
+            return Err(Error::config(
+                "sink.transaction_timeout",
+                format!(
+                    "{:?} is too short for checkpoint.interval {interval:?}: a transaction stays open for \
+                     an interval and its flush; make it at least twice the interval",
+                    s.transaction_timeout
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> Vec<String> {
+        let mut lines = vec![format!(
+            "sink kafka {} topic {} ({})",
+            self.settings.bootstrap_servers,
+            self.settings.topic,
+            match self.settings.delivery {
+                Delivery::AtLeastOnce => "at least once",
+                Delivery::ExactlyOnce => "exactly once, through transactions",
+            }
+        )];
+        if !self.settings.properties.is_empty() {
+            lines.push(format!(
+                "  properties {:?}",
+                crate::kafka::client::redacted(&self.settings.properties)
+            ));
+        }
+        lines
+    }
+
+    fn topic(&self) -> Option<&str> {
+        Some(&self.settings.topic)
+    }
+
+    fn build(&self, ctx: SinkContext<'_>) -> Result<Box<dyn Sink<Record>>> {
+        if let Some((partitions, replication)) = self.create_topic {
+            crate::sink::create_topic_if_missing(&self.settings, partitions, replication)?;
+        }
+        let mut settings = self.settings.clone();
+        settings.transactional_id = Some(transactional_id(ctx.job));
+        Ok(Box::new(KafkaSink::new(settings, ctx.end_marker)?))
+    }
+}

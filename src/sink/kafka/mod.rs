@@ -1,0 +1,307 @@
+//! The `kafka` sink: an idempotent producer (`acks=all`) with many sends in flight. At least once
+//! (default): a checkpoint waits until every send before it is acknowledged. Exactly once: the
+//! records of each checkpoint go out in one Kafka transaction, committed after the checkpoint is
+//! in the state file ([`transaction`] says how a restart knows whether it was). The first failed
+//! delivery fails the job.
+
+pub mod config;
+mod transaction;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::client::ClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::Message;
+
+use crate::core::{Sink, SinkState};
+use crate::error::{Error, Result};
+use crate::kafka::client::{client_config, TracingContext};
+use crate::record::Record;
+pub use config::KafkaSinkConfig;
+use transaction::Transactions;
+
+/// What a checkpoint guarantees of the records a Kafka sink writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Delivery {
+    /// Every record at least once: a crash repeats what was written after the last checkpoint.
+    #[default]
+    AtLeastOnce,
+    /// Every record exactly once, for consumers reading `read_committed`.
+    ExactlyOnce,
+}
+
+/// The first failed delivery: its message, and librdkafka's error code.
+type DeliveryFailure = Arc<Mutex<Option<(String, Option<RDKafkaErrorCode>)>>>;
+
+/// Records the first failed delivery; librdkafka calls it from its own thread.
+struct DeliveryContext {
+    log: TracingContext,
+    failure: DeliveryFailure,
+}
+
+impl ClientContext for DeliveryContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        self.log.log(level, fac, message)
+    }
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.log.error(error, reason)
+    }
+}
+
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _opaque: ()) {
+        if let Err((e, message)) = result {
+            let mut slot = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.is_none() {
+                *slot = Some((
+                    format!("delivery to {}:{} failed: {e}", message.topic(), message.partition()),
+                    e.rdkafka_error_code(),
+                ));
+            }
+        }
+    }
+}
+
+/// Settings of the Kafka sink.
+#[derive(Debug, Clone)]
+pub struct KafkaSinkSettings {
+    pub bootstrap_servers: String,
+    pub topic: String,
+    /// Write each record to the partition it came from (else the key decides).
+    pub preserve_partition: bool,
+    pub properties: BTreeMap<String, String>,
+    /// How long a checkpoint waits for acknowledgements (and a transaction call for its answer).
+    pub flush_timeout: Duration,
+    pub delivery: Delivery,
+    /// The producer's `transactional.id` for exactly-once delivery: derived from the job's name
+    /// (and instance), so a second process running the same job fences the first.
+    pub transactional_id: Option<String>,
+    /// librdkafka's `transaction.timeout.ms`: an open transaction older than this is aborted by
+    /// the broker, so it must outlast a checkpoint interval.
+    pub transaction_timeout: Duration,
+}
+
+impl KafkaSinkSettings {
+    /// At-least-once settings for `topic`.
+    pub fn new(bootstrap_servers: impl Into<String>, topic: impl Into<String>) -> Self {
+        KafkaSinkSettings {
+            bootstrap_servers: bootstrap_servers.into(),
+            topic: topic.into(),
+            preserve_partition: false,
+            properties: BTreeMap::new(),
+            flush_timeout: Duration::from_secs(60),
+            delivery: Delivery::AtLeastOnce,
+            transactional_id: None,
+            transaction_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Produces records to a topic.
+pub struct KafkaSink {
+    producer: ThreadedProducer<DeliveryContext>,
+    settings: KafkaSinkSettings,
+    failure: DeliveryFailure,
+    end_marker: Option<Record>,
+    /// Exactly-once delivery: the transaction in progress and its commit marker.
+    transactions: Option<Transactions>,
+}
+
+impl KafkaSink {
+    pub fn new(settings: KafkaSinkSettings, end_marker: Option<Record>) -> Result<Self> {
+        let failure = Arc::new(Mutex::new(None));
+        let timeout_ms = settings.transaction_timeout.as_millis().to_string();
+        let mut defaults = vec![
+            // no duplicates from retries, no reordering, and every replica has it
+            ("enable.idempotence", "true"),
+            ("acks", "all"),
+            ("client.id", "tidegate-sink"),
+            // batch for throughput; the checkpoint's flush bounds the latency anyway
+            ("linger.ms", "5"),
+            ("compression.type", "lz4"),
+            ("queue.buffering.max.messages", "1000000"),
+        ];
+        let transactional_id = match settings.delivery {
+            Delivery::AtLeastOnce => None,
+            Delivery::ExactlyOnce => Some(settings.transactional_id.clone().ok_or_else(|| {
+                Error::config(
+                    "sink.delivery",
+                    "exactly_once needs a transactional id (the job's name)",
+                )
+            })?),
+        };
+        if let Some(id) = &transactional_id {
+            defaults.push(("transactional.id", id));
+            defaults.push(("transaction.timeout.ms", &timeout_ms));
+        }
+        let producer = client_config(&settings.bootstrap_servers, &defaults, &settings.properties)
+            .create_with_context(DeliveryContext {
+                log: TracingContext::new("sink"),
+                failure: Arc::clone(&failure),
+            })
+            .map_err(|e| crate::error::kafka("creating the sink's producer", e))?;
+        let transactions = transactional_id
+            .map(|id| Transactions::new(&settings, id))
+            .transpose()?;
+        Ok(KafkaSink {
+            producer,
+            settings,
+            failure,
+            end_marker,
+            transactions,
+        })
+    }
+
+    fn check_failure(&self) -> Result<()> {
+        match self.failure.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            Some((_, Some(code))) if transaction::is_fencing(*code) => Err(self.fenced()),
+            Some((message, _)) => Err(Error::runtime("kafka sink", message)),
+            None => Ok(()),
+        }
+    }
+
+    fn fenced(&self) -> Error {
+        match &self.transactions {
+            Some(t) => t.fenced(),
+            None => Error::runtime("kafka sink", "the producer was fenced"),
+        }
+    }
+
+    /// A Kafka error of a call, as the job's error (a fencing names the other process's job).
+    fn kafka_error(&self, context: String, e: KafkaError) -> Error {
+        match e.rdkafka_error_code() {
+            Some(code) if transaction::is_fencing(code) => self.fenced(),
+            _ => crate::error::kafka(context, e),
+        }
+    }
+
+    fn send(&mut self, record: &Record, partition: Option<i32>) -> Result<()> {
+        if let Some(t) = self.transactions.as_mut() {
+            t.begin_if_needed(&self.producer)?;
+        }
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for h in &record.headers {
+            headers = headers.insert(KafkaHeader {
+                key: &h.key,
+                value: h.value.as_deref(),
+            });
+        }
+        let mut message: BaseRecord<'_, [u8], [u8], ()> = BaseRecord::to(&self.settings.topic).headers(headers);
+        if let Some(k) = record.key.as_deref() {
+            message = message.key(k);
+        }
+        if let Some(v) = record.value.as_deref() {
+            message = message.payload(v);
+        }
+        if let Some(ts) = record.timestamp {
+            message = message.timestamp(ts);
+        }
+        if let Some(p) = partition {
+            message = message.partition(p);
+        }
+        loop {
+            match self.producer.send(message) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    // librdkafka's queue is full: wait for deliveries to make room
+                    message = back;
+                    self.check_failure()?;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((e, _)) => {
+                    let context = format!("producing to {}", self.settings.topic);
+                    return Err(self.kafka_error(context, e));
+                }
+            }
+        }
+    }
+
+    /// Wait until every send is acknowledged.
+    fn flush(&mut self) -> Result<()> {
+        if let Err(e) = self.producer.flush(self.settings.flush_timeout) {
+            let context = format!("waiting for acknowledgements from {}", self.settings.topic);
+            return Err(self.kafka_error(context, e));
+        }
+        self.check_failure()
+    }
+}
+
+impl Sink<Record> for KafkaSink {
+    fn write(&mut self, records: Vec<Record>) -> Result<()> {
+        self.check_failure()?;
+        for r in &records {
+            let partition = if self.settings.preserve_partition {
+                r.partition
+            } else {
+                None
+            };
+            self.send(r, partition)?;
+        }
+        Ok(())
+    }
+
+    fn prepare_commit(&mut self, checkpoint_id: u64) -> Result<Option<SinkState>> {
+        let marker = match self.transactions.as_mut() {
+            // the commit marker goes into the transaction, beside the records
+            Some(t) => Some(t.prepare(&self.producer, checkpoint_id)?),
+            None => None,
+        };
+        self.flush()?;
+        Ok(marker)
+    }
+
+    fn is_transactional(&self) -> bool {
+        self.transactions.is_some()
+    }
+
+    fn commit(&mut self, checkpoint_id: u64) -> Result<()> {
+        let Some(t) = self.transactions.as_mut() else {
+            return Ok(());
+        };
+        let result = t.commit(&self.producer, checkpoint_id);
+        result.and_then(|_| self.check_failure())
+    }
+
+    fn recover(&mut self, last: Option<(u64, Option<&SinkState>)>) -> Result<bool> {
+        match self.transactions.as_mut() {
+            Some(t) => t.recover(&self.producer, last),
+            None => Ok(true),
+        }
+    }
+
+    fn end_of_input(&mut self) -> Result<()> {
+        let Some(marker) = self.end_marker.take() else {
+            return Ok(());
+        };
+        // every generated record first, then one marker per partition
+        self.flush()?;
+        let metadata = self
+            .producer
+            .client()
+            .fetch_metadata(Some(&self.settings.topic), Duration::from_secs(30))
+            .map_err(|e| crate::error::kafka(format!("reading the partitions of {}", self.settings.topic), e))?;
+        let partitions: Vec<i32> = metadata
+            .topics()
+            .first()
+            .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+            .unwrap_or_default();
+        for p in &partitions {
+            self.send(&marker, Some(*p))?;
+        }
+        tracing::info!(topic = %self.settings.topic, partitions = partitions.len(), "end markers written");
+        self.flush()
+    }
+
+    fn close(&mut self) -> Result<()> {
+        if let Some(t) = self.transactions.as_mut() {
+            t.abort_open(&self.producer);
+        }
+        self.flush()
+    }
+}

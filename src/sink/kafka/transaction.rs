@@ -1,0 +1,205 @@
+//! Exactly-once delivery for the Kafka sink: one Kafka transaction per checkpoint, committed
+//! after the checkpoint is in the state file (two-phase commit, with the state file as the
+//! coordinator's log).
+//!
+//! librdkafka cannot resume a prepared transaction after a crash: `init_transactions` on the same
+//! `transactional.id` aborts it (Flink's KafkaSink resumes through reflection; KIP-939 is not in
+//! librdkafka). So a restart must be able to tell whether the last checkpoint's transaction
+//! committed before the crash. Each transaction carries a commit marker, written atomically with
+//! its records (as Kafka Connect's exactly-once sources write their offsets, KIP-618): a
+//! transactional offset commit, for the consumer group named like the transactional id, of the
+//! sink topic's partition 0, whose metadata is the transaction's random token. The state file
+//! records the token with the checkpoint. After `init_transactions` has settled any transaction
+//! left open, the group's committed metadata either equals the state file's token (committed:
+//! resume from this checkpoint) or not (aborted: resume from the checkpoint before it, which the
+//! state file keeps for this case).
+
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use super::{DeliveryContext, KafkaSinkSettings};
+use crate::core::SinkState;
+use crate::error::{Error, Result};
+use crate::kafka::client::{client_config, connection_properties, TracingContext};
+
+/// Whether a librdkafka error code says another producer took over the transactional id.
+pub(super) fn is_fencing(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch
+    )
+}
+
+/// The transactions of one sink.
+pub(super) struct Transactions {
+    id: String,
+    topic: String,
+    timeout: Duration,
+    /// Reads the commit markers (a consumer of the group named like the transactional id; it
+    /// never subscribes).
+    markers: BaseConsumer<TracingContext>,
+    group: ConsumerGroupMetadata,
+    initialised: bool,
+    /// The token of the open transaction.
+    open: Option<String>,
+}
+
+impl Transactions {
+    pub(super) fn new(settings: &KafkaSinkSettings, id: String) -> Result<Self> {
+        let markers: BaseConsumer<TracingContext> = client_config(
+            &settings.bootstrap_servers,
+            &[
+                ("group.id", &id),
+                ("client.id", "tidegate-sink-markers"),
+                ("enable.auto.commit", "false"),
+                // committed offsets of pending transactions are not returned until they settle
+                ("isolation.level", "read_committed"),
+            ],
+            &connection_properties(&settings.properties),
+        )
+        .create_with_context(TracingContext::new("sink-markers"))
+        .map_err(|e| crate::error::kafka("creating the sink's commit-marker reader", e))?;
+        let group = markers
+            .group_metadata()
+            .ok_or_else(|| Error::runtime("kafka sink", "librdkafka gave no consumer group metadata"))?;
+        Ok(Transactions {
+            id,
+            topic: settings.topic.clone(),
+            timeout: settings.flush_timeout,
+            markers,
+            group,
+            initialised: false,
+            open: None,
+        })
+    }
+
+    /// The error of a producer that another one fenced.
+    pub(super) fn fenced(&self) -> Error {
+        Error::runtime(
+            "kafka sink",
+            format!(
+                "fenced: another tidegate process started the same job (transactional.id {}) and took over \
+                 its transactions; this one stops so that only one writes them",
+                self.id
+            ),
+        )
+    }
+
+    fn error(&self, context: &str, e: KafkaError) -> Error {
+        match e.rdkafka_error_code() {
+            Some(code) if is_fencing(code) => self.fenced(),
+            _ => crate::error::kafka(format!("{context} (transactional.id {})", self.id), e),
+        }
+    }
+
+    fn init(&mut self, producer: &ThreadedProducer<DeliveryContext>) -> Result<()> {
+        if !self.initialised {
+            // fences an older producer with this id, and settles a transaction it left open
+            producer
+                .init_transactions(self.timeout)
+                .map_err(|e| self.error("initialising transactions", e))?;
+            self.initialised = true;
+        }
+        Ok(())
+    }
+
+    /// Make sure the checkpoint's records go into a transaction.
+    pub(super) fn begin_if_needed(&mut self, producer: &ThreadedProducer<DeliveryContext>) -> Result<()> {
+        if self.open.is_some() {
+            return Ok(());
+        }
+        self.init(producer)?;
+        producer
+            .begin_transaction()
+            .map_err(|e| self.error("beginning a transaction", e))?;
+        self.open = Some(uuid::Uuid::new_v4().to_string());
+        Ok(())
+    }
+
+    /// Put checkpoint `checkpoint_id`'s commit marker into the open transaction; the state the
+    /// checkpoint keeps is its token (`null` when nothing was written since the last commit).
+    pub(super) fn prepare(
+        &mut self,
+        producer: &ThreadedProducer<DeliveryContext>,
+        checkpoint_id: u64,
+    ) -> Result<SinkState> {
+        let Some(token) = self.open.clone() else {
+            return Ok(json!({ "transactional_id": self.id, "transaction": null }));
+        };
+        let mut marker = TopicPartitionList::new();
+        marker
+            .add_partition_offset(&self.topic, 0, Offset::Offset(checkpoint_id as i64))
+            .map_err(|e| self.error("building the commit marker", e))?;
+        if let Some(mut elem) = marker.find_partition(&self.topic, 0) {
+            elem.set_metadata(&token);
+        }
+        producer
+            .send_offsets_to_transaction(&marker, &self.group, self.timeout)
+            .map_err(|e| self.error("writing the commit marker into the transaction", e))?;
+        debug!(checkpoint = checkpoint_id, transaction = %token, "transaction prepared");
+        Ok(json!({ "transactional_id": self.id, "transaction": token }))
+    }
+
+    /// Commit the open transaction (the checkpoint is in the state file).
+    pub(super) fn commit(&mut self, producer: &ThreadedProducer<DeliveryContext>, checkpoint_id: u64) -> Result<()> {
+        if self.open.is_none() {
+            return Ok(());
+        }
+        producer
+            .commit_transaction(self.timeout)
+            .map_err(|e| self.error("committing the transaction", e))?;
+        self.open = None;
+        debug!(checkpoint = checkpoint_id, "transaction committed");
+        Ok(())
+    }
+
+    /// Before the job starts: settle what a previous run left open, then say whether the state
+    /// file's last checkpoint was committed.
+    pub(super) fn recover(
+        &mut self,
+        producer: &ThreadedProducer<DeliveryContext>,
+        last: Option<(u64, Option<&SinkState>)>,
+    ) -> Result<bool> {
+        self.init(producer)?;
+        let Some((checkpoint, state)) = last else {
+            return Ok(true);
+        };
+        // no token: the checkpoint wrote nothing after the commit before it (or was written
+        // without transactions)
+        let Some(token) = state.and_then(|s| s.get("transaction")).and_then(|t| t.as_str()) else {
+            return Ok(true);
+        };
+        let mut wanted = TopicPartitionList::new();
+        wanted.add_partition(&self.topic, 0);
+        let committed = self
+            .markers
+            .committed_offsets(wanted, self.timeout)
+            .map_err(|e| self.error("reading the commit markers", e))?;
+        let marker = committed
+            .find_partition(&self.topic, 0)
+            .map(|e| e.metadata().to_string())
+            .unwrap_or_default();
+        let done = marker == token;
+        if done {
+            info!(checkpoint, transactional_id = %self.id, "the last checkpoint's transaction was committed");
+        } else {
+            warn!(checkpoint, transactional_id = %self.id, "the last checkpoint's transaction was not committed (aborted now)");
+        }
+        Ok(done)
+    }
+
+    /// Abort a transaction still open at the end (nothing should be in it).
+    pub(super) fn abort_open(&mut self, producer: &ThreadedProducer<DeliveryContext>) {
+        if self.open.take().is_some() {
+            if let Err(e) = producer.abort_transaction(self.timeout) {
+                warn!(error = %e, "aborting the last, empty transaction failed");
+            }
+        }
+    }
+}
