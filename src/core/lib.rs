@@ -38,3 +38,5 @@ pub use state::StateStore;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod two_phase_tests;

@@ -36,6 +36,8 @@ enum Flow {
     Continue,
     /// Stop requested: finish now with the current state.
     Stop,
+    /// The sink is gone (the job is failing).
+    Gone,
 }
 
 impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
@@ -91,8 +93,10 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
             loop {
                 match commands.try_recv() {
                     Ok(command) => {
-                        if let Flow::Stop = self.handle(reader, command)? {
-                            return Ok(Some(reader.snapshot_state(FINAL_SNAPSHOT)));
+                        match self.handle(reader, command).await? {
+                            Flow::Stop => return Ok(Some(reader.snapshot_state(FINAL_SNAPSHOT))),
+                            Flow::Gone => return Ok(None),
+                            Flow::Continue => {}
                         }
                         status = InputStatus::MoreAvailable;
                     }
@@ -111,7 +115,11 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
                         self.stats
                             .records_emitted
                             .fetch_add(records.len() as u64, Ordering::Relaxed);
-                        if self.sink.send(SinkMessage::Records(records)).await.is_err() {
+                        let message = SinkMessage::Records {
+                            reader: self.index,
+                            records,
+                        };
+                        if self.sink.send(message).await.is_err() {
                             return Ok(None);
                         }
                     }
@@ -127,8 +135,10 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
                         biased;
                         command = commands.recv() => {
                             let Some(command) = command else { return Ok(None) };
-                            if let Flow::Stop = self.handle(reader, command)? {
-                                return Ok(Some(reader.snapshot_state(FINAL_SNAPSHOT)));
+                            match self.handle(reader, command).await? {
+                                Flow::Stop => return Ok(Some(reader.snapshot_state(FINAL_SNAPSHOT))),
+                                Flow::Gone => return Ok(None),
+                                Flow::Continue => {}
                             }
                         }
                         _ = available => {}
@@ -143,7 +153,7 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
         }
     }
 
-    fn handle<R: SourceReader<Split = S, Output = T>>(
+    async fn handle<R: SourceReader<Split = S, Output = T>>(
         &self,
         reader: &mut R,
         command: ReaderCommand<S>,
@@ -153,8 +163,17 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
             ReaderCommand::NoMoreSplits => reader.notify_no_more_splits(),
             ReaderCommand::SourceEvent(event) => reader.handle_source_event(event)?,
             ReaderCommand::TriggerCheckpoint(id) => {
-                // everything emitted so far is already on the sink channel
+                // everything emitted so far is already on the sink channel; this reader's barrier
+                // goes right behind it, so the sink can tell its records before the snapshot from
+                // those after (Flink's aligned barriers)
                 let splits = reader.snapshot_state(id);
+                let barrier = SinkMessage::ReaderBarrier {
+                    reader: self.index,
+                    checkpoint: id,
+                };
+                if self.sink.send(barrier).await.is_err() {
+                    return Ok(Flow::Gone);
+                }
                 self.send(ReaderEvent::CheckpointAck { id, splits });
             }
             ReaderCommand::CheckpointComplete(id) => reader.notify_checkpoint_complete(id)?,

@@ -56,8 +56,18 @@ pub trait Sink<T>: Send + 'static {
 /// What travels on the channel from the readers (and the coordinator) to the sink.
 #[derive(Debug)]
 pub enum SinkMessage<T> {
-    Records(Vec<T>),
-    /// Every reader's records before its snapshot for this checkpoint are ahead of this barrier.
+    /// Records of one reader, in its order.
+    Records {
+        reader: usize,
+        records: Vec<T>,
+    },
+    /// A reader took its snapshot for `checkpoint`: its records before this belong to the
+    /// checkpoint, those after it to the next one.
+    ReaderBarrier {
+        reader: usize,
+        checkpoint: u64,
+    },
+    /// Every reader's barrier for this checkpoint is ahead of this one: the sink prepares it.
     Barrier(u64),
     /// The input is complete (sent before the final barrier).
     EndOfInput,

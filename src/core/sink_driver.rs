@@ -41,15 +41,34 @@ pub(crate) fn run_sink<T: 'static>(mut sink: Box<dyn Sink<T>>, mut channels: Sin
     let transactional = sink.is_transactional();
     let events = channels.events.clone();
     let outcome = (|| -> Result<Option<SinkEvent>, Error> {
+        let mut held = Alignment::default();
+        let write = |sink: &mut Box<dyn Sink<T>>, records: Vec<T>| -> Result<(), Error> {
+            let n = records.len() as u64;
+            sink.write(records)?;
+            stats.records_written.fetch_add(n, Ordering::Relaxed);
+            failpoint::hit("sink.after_write");
+            Ok(())
+        };
         while let Some(message) = channels.messages.blocking_recv() {
             match message {
-                SinkMessage::Records(records) => {
-                    let n = records.len() as u64;
-                    sink.write(records)?;
-                    stats.records_written.fetch_add(n, Ordering::Relaxed);
-                    failpoint::hit("sink.after_write");
+                SinkMessage::Records { reader, records } => {
+                    if let Some(records) = held.hold(reader, records) {
+                        write(&mut sink, records)?;
+                    }
+                }
+                SinkMessage::ReaderBarrier { reader, checkpoint } => {
+                    // a barrier of a newer checkpoint: the one held for was superseded
+                    for records in held.start(reader, checkpoint) {
+                        write(&mut sink, records)?;
+                    }
                 }
                 SinkMessage::Barrier(id) => {
+                    let superseded = held.checkpoint.is_some_and(|c| c != id);
+                    if superseded {
+                        for records in held.release() {
+                            write(&mut sink, records)?;
+                        }
+                    }
                     failpoint::hit("checkpoint.before_prepare");
                     let state = sink.prepare_commit(id)?;
                     failpoint::hit("checkpoint.after_prepare");
@@ -67,8 +86,17 @@ pub(crate) fn run_sink<T: 'static>(mut sink: Box<dyn Sink<T>>, mut channels: Sin
                             _ => return Ok(None),
                         }
                     }
+                    // the records held back belong to the next checkpoint
+                    for records in held.release() {
+                        write(&mut sink, records)?;
+                    }
                 }
-                SinkMessage::EndOfInput => sink.end_of_input()?,
+                SinkMessage::EndOfInput => {
+                    for records in held.release() {
+                        write(&mut sink, records)?;
+                    }
+                    sink.end_of_input()?
+                }
                 SinkMessage::End => {
                     sink.close()?;
                     return Ok(Some(SinkEvent::Closed));
@@ -85,5 +113,57 @@ pub(crate) fn run_sink<T: 'static>(mut sink: Box<dyn Sink<T>>, mut channels: Sin
         Err(e) => {
             let _ = events.send(SinkEvent::Failed(e));
         }
+    }
+}
+
+/// Barrier alignment (Flink's `CheckpointBarrierHandler`, for one input per reader): the
+/// records a reader sends after its barrier for the checkpoint in progress are held back until
+/// the sink has prepared that checkpoint, so a checkpoint's records are exactly those before the
+/// readers' snapshots. Only the time between the first reader's barrier and the coordinator's
+/// is held, a few milliseconds of records.
+struct Alignment<T> {
+    /// The checkpoint whose reader barriers are arriving.
+    checkpoint: Option<u64>,
+    /// Readers past their barrier, with what they sent since, in order.
+    readers: Vec<(usize, Vec<Vec<T>>)>,
+}
+
+impl<T> Default for Alignment<T> {
+    fn default() -> Self {
+        Alignment {
+            checkpoint: None,
+            readers: Vec::new(),
+        }
+    }
+}
+
+impl<T> Alignment<T> {
+    /// Keep `records` if their reader is past its barrier; give them back otherwise.
+    fn hold(&mut self, reader: usize, records: Vec<T>) -> Option<Vec<T>> {
+        match self.readers.iter_mut().find(|(r, _)| *r == reader) {
+            Some((_, held)) => {
+                held.push(records);
+                None
+            }
+            None => Some(records),
+        }
+    }
+
+    /// `reader` passed its barrier for `checkpoint`; returns what a superseded checkpoint held.
+    fn start(&mut self, reader: usize, checkpoint: u64) -> Vec<Vec<T>> {
+        let released = if self.checkpoint.is_some_and(|c| c != checkpoint) {
+            self.release()
+        } else {
+            Vec::new()
+        };
+        self.checkpoint = Some(checkpoint);
+        self.readers.push((reader, Vec::new()));
+        released
+    }
+
+    /// End the alignment: everything held, reader by reader, each in its order.
+    fn release(&mut self) -> Vec<Vec<T>> {
+        self.checkpoint = None;
+        self.readers.drain(..).flat_map(|(_, held)| held).collect()
     }
 }

@@ -6,6 +6,7 @@ mod common;
 mod daemon;
 mod daemon_util;
 mod datagen;
+mod exactly_once;
 mod faults;
 mod formats;
 mod kafka_source;
