@@ -141,6 +141,16 @@ impl Instance {
     pub fn owns(&self, slot: u64) -> bool {
         slot % self.count.max(1) as u64 == self.index as u64
     }
+
+    /// Whether this instance owns the work named `key` (a stable hash of it, dealt like a slot:
+    /// every instance computes the same owner).
+    pub fn owns_key(&self, key: &str) -> bool {
+        // FNV-1a: stable across processes and versions, unlike std's SipHash with random keys
+        let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        self.owns(hash)
+    }
 }
 
 /// What a reader knows of its place in the job (Flink's `SourceReaderContext`).

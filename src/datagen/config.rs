@@ -177,8 +177,16 @@ impl SourceConnector for DatagenConfig {
     type Raw = RawDatagenSource;
     type Source = DataGeneratorSource;
 
-    fn validate(raw: RawDatagenSource, _job: &JobConfig) -> Result<Self> {
-        validate_datagen(raw)
+    fn validate(raw: RawDatagenSource, job: &JobConfig) -> Result<Self> {
+        let config = validate_datagen(raw)?;
+        if config.end_marker.is_some() && job.instance.count > 1 {
+            return Err(Error::config(
+                "source.end_marker",
+                "cannot be used with job.instance: no instance knows when the others have written \
+                 their last record",
+            ));
+        }
+        Ok(config)
     }
 
     fn describe(&self) -> Vec<String> {
@@ -198,6 +206,7 @@ impl SourceConnector for DatagenConfig {
             rate: self.rate,
             splits: ctx.job.parallelism,
             batch_size: self.batch_size,
+            instance: ctx.job.instance,
         };
         Ok(DataGeneratorSource::new(
             settings,

@@ -17,8 +17,8 @@ use serde_json::Value;
 use crate::core::number_sequence::{split_range, IteratorEnumerator, NumberSequenceSplit};
 use crate::core::split_reader::{WakeUpHandle, WakeableSleep};
 use crate::core::{
-    Boundedness, FinishReason, ReaderContext, ReaderOptions, ReaderOutput, RecordEmitter, RecordsWithSplitIds, Source,
-    SourceReaderBase, SourceSplit, SplitReader, SplitsChange,
+    Boundedness, FinishReason, Instance, ReaderContext, ReaderOptions, ReaderOutput, RecordEmitter,
+    RecordsWithSplitIds, Source, SourceReaderBase, SourceSplit, SplitReader, SplitsChange,
 };
 use crate::error::{Error, Result};
 use crate::record::{Header, Record, ValueFormat};
@@ -124,6 +124,9 @@ pub struct DatagenSettings {
     pub splits: usize,
     /// Records generated per fetch (and per batch).
     pub batch_size: usize,
+    /// This process's share when the job runs as several instances: the index range is cut into
+    /// `splits × count` ranges, and this instance generates those dealt to it.
+    pub instance: Instance,
 }
 
 /// The data generator source.
@@ -135,9 +138,11 @@ pub struct DataGeneratorSource {
 
 impl DataGeneratorSource {
     pub fn new(settings: DatagenSettings, generator: GeneratorFactory) -> Self {
+        // the rate is the whole job's: each instance generates its share of it
+        let share = settings.instance.count.max(1) as f64;
         let limiter = settings
             .rate
-            .map(|r| Arc::new(RateLimiter::new(r, settings.batch_size)));
+            .map(|r| Arc::new(RateLimiter::new(r / share, settings.batch_size)));
         DataGeneratorSource {
             settings,
             generator,
@@ -166,7 +171,15 @@ impl Source for DataGeneratorSource {
 
     fn create_enumerator(&self) -> Result<Self::Enumerator> {
         let end = self.settings.count.unwrap_or(u64::MAX);
-        Ok(IteratorEnumerator::new(split_range(0, end, self.settings.splits)))
+        let instance = self.settings.instance;
+        let ranges = split_range(0, end, self.settings.splits * instance.count.max(1));
+        Ok(IteratorEnumerator::new(
+            ranges
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| instance.owns(*i as u64))
+                .map(|(_, s)| s),
+        ))
     }
 
     fn restore_enumerator(&self, state: Vec<NumberSequenceSplit>) -> Result<Self::Enumerator> {

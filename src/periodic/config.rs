@@ -95,6 +95,7 @@ fn validate_periodic(raw: RawPeriodicSource) -> Result<PeriodicSettings> {
         avro,
         encoder: None,
         keep_decoded: true,
+        instance: crate::core::Instance::default(),
     })
 }
 
@@ -136,6 +137,7 @@ impl SourceConnector for PeriodicConfig {
     fn build(&self, ctx: &SourceContext<'_>) -> Result<PeriodicSource> {
         let mut settings = self.settings.clone();
         settings.keep_decoded = ctx.sink_prints_values;
+        settings.instance = ctx.job.instance;
         settings.encoder =
             crate::format::encoder_for(settings.format, settings.avro.as_ref(), "source.avro", ctx.sink_topic)?;
         Ok(PeriodicSource {

@@ -77,7 +77,13 @@ impl PeriodicEnumerator {
     }
 
     fn apply(&mut self, ctx: &mut Ctx, events: Vec<EventDef>) -> Result<()> {
-        let mut incoming: BTreeMap<String, EventDef> = events.into_iter().map(|e| (e.id.clone(), e)).collect();
+        // with several instances, each fires the events whose id hashes to it
+        let instance = self.settings.instance;
+        let mut incoming: BTreeMap<String, EventDef> = events
+            .into_iter()
+            .filter(|e| instance.owns_key(&e.id))
+            .map(|e| (e.id.clone(), e))
+            .collect();
         // removed and changed events stop on their reader
         let mut stop: BTreeMap<usize, Vec<crate::core::SplitId>> = BTreeMap::new();
         let ids: Vec<String> = self.assignments.keys().cloned().collect();

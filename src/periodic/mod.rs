@@ -67,6 +67,8 @@ pub struct PeriodicSettings {
     pub encoder: Option<crate::format::EncoderHandle>,
     /// Keep the JSON beside the bytes (for sinks that print it).
     pub keep_decoded: bool,
+    /// This process's share when the job runs as several instances.
+    pub instance: crate::core::Instance,
 }
 
 /// The periodic source.

@@ -369,21 +369,71 @@ fn a_second_signal_exits_at_once_and_leaves_the_last_state() {
     let topic = kafka.create_topic("second-signal", 1);
     produce_numbered(&kafka, &topic, 1, 100);
     let dir = JobDir::new();
-    let config = dir.config(&replay_config(&kafka, &topic, FILE_SINK, ""));
-    let out = dir.path("out.jsonl");
-    let daemon = Daemon::start(&config, &[]);
-    wait_until("a checkpoint", MINUTE, || {
-        dir.path("job.state").exists() && line_count(&out) == 100
+    let port = free_port();
+    // stdout into a pipe nobody reads: once the pipe is full the sink blocks, so the graceful
+    // stop the first signal starts cannot finish, and the second signal lands during it
+    let config = dir.config(&format!(
+        "{}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
+        replay_config(&kafka, &topic, "[sink]\ntype = \"stdout\"", "")
+    ));
+    let log_path = dir.path("daemon.log");
+    let mut child = std::process::Command::new(binary())
+        .args(["run", "--no-progress", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    wait_until("a checkpoint of the first 100 records", MINUTE, || {
+        log().contains("checkpoint complete")
     });
-    daemon.signal(libc::SIGTERM);
-    daemon.signal(libc::SIGTERM);
+    // far more than a pipe holds (64 KiB): the sink blocks writing them
+    produce_numbered(&kafka, &topic, 1, 5_000);
+    let counters = || {
+        let text = http_get(&format!("127.0.0.1:{port}"), "/metrics").unwrap_or_default();
+        (
+            metric(&text, "tidegate_records_emitted_total").unwrap_or(0.0),
+            metric(&text, "tidegate_records_written_total").unwrap_or(0.0),
+        )
+    };
+    wait_until("the sink blocked on the full pipe", MINUTE, || {
+        let (emitted, written) = counters();
+        emitted > written + 1_000.0
+    });
+    let pid = child.id() as i32;
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    wait_until("the first signal handled", MINUTE, || {
+        log().contains("stopping: final checkpoint")
+    });
+    let before = std::fs::read(dir.path("job.state")).unwrap();
+    unsafe { libc::kill(pid, libc::SIGTERM) };
     let started = std::time::Instant::now();
-    let (status, log) = daemon.wait(MINUTE);
-    assert!(started.elapsed() < Duration::from_secs(10));
-    assert!(status.code() == Some(1) || status.code() == Some(0), "{log}");
-    // whatever the timing, the state file is a complete checkpoint
+    let deadline = started + MINUTE;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no exit after the second signal: {}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1), "{}", log());
+    assert!(log().contains("second signal"), "{}", log());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    // the state file is the last completed checkpoint, untouched by the interrupted stop
+    assert_eq!(std::fs::read(dir.path("job.state")).unwrap(), before);
     let state: serde_json::Value = tidegate::core::state::read_state(&dir.path("job.state"))
         .unwrap()
         .unwrap();
-    assert!(state["splits"][0]["split"]["next_offset"].as_i64().unwrap() <= 100);
+    assert!(state["splits"][0]["split"]["next_offset"].as_i64().unwrap() < 5_000);
 }

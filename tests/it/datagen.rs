@@ -213,6 +213,9 @@ fn the_trading_day_seed_and_replay_configs() {
             "--set",
             &format!("sink.topic={topic}"),
             "--set",
+            // the transactional id is the job's: concurrent tests must not share one
+            &format!("job.name={topic}"),
+            "--set",
             &state("seed.state"),
         ],
         MINUTE,

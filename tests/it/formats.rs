@@ -27,6 +27,9 @@ fn seed_avro(kafka: &TestKafka, topic: &str, avro: &str, dir: &JobDir) {
             "--set",
             &format!("sink.topic={topic}"),
             "--set",
+            // the transactional id is the job's: concurrent tests must not share one
+            &format!("job.name={topic}"),
+            "--set",
             &format!("source.avro={avro}"),
             "--set",
             "source.count=3000",

@@ -9,6 +9,7 @@ mod datagen;
 mod exactly_once;
 mod faults;
 mod formats;
+mod instances;
 mod kafka_source;
 mod periodic;
 mod schema_registry;
