@@ -107,6 +107,33 @@ fn each_mistake_names_its_key() {
             vec![],
             "metrics.listen",
         ),
+        // librdkafka's own checks, made when a client is created: run at validation too
+        (
+            format!("{BASE}\n[source.properties]\n\"fetch.max.bytes\" = 1000\n"),
+            vec![],
+            "source.properties.\"fetch.max.bytes\"",
+        ),
+        (
+            format!("{BASE}\n[source.properties]\n\"fetch.min.byte\" = 1\n"),
+            vec![],
+            "source.properties.\"fetch.min.byte\"",
+        ),
+        (
+            BASE.replace(
+                "type = \"null\"",
+                "type = \"kafka\"\nbootstrap_servers = \"127.0.0.1:1\"\ntopic = \"t\"\nproperties = { \"linger.mss\" = 5 }",
+            ),
+            vec![],
+            "sink.properties.\"linger.mss\"",
+        ),
+        (
+            BASE.replace(
+                "type = \"null\"",
+                "type = \"kafka\"\nbootstrap_servers = \"127.0.0.1:1\"\ntopic = \"t\"\ndelivery = \"exactly_once\"",
+            ),
+            vec!["checkpoint.interval=\"45s\""],
+            "sink.transaction_timeout",
+        ),
     ];
     for (text, sets, key) in cases {
         let e = error_of(&text, &sets);
@@ -135,7 +162,7 @@ fn dotted_librdkafka_keys_survive_loading() {
     let _env = env_lock();
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
-        "{BASE}\n[source.properties]\n\"fetch.wait.max.ms\" = 50\n\"Client.Rack\" = \"r1\"\n\"enable.partition.eof\" = true\n"
+        "{BASE}\n[source.properties]\n\"fetch.wait.max.ms\" = 50\n\"client.rack\" = \"r1\"\n\"enable.partition.eof\" = true\n"
     );
     let c = load(
         &write(&dir, &text),
@@ -145,9 +172,13 @@ fn dotted_librdkafka_keys_survive_loading() {
     let SourceConfig::Kafka(k) = c.source else { panic!() };
     let p = &k.settings.properties;
     assert_eq!(p.get("fetch.wait.max.ms").map(String::as_str), Some("50"));
-    assert_eq!(p.get("Client.Rack").map(String::as_str), Some("r1"));
+    assert_eq!(p.get("client.rack").map(String::as_str), Some("r1"));
     assert_eq!(p.get("enable.partition.eof").map(String::as_str), Some("true"));
     assert_eq!(p.get("fetch.min.bytes").map(String::as_str), Some("1"));
+    // the case of a key survives too (the config crate would lowercase it): librdkafka then
+    // refuses the name as written
+    let e = error_of(&format!("{BASE}\n[source.properties]\n\"Client.Rack\" = \"r1\"\n"), &[]);
+    assert_eq!(key_of(&e), "source.properties.\"Client.Rack\"", "{e}");
 }
 
 #[test]

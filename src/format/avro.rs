@@ -4,9 +4,9 @@
 //! subject (`<topic>-value`) and prefixing the id, or raw datums with a local schema. Decoded
 //! values become JSON for the end-of-stream expression and the JSON-lines envelope.
 
-use std::path::Path;
-
 use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::types::Value as Avro;
@@ -14,10 +14,12 @@ use apache_avro::writer::datum::GenericDatumWriter;
 use apache_avro::Schema;
 use base64::Engine;
 use schema_registry_converter::blocking::schema_registry::{get_schema_by_id, post_schema, SrSettings};
+use schema_registry_converter::error::SRCError;
 use schema_registry_converter::schema_registry_common::{SchemaType, SuppliedSchema};
 use serde_json::{Map, Number, Value as Json};
+use tracing::warn;
 
-use super::{ValueDecoder, ValueEncoder};
+use super::{DecodeError, ValueDecoder, ValueEncoder};
 use crate::error::{Error, Result};
 use crate::record::ValueFormat;
 
@@ -127,29 +129,81 @@ impl DatumDecoder {
 
 /// Run a schema registry call on a thread of its own: schema_registry_converter's blocking client
 /// is reqwest's, which must neither run nor be dropped on an async runtime's thread (the reader
-/// tasks decode there). Calls are rare: once per schema id, or once to register.
+/// tasks decode there). On a multi-threaded runtime the waiting worker hands its other tasks to
+/// the others meanwhile (`block_in_place`). Calls are rare: once per schema id, or once to register.
 fn registry_call<T: Send + 'static>(
     url: &str,
-    call: impl FnOnce(&SrSettings) -> std::result::Result<T, String> + Send + 'static,
-) -> std::result::Result<T, String> {
+    call: impl FnOnce(&SrSettings) -> std::result::Result<T, SRCError> + Send + 'static,
+) -> std::result::Result<T, SRCError> {
     let url = url.trim_end_matches('/').to_string();
-    std::thread::spawn(move || call(&SrSettings::new(url)))
-        .join()
-        .unwrap_or_else(|_| Err("the schema registry client panicked".into()))
+    let run = move || {
+        std::thread::spawn(move || call(&SrSettings::new(url)))
+            .join()
+            .unwrap_or_else(|_| {
+                Err(SRCError::non_retryable_without_cause(
+                    "the schema registry client panicked",
+                ))
+            })
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(run),
+        _ => run(),
+    }
+}
+
+/// Whether a registry error means the registry is out of reach (retry, then fail the job) rather
+/// than that the record names a schema it does not have: no connection, a 5xx, refused credentials.
+fn registry_unreachable(e: &SRCError) -> bool {
+    let status = |code: &str| e.error.contains(&format!("status {code}"));
+    e.retriable || status("5") || status("401") || status("403")
 }
 
 /// Decodes the Confluent wire format (magic byte 0, 4-byte schema id, datum), fetching each
 /// schema once from the registry (schema_registry_converter) and caching it by id.
 pub struct RegistryDecoder {
     url: String,
+    /// How long an unreachable registry is retried before decoding fails the job.
+    timeout: Duration,
     schemas: HashMap<u32, DatumDecoder>,
 }
 
 impl RegistryDecoder {
-    pub fn new(url: &str) -> Self {
+    pub fn new(url: &str, timeout: Duration) -> Self {
         RegistryDecoder {
             url: url.to_string(),
+            timeout,
             schemas: HashMap::new(),
+        }
+    }
+
+    /// Schema `id`, retried with backoff while the registry is out of reach, up to the timeout.
+    fn fetch(&self, id: u32) -> std::result::Result<String, DecodeError> {
+        let deadline = Instant::now() + self.timeout;
+        let mut backoff = Duration::from_millis(100);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let result = registry_call(&self.url, move |settings| {
+                get_schema_by_id(id, settings).map(|r| r.schema)
+            });
+            match result {
+                Ok(text) => return Ok(text),
+                Err(e) if !registry_unreachable(&e) => {
+                    return Err(DecodeError::Invalid(format!("schema {id} from the registry: {e}")))
+                }
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(DecodeError::Unavailable(format!(
+                        "the schema registry {} did not give schema {id} within {:?} ({attempts} attempts): {e}",
+                        self.url, self.timeout
+                    )))
+                }
+                Err(e) => {
+                    warn!(registry = %self.url, schema = id, error = %e, retry_in_ms = backoff.as_millis() as u64,
+                          "the schema registry is out of reach; retrying");
+                    std::thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
         }
     }
 }
@@ -159,23 +213,24 @@ impl ValueDecoder for RegistryDecoder {
         ValueFormat::Avro
     }
 
-    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<Json>, String> {
+    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<Json>, DecodeError> {
         if bytes.len() < 5 || bytes[0] != 0 {
             return Err("not in the Confluent wire format (magic byte 0, then a 4-byte schema id)".into());
         }
         let id = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
         if !self.schemas.contains_key(&id) {
-            let text = registry_call(&self.url, move |settings| {
-                get_schema_by_id(id, settings)
-                    .map(|r| r.schema)
-                    .map_err(|e| format!("fetching schema {id} from the registry: {e}"))
-            })?;
+            let text = match tokio::runtime::Handle::try_current() {
+                Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                    tokio::task::block_in_place(|| self.fetch(id))?
+                }
+                _ => self.fetch(id)?,
+            };
             let schema = Schema::parse_str(&text).map_err(|e| format!("schema {id} is not valid Avro: {e}"))?;
             let decoder = DatumDecoder::new(schema).map_err(|e| e.to_string())?;
             self.schemas.insert(id, decoder);
         }
         let decoder = &self.schemas[&id];
-        decoder.decode(&bytes[5..]).map(Some)
+        Ok(decoder.decode(&bytes[5..]).map(Some)?)
     }
 }
 
@@ -197,8 +252,8 @@ impl ValueDecoder for SchemaFileDecoder {
         ValueFormat::Avro
     }
 
-    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<Json>, String> {
-        self.decoder.decode(bytes).map(Some)
+    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<Json>, DecodeError> {
+        Ok(self.decoder.decode(bytes).map(Some)?)
     }
 }
 
@@ -273,10 +328,9 @@ impl RegistryEncoder {
                 let supplied = SuppliedSchema::new(None, SchemaType::Avro, self.schema.clone());
                 let subject = self.subject.clone();
                 registry_call(&self.url, move |settings| {
-                    post_schema(settings, subject.clone(), supplied)
-                        .map(|r| r.id)
-                        .map_err(|e| format!("registering the schema under {subject}: {e}"))
+                    post_schema(settings, subject.clone(), supplied).map(|r| r.id)
                 })
+                .map_err(|e| format!("registering the schema under {}: {e}", self.subject))
             })
             .clone()
     }

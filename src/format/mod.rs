@@ -23,12 +23,41 @@ pub enum DecodeErrorPolicy {
     DeadLetter,
 }
 
+/// Why a value was not decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The bytes are not valid for the format: a poison record, for the decode-error policy.
+    Invalid(String),
+    /// What decoding needs is out of reach (the schema registry, after retries until the
+    /// request timeout): the job fails, and no record is skipped or dead-lettered for it.
+    Unavailable(String),
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::Invalid(m) | DecodeError::Unavailable(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<String> for DecodeError {
+    fn from(message: String) -> Self {
+        DecodeError::Invalid(message)
+    }
+}
+
+impl From<&str> for DecodeError {
+    fn from(message: &str) -> Self {
+        DecodeError::Invalid(message.to_string())
+    }
+}
+
 /// Decodes record values of one format. One per reader: decoders may cache (Avro schemas).
 pub trait ValueDecoder: Send {
     fn format(&self) -> ValueFormat;
-    /// The decoded value for structured formats, `None` for `bytes` and `string`;
-    /// an error message if the bytes are not valid for the format.
-    fn decode(&mut self, bytes: &[u8]) -> Result<Option<serde_json::Value>, String>;
+    /// The decoded value for structured formats, `None` for `bytes` and `string`.
+    fn decode(&mut self, bytes: &[u8]) -> Result<Option<serde_json::Value>, DecodeError>;
 }
 
 /// Encodes generated JSON values for a format that is not JSON itself (Avro).
@@ -53,7 +82,7 @@ impl ValueDecoder for BytesDecoder {
     fn format(&self) -> ValueFormat {
         ValueFormat::Bytes
     }
-    fn decode(&mut self, _bytes: &[u8]) -> Result<Option<serde_json::Value>, String> {
+    fn decode(&mut self, _bytes: &[u8]) -> Result<Option<serde_json::Value>, DecodeError> {
         Ok(None)
     }
 }
@@ -65,10 +94,10 @@ impl ValueDecoder for StringDecoder {
     fn format(&self) -> ValueFormat {
         ValueFormat::String
     }
-    fn decode(&mut self, bytes: &[u8]) -> Result<Option<serde_json::Value>, String> {
+    fn decode(&mut self, bytes: &[u8]) -> Result<Option<serde_json::Value>, DecodeError> {
         std::str::from_utf8(bytes)
             .map(|_| None)
-            .map_err(|e| format!("not valid UTF-8: {e}"))
+            .map_err(|e| DecodeError::Invalid(format!("not valid UTF-8: {e}")))
     }
 }
 
@@ -79,10 +108,10 @@ impl ValueDecoder for JsonDecoder {
     fn format(&self) -> ValueFormat {
         ValueFormat::Json
     }
-    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<serde_json::Value>, String> {
+    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<serde_json::Value>, DecodeError> {
         serde_json::from_slice(bytes)
             .map(Some)
-            .map_err(|e| format!("not valid JSON: {e}"))
+            .map_err(|e| DecodeError::Invalid(format!("not valid JSON: {e}")))
     }
 }
 
@@ -131,7 +160,7 @@ impl ValueDecoder for JsonFieldsDecoder {
     fn format(&self) -> ValueFormat {
         ValueFormat::Json
     }
-    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<serde_json::Value>, String> {
+    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<serde_json::Value>, DecodeError> {
         use serde::de::DeserializeSeed;
         let mut de = serde_json::Deserializer::from_slice(bytes);
         match SelectedFields(&self.fields)
@@ -158,8 +187,13 @@ pub fn simple_decoder(format: ValueFormat) -> Option<Box<dyn ValueDecoder>> {
 /// Creates the value decoder of each reader.
 pub type DecoderFactory = Arc<dyn Fn() -> Result<Box<dyn ValueDecoder>> + Send + Sync>;
 
-/// A factory of decoders for a Kafka source (one decoder per reader, each with its own cache).
-pub fn decoder_factory(format: ValueFormat, avro: Option<&AvroConfig>) -> Result<DecoderFactory> {
+/// A factory of decoders for a Kafka source (one decoder per reader, each with its own cache);
+/// `request_timeout` bounds how long a schema registry is retried.
+pub fn decoder_factory(
+    format: ValueFormat,
+    avro: Option<&AvroConfig>,
+    request_timeout: std::time::Duration,
+) -> Result<DecoderFactory> {
     if format != ValueFormat::Avro {
         return Ok(Arc::new(move || {
             simple_decoder(format).ok_or_else(|| crate::Error::config("source.format", "no decoder"))
@@ -175,7 +209,7 @@ pub fn decoder_factory(format: ValueFormat, avro: Option<&AvroConfig>) -> Result
         (Some(url), _) => {
             let url = url.clone();
             Ok(Arc::new(move || {
-                Ok(Box::new(avro::RegistryDecoder::new(&url)) as Box<dyn ValueDecoder>)
+                Ok(Box::new(avro::RegistryDecoder::new(&url, request_timeout)) as Box<dyn ValueDecoder>)
             }))
         }
         (None, Some(path)) => {
@@ -247,7 +281,11 @@ mod tests {
     #[test]
     fn decoders_accept_their_format_and_reject_others() {
         assert_eq!(JsonDecoder.decode(br#"{"a":1}"#), Ok(Some(serde_json::json!({"a": 1}))));
-        assert!(JsonDecoder.decode(b"{not json").unwrap_err().contains("not valid JSON"));
+        assert!(JsonDecoder
+            .decode(b"{not json")
+            .unwrap_err()
+            .to_string()
+            .contains("not valid JSON"));
         assert_eq!(StringDecoder.decode("héllo".as_bytes()), Ok(None));
         assert!(StringDecoder.decode(&[0xff, 0xfe]).is_err());
         assert_eq!(BytesDecoder.decode(&[0xff]), Ok(None));

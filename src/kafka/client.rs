@@ -103,6 +103,42 @@ pub fn client_config(
     config
 }
 
+/// Create a client from `config` and drop it at once, to check the properties: librdkafka
+/// checks names, values and their combinations (`fetch.max.bytes` below `message.max.bytes`)
+/// only when a client is created. The client is dropped before it has sent anything that
+/// matters, so this works without a reachable cluster. An error names `section.properties`, and
+/// the property when librdkafka's message names one of the user's.
+pub fn check_properties<C: rdkafka::config::FromClientConfig>(
+    config: &ClientConfig,
+    section: &str,
+    properties: &BTreeMap<String, String>,
+) -> crate::error::Result<()> {
+    match config.create::<C>() {
+        Ok(client) => {
+            drop(client);
+            Ok(())
+        }
+        Err(e) => {
+            let message = match &e {
+                KafkaError::ClientCreation(m) => m.clone(),
+                // a property librdkafka does not know, or a value it refuses
+                KafkaError::ClientConfig(_, description, _, _) => description.clone(),
+                other => other.to_string(),
+            };
+            let key = properties
+                .keys()
+                .filter(|k| message.contains(k.as_str()))
+                .max_by_key(|k| k.len())
+                .map(|k| format!("{section}.properties.\"{k}\""))
+                .unwrap_or_else(|| format!("{section}.properties"));
+            Err(crate::error::Error::config(
+                key,
+                format!("librdkafka refuses it: {message}"),
+            ))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

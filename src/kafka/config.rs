@@ -228,6 +228,13 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
     settings.request_timeout = duration_at("source.request_timeout", &raw.request_timeout)?;
     settings.instance = job.instance;
     settings.offset_reset = offset_reset.to_string();
+    // librdkafka checks properties only when a client is created: create (and drop) the readers'
+    // consumer, so a misspelt or inconsistent property is a config error now, not at run time
+    crate::kafka::client::check_properties::<rdkafka::consumer::BaseConsumer>(
+        &super::split_reader::consumer_config(&settings, 0),
+        "source",
+        &settings.properties,
+    )?;
     Ok(KafkaSourceConfig {
         settings,
         format,
@@ -374,7 +381,7 @@ impl SourceConnector for KafkaSourceConfig {
                 });
                 factory
             }
-            _ => crate::format::decoder_factory(self.format, self.avro.as_ref())?,
+            _ => crate::format::decoder_factory(self.format, self.avro.as_ref(), self.settings.request_timeout)?,
         };
         let mut builder = KafkaSource::builder()
             .settings(self.settings.clone())

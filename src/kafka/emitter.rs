@@ -6,7 +6,7 @@ use tracing::warn;
 use super::split::KafkaPartitionSplit;
 use crate::core::{ReaderOutput, RecordEmitter};
 use crate::error::{Error, Result};
-use crate::format::{DecodeErrorPolicy, ValueDecoder};
+use crate::format::{DecodeError, DecodeErrorPolicy, ValueDecoder};
 use crate::metrics::ReaderMetrics;
 use crate::record::Record;
 
@@ -53,7 +53,15 @@ impl RecordEmitter<Record, Record, KafkaPartitionSplit> for KafkaRecordEmitter {
         if let Some(bytes) = record.value.as_deref() {
             match self.decoder.decode(bytes) {
                 Ok(decoded) => record.decoded = decoded,
-                Err(message) => match self.policy {
+                // not the record's fault: never skipped nor dead-lettered for it; the split is not
+                // advanced, so a restart decodes the record again
+                Err(DecodeError::Unavailable(message)) => {
+                    return Err(Error::runtime(
+                        format!("decoding {}:{}@{offset}", split.topic, split.partition),
+                        message,
+                    ));
+                }
+                Err(DecodeError::Invalid(message)) => match self.policy {
                     DecodeErrorPolicy::Fail => {
                         // the split is not advanced: a restart meets the same record again
                         return Err(Error::Decode {

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
@@ -24,6 +25,9 @@ use crate::record::Record;
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 /// How often positions of bounded splits are checked when records keep arriving.
 const POSITION_CHECK_EVERY: Duration = Duration::from_millis(500);
+/// How long a split may fetch nothing, while its partition has records past its position, before
+/// its fetch is restarted (see [`KafkaPartitionSplitReader::restart_stalled_fetches`]).
+const STALL_AFTER: Duration = Duration::from_secs(15);
 
 struct LiveSplit {
     id: SplitId,
@@ -39,6 +43,8 @@ struct LiveSplit {
     fetched_records: u64,
     fetched_bytes: u64,
     last_timestamp: Option<i64>,
+    /// When the split last moved (records, or its position past markers).
+    progress_at: Instant,
 }
 
 /// The index of a live split, trying the last hit first.
@@ -50,6 +56,43 @@ fn index_in(splits: &[LiveSplit], last_hit: &mut usize, topic: &str, partition: 
     let i = splits.iter().position(hit)?;
     *last_hit = i;
     Some(i)
+}
+
+/// The consumer of reader `reader_index`: tidegate's settings, then the user's properties.
+pub fn consumer_config(settings: &KafkaSourceSettings, reader_index: usize) -> ClientConfig {
+    let client_id = format!("tidegate-reader-{reader_index}");
+    // Manual assignment still needs a group id in librdkafka; without the user's group this
+    // one is never joined or committed to (no subscribe, no commits from this consumer).
+    let group = settings
+        .group_id
+        .clone()
+        .unwrap_or_else(|| "tidegate-manual-assignment".to_string());
+    let reset = settings.offset_reset.as_str();
+    let defaults: Vec<(&str, &str)> = vec![
+        ("group.id", &group),
+        ("client.id", &client_id),
+        // offsets are ours (the state file), never librdkafka's
+        ("enable.auto.commit", "false"),
+        ("enable.auto.offset.store", "false"),
+        // an EOF event makes us look at the position, which moves past transaction markers
+        ("enable.partition.eof", "true"),
+        ("isolation.level", "read_committed"),
+        // a start offset deleted by retention is an error unless configured otherwise
+        ("auto.offset.reset", reset),
+        ("allow.auto.create.topics", "false"),
+        // librdkafka 2.x postpones a partition's next fetch by fetch.queue.backoff.ms (1 s by
+        // default) whenever its prefetch queue is over the thresholds below; a replay drains
+        // the queue a batch at a time, so the default starved it to a quarter of kcat's rate
+        ("fetch.queue.backoff.ms", "10"),
+        // a smaller prefetch queue and smaller fetches: enough to keep the pipeline busy, and
+        // a bounded memory. The defaults (100k messages, 64 MiB, 1 MiB per partition and fetch)
+        // cost RSS for little throughput: replaying 100-byte records from 2 partitions peaked at
+        // 100 MiB with 8 MiB / 1 MiB, 60 MiB with 4 MiB / 512 KiB (scripts/bench, README)
+        ("queued.min.messages", "20000"),
+        ("queued.max.messages.kbytes", "4096"),
+        ("max.partition.fetch.bytes", "524288"),
+    ];
+    client_config(&settings.bootstrap_servers, &defaults, &settings.properties)
 }
 
 /// Reads the splits of one fetcher with one consumer.
@@ -74,42 +117,9 @@ impl KafkaPartitionSplitReader {
         max_batch_records: usize,
         metrics: KafkaMetrics,
     ) -> Result<Self> {
-        let client_id = format!("tidegate-reader-{reader_index}");
-        // Manual assignment still needs a group id in librdkafka; without the user's group this
-        // one is never joined or committed to (no subscribe, no commits from this consumer).
-        let group = settings
-            .group_id
-            .clone()
-            .unwrap_or_else(|| "tidegate-manual-assignment".to_string());
-        let reset = settings.offset_reset.as_str();
-        let defaults: Vec<(&str, &str)> = vec![
-            ("group.id", &group),
-            ("client.id", &client_id),
-            // offsets are ours (the state file), never librdkafka's
-            ("enable.auto.commit", "false"),
-            ("enable.auto.offset.store", "false"),
-            // an EOF event makes us look at the position, which moves past transaction markers
-            ("enable.partition.eof", "true"),
-            ("isolation.level", "read_committed"),
-            // a start offset deleted by retention is an error unless configured otherwise
-            ("auto.offset.reset", reset),
-            ("allow.auto.create.topics", "false"),
-            // librdkafka 2.x postpones a partition's next fetch by fetch.queue.backoff.ms (1 s by
-            // default) whenever its prefetch queue is over the thresholds below; a replay drains
-            // the queue a batch at a time, so the default starved it to a quarter of kcat's rate
-            ("fetch.queue.backoff.ms", "10"),
-            // a smaller prefetch queue and smaller fetches: enough to keep the pipeline busy, and
-            // a bounded memory. The defaults (100k messages, 64 MiB, 1 MiB per partition and fetch)
-            // cost RSS for little throughput: replaying 100-byte records from 2 partitions peaked at
-            // 100 MiB with 8 MiB / 1 MiB, 60 MiB with 4 MiB / 512 KiB (scripts/bench, README)
-            ("queued.min.messages", "20000"),
-            ("queued.max.messages.kbytes", "4096"),
-            ("max.partition.fetch.bytes", "524288"),
-        ];
-        let consumer: BaseConsumer<TracingContext> =
-            client_config(&settings.bootstrap_servers, &defaults, &settings.properties)
-                .create_with_context(TracingContext::new(format!("reader-{reader_index}")))
-                .map_err(|e| crate::error::kafka("creating a reader's consumer", e))?;
+        let consumer: BaseConsumer<TracingContext> = consumer_config(settings, reader_index)
+            .create_with_context(TracingContext::new(format!("reader-{reader_index}")))
+            .map_err(|e| crate::error::kafka("creating a reader's consumer", e))?;
         let queue = ConsumerQueue::new(&consumer, max_batch_records.max(1))
             .ok_or_else(|| Error::runtime("creating a reader's consumer", "librdkafka gave no consumer queue"))?;
         Ok(KafkaPartitionSplitReader {
@@ -174,6 +184,7 @@ impl KafkaPartitionSplitReader {
             {
                 if pos > split.position {
                     split.position = pos;
+                    split.progress_at = Instant::now();
                 }
                 if let Some(stop) = split.stop {
                     split.metrics.remaining.set((stop - split.position).max(0) as f64);
@@ -187,6 +198,43 @@ impl KafkaPartitionSplitReader {
             self.finish(&topic, partition, FinishReason::StoppingOffset, out);
         }
         Ok(())
+    }
+
+    /// librdkafka sometimes stops fetching a manually assigned partition after its broker
+    /// connection broke and came back (librdkafka #5153, rust-rdkafka #597; seen here once in a
+    /// broker-pause test): the position stays while the partition has records, and a bounded
+    /// replay would wait forever without a word. A split that moved not at all for
+    /// `STALL_AFTER`, while the broker's last stable offset is past its position, is sought to its
+    /// position again, which restarts its fetcher; the restart is logged and counted.
+    fn restart_stalled_fetches(&mut self) {
+        let now = Instant::now();
+        for i in 0..self.splits.len() {
+            if now.duration_since(self.splits[i].progress_at) < STALL_AFTER {
+                continue;
+            }
+            self.splits[i].progress_at = now; // look again after another STALL_AFTER
+            let split = &self.splits[i];
+            let (topic, partition, position) = (split.topic.clone(), split.partition, split.position);
+            let before_stop = split.stop.is_none_or(|stop| position < stop);
+            // the consumer reads read_committed, so this is the last stable offset
+            let Ok((_, stable)) = self
+                .consumer
+                .fetch_watermarks(&topic, partition, Duration::from_secs(5))
+            else {
+                continue; // the broker does not answer: librdkafka is still reconnecting
+            };
+            if stable > position && before_stop {
+                warn!(split_id = %split.id, position, last_stable_offset = stable, stalled_s = STALL_AFTER.as_secs(),
+                      "no records fetched although the partition has more; restarting its fetch");
+                self.metrics.fetch_restarts.increment(1);
+                if let Err(e) = self
+                    .consumer
+                    .seek(&topic, partition, Offset::Offset(position), Duration::from_secs(5))
+                {
+                    warn!(split_id = %split.id, error = %e, "restarting the fetch failed; trying again later");
+                }
+            }
+        }
     }
 
     /// Which splits' positions retention deleted, for the error message.
@@ -323,9 +371,11 @@ impl SplitReader for KafkaPartitionSplitReader {
             ));
         }
         let now_ms = chrono::Utc::now().timestamp_millis();
+        let now = Instant::now();
         for split in &mut self.splits {
             split.slot = None;
             if split.fetched_records > 0 {
+                split.progress_at = now;
                 split.metrics.records_in.increment(split.fetched_records);
                 split.metrics.bytes_in.increment(split.fetched_bytes);
                 split.fetched_records = 0;
@@ -344,6 +394,7 @@ impl SplitReader for KafkaPartitionSplitReader {
         }
         if eof || idle || self.last_position_check.elapsed() >= POSITION_CHECK_EVERY {
             self.check_positions(&mut finished)?;
+            self.restart_stalled_fetches();
         }
         batch.records = groups;
         batch.finished = finished;
@@ -380,6 +431,7 @@ impl SplitReader for KafkaPartitionSplitReader {
                         fetched_records: 0,
                         fetched_bytes: 0,
                         last_timestamp: None,
+                        progress_at: Instant::now(),
                     };
                     match self.index_of(&split.topic, split.partition) {
                         Some(i) => self.splits[i] = live,

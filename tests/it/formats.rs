@@ -362,3 +362,45 @@ fn a_poison_record_under_dead_letter_goes_to_the_dead_letter_topic_with_its_erro
     assert_eq!(header("tidegate-source-partition"), "0");
     assert_eq!(header("tidegate-source-offset"), "4");
 }
+
+#[test]
+fn an_unreachable_schema_registry_fails_the_job_and_skips_nothing() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("registry-down", 1);
+    // Confluent wire format (magic byte 0, schema id 1, a datum): valid records, whose schema
+    // the registry would give
+    let records: Vec<TestRecord> = (0..5u8)
+        .map(|i| TestRecord::to(0, String::from_utf8(vec![0, 0, 0, 0, 1, 2 * i]).unwrap()))
+        .collect();
+    kafka.produce(&topic, &records);
+    let dir = JobDir::new();
+    let registry = format!("http://127.0.0.1:{}", free_port()); // nothing listens there
+    let config = dir.config(
+        &policy_config(
+            &kafka,
+            &topic,
+            "skip",
+            &format!("request_timeout = \"2s\"\navro = {{ schema_registry = \"{registry}\" }}"),
+        )
+        .replace("format = \"json\"", "format = \"avro\""),
+    );
+    let started = std::time::Instant::now();
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 1, "an unreachable registry fails the job: {log}");
+    assert!(
+        log.contains(&registry) && log.contains("within 2s") && log.contains(&format!("{topic}:0@0")),
+        "{log}"
+    );
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(2),
+        "retried until the timeout"
+    );
+    assert!(!log.contains("skipping a record"), "no record is skipped for it: {log}");
+    assert!(read_jsonl(&dir.path("out.jsonl")).is_empty());
+    if let Some(state) = tidegate::core::state::read_state::<serde_json::Value>(&dir.path("job.state")).unwrap() {
+        assert_eq!(
+            state["splits"][0]["split"]["next_offset"], 0,
+            "the state never moved past a record"
+        );
+    }
+}

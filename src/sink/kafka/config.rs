@@ -126,6 +126,15 @@ impl SinkConnector for KafkaSinkConfig {
         settings.flush_timeout = duration_at("sink.flush_timeout", &raw.flush_timeout)?;
         settings.delivery = delivery;
         settings.transaction_timeout = duration_at("sink.transaction_timeout", &raw.transaction_timeout)?;
+        // librdkafka checks properties only when a client is created (the transactional id is
+        // the job's, set at build; any id checks the same properties)
+        let mut probe = settings.clone();
+        probe.transactional_id = Some("tidegate-validate".into());
+        crate::kafka::client::check_properties::<rdkafka::producer::BaseProducer>(
+            &super::producer_config(&probe)?,
+            "sink",
+            &settings.properties,
+        )?;
         Ok(KafkaSinkConfig { settings, create_topic })
     }
 

@@ -103,6 +103,36 @@ impl KafkaSinkSettings {
     }
 }
 
+/// The sink's producer: tidegate's settings, then the user's properties.
+pub fn producer_config(settings: &KafkaSinkSettings) -> Result<rdkafka::config::ClientConfig> {
+    let timeout_ms = settings.transaction_timeout.as_millis().to_string();
+    let mut defaults = vec![
+        // no duplicates from retries, no reordering, and every replica has it
+        ("enable.idempotence", "true"),
+        ("acks", "all"),
+        ("client.id", "tidegate-sink"),
+        // batch for throughput; the checkpoint's flush bounds the latency anyway
+        ("linger.ms", "5"),
+        ("compression.type", "lz4"),
+        ("queue.buffering.max.messages", "1000000"),
+    ];
+    if settings.delivery == Delivery::ExactlyOnce {
+        let id = settings.transactional_id.as_deref().ok_or_else(|| {
+            Error::config(
+                "sink.delivery",
+                "exactly_once needs a transactional id (the job's name)",
+            )
+        })?;
+        defaults.push(("transactional.id", id));
+        defaults.push(("transaction.timeout.ms", &timeout_ms));
+    }
+    Ok(client_config(
+        &settings.bootstrap_servers,
+        &defaults,
+        &settings.properties,
+    ))
+}
+
 /// Produces records to a topic.
 pub struct KafkaSink {
     producer: ThreadedProducer<DeliveryContext>,
@@ -116,36 +146,16 @@ pub struct KafkaSink {
 impl KafkaSink {
     pub fn new(settings: KafkaSinkSettings, end_marker: Option<Record>) -> Result<Self> {
         let failure = Arc::new(Mutex::new(None));
-        let timeout_ms = settings.transaction_timeout.as_millis().to_string();
-        let mut defaults = vec![
-            // no duplicates from retries, no reordering, and every replica has it
-            ("enable.idempotence", "true"),
-            ("acks", "all"),
-            ("client.id", "tidegate-sink"),
-            // batch for throughput; the checkpoint's flush bounds the latency anyway
-            ("linger.ms", "5"),
-            ("compression.type", "lz4"),
-            ("queue.buffering.max.messages", "1000000"),
-        ];
-        let transactional_id = match settings.delivery {
-            Delivery::AtLeastOnce => None,
-            Delivery::ExactlyOnce => Some(settings.transactional_id.clone().ok_or_else(|| {
-                Error::config(
-                    "sink.delivery",
-                    "exactly_once needs a transactional id (the job's name)",
-                )
-            })?),
-        };
-        if let Some(id) = &transactional_id {
-            defaults.push(("transactional.id", id));
-            defaults.push(("transaction.timeout.ms", &timeout_ms));
-        }
-        let producer = client_config(&settings.bootstrap_servers, &defaults, &settings.properties)
+        let producer = producer_config(&settings)?
             .create_with_context(DeliveryContext {
                 log: TracingContext::new("sink"),
                 failure: Arc::clone(&failure),
             })
             .map_err(|e| crate::error::kafka("creating the sink's producer", e))?;
+        let transactional_id = match settings.delivery {
+            Delivery::AtLeastOnce => None,
+            Delivery::ExactlyOnce => settings.transactional_id.clone(),
+        };
         let transactions = transactional_id
             .map(|id| Transactions::new(&settings, id))
             .transpose()?;
