@@ -2,7 +2,7 @@
 //! partitions from metadata at start and every discovery interval, resolves their offsets once,
 //! assigns each split to its owner reader, and finishes the splits of partitions that disappear.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,6 +38,20 @@ pub struct KafkaEnumeratorState {
     /// discovered after it start at earliest.
     pub initial_discovery_done: bool,
     pub splits: Vec<KnownSplit>,
+    /// The settings the state was written with, to check a restore against (absent in state
+    /// files written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<SettingsFingerprint>,
+}
+
+/// What a restored state depends on: the subscription, the starting offsets and the format
+/// must not change under it; a change of the stopping offsets applies to its unfinished splits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettingsFingerprint {
+    pub subscription: String,
+    pub starting: String,
+    pub stopping: String,
+    pub format: String,
 }
 
 /// What one discovery found.
@@ -49,6 +63,8 @@ pub struct Discovery {
     pub new_splits: Vec<KafkaPartitionSplit>,
     /// Subscribed topics that do not exist.
     pub missing_topics: Vec<String>,
+    /// New stops of the restored partitions, when the stopping offsets changed since the state.
+    pub restored_stops: Option<HashMap<TopicPartition, Option<i64>>>,
 }
 
 /// Assigns Kafka partitions to readers.
@@ -62,12 +78,29 @@ pub struct KafkaSourceEnumerator {
     no_more_splits: bool,
     parallelism: usize,
     metrics: KafkaMetrics,
+    /// The settings written into the state.
+    fingerprint: Option<SettingsFingerprint>,
+    /// The stopping offsets changed since the restored state was written: its unfinished splits
+    /// wait here until the first discovery resolved their new stops.
+    restops: Option<Vec<KafkaPartitionSplit>>,
 }
 
 impl KafkaSourceEnumerator {
     pub fn new(settings: Arc<KafkaSourceSettings>, state: Option<KafkaEnumeratorState>, metrics: KafkaMetrics) -> Self {
         let state = state.unwrap_or_default();
         let known: BTreeMap<SplitId, KnownSplit> = state.splits.into_iter().map(|k| (k.split.split_id(), k)).collect();
+        // restored splits no reader got (discovered, or given back by a stopped reader, just
+        // before the checkpoint) are assigned again; `start` finds their owners
+        let unassigned: Vec<SplitId> = known
+            .iter()
+            .filter(|(_, k)| !k.assigned && !k.removed)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let pending = if unassigned.is_empty() {
+            BTreeMap::new()
+        } else {
+            BTreeMap::from([(0, unassigned)])
+        };
         let partitions = known
             .values()
             .map(|k| (k.split.topic.clone(), k.split.partition))
@@ -77,11 +110,33 @@ impl KafkaSourceEnumerator {
             known,
             known_partitions: Arc::new(Mutex::new(partitions)),
             initial_done: Arc::new(AtomicBool::new(state.initial_discovery_done)),
-            pending: BTreeMap::new(),
+            pending,
             no_more_splits: false,
             parallelism: 1,
             metrics,
+            fingerprint: None,
+            restops: None,
         }
+    }
+
+    /// Record `fingerprint` in every snapshot.
+    pub fn with_fingerprint(mut self, fingerprint: SettingsFingerprint) -> Self {
+        self.fingerprint = Some(fingerprint);
+        self
+    }
+
+    /// The configured stopping offsets changed since the restored state: resolve them again for
+    /// its unfinished splits (and the unassigned ones) before they are assigned.
+    pub fn resolving_stops_again(mut self) -> Self {
+        let unassigned: Vec<KafkaPartitionSplit> = self
+            .known
+            .values()
+            .filter(|k| !k.assigned && !k.removed)
+            .map(|k| k.split.clone())
+            .collect();
+        self.pending.clear(); // they wait for their new stops instead
+        self.restops = Some(unassigned);
+        self
     }
 
     fn owner(&self, split: &KafkaPartitionSplit) -> usize {
@@ -131,6 +186,15 @@ impl KafkaSourceEnumerator {
         ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
         d: Discovery,
     ) -> Result<()> {
+        if let (Some(stops), Some(waiting)) = (&d.restored_stops, self.restops.take()) {
+            for mut split in waiting {
+                let stop = stops.get(&(split.topic.clone(), split.partition)).copied().flatten();
+                info!(split_id = %split.split_id(), next_offset = split.next_offset, old_stop = ?split.stop_offset,
+                      new_stop = ?stop, "stopping_offsets changed since the state file: the unfinished split gets the new stop");
+                split.stop_offset = stop;
+                self.add_pending(split);
+            }
+        }
         let initial = !self.initial_done.load(Ordering::Acquire);
         if initial && !d.missing_topics.is_empty() {
             if self.settings.wait_for_topics {
@@ -227,6 +291,10 @@ impl SplitEnumerator for KafkaSourceEnumerator {
         let known = Arc::clone(&self.known_partitions);
         let initial_done = Arc::clone(&self.initial_done);
         let parallelism = self.parallelism;
+        let mut restops: Option<Vec<TopicPartition>> = self
+            .restops
+            .as_ref()
+            .map(|splits| splits.iter().map(|s| (s.topic.clone(), s.partition)).collect());
         let period = match (self.settings.discovery_interval, self.settings.wait_for_topics) {
             (Some(p), _) => Some(p),
             (None, true) => Some(Duration::from_secs(1)), // retry until the topics exist
@@ -234,13 +302,19 @@ impl SplitEnumerator for KafkaSourceEnumerator {
         };
         ctx.call_async(
             move || {
-                discover(
+                let mut d = discover(
                     &settings,
                     &consumer,
                     &known,
                     initial_done.load(Ordering::Acquire),
                     parallelism,
-                )
+                )?;
+                if let Some(partitions) = restops.take() {
+                    let resolver =
+                        OffsetsResolver::new(&consumer, settings.request_timeout, settings.group_id.as_deref());
+                    d.restored_stops = Some(resolver.resolve_stop(&settings.stopping, &partitions)?);
+                }
+                Ok(d)
             },
             Duration::ZERO,
             period,
@@ -253,6 +327,10 @@ impl SplitEnumerator for KafkaSourceEnumerator {
         _ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
         splits: Vec<KafkaPartitionSplit>,
     ) -> Result<()> {
+        if let Some(waiting) = self.restops.as_mut() {
+            waiting.extend(splits);
+            return Ok(());
+        }
         for split in splits {
             self.known_partitions
                 .lock()
@@ -272,9 +350,18 @@ impl SplitEnumerator for KafkaSourceEnumerator {
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<KafkaEnumeratorState> {
+        let mut splits: Vec<KnownSplit> = self.known.values().cloned().collect();
+        // splits waiting for their new stops are unassigned, whatever the old state said
+        for waiting in self.restops.iter().flatten() {
+            if let Some(k) = splits.iter_mut().find(|k| k.split.split_id() == waiting.split_id()) {
+                k.split = waiting.clone();
+                k.assigned = false;
+            }
+        }
         Ok(KafkaEnumeratorState {
             initial_discovery_done: self.initial_done.load(Ordering::Acquire),
-            splits: self.known.values().cloned().collect(),
+            splits,
+            settings: self.fingerprint.clone(),
         })
     }
 
@@ -403,6 +490,7 @@ pub fn discover(
         partitions,
         new_splits,
         missing_topics,
+        restored_stops: None,
     })
 }
 

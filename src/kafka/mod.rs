@@ -17,7 +17,7 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use regex::Regex;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::core::{
     Boundedness, EofOnRecordEvaluator, FetcherMode, ReaderContext, ReaderOptions, Source, SourceReaderBase,
@@ -106,6 +106,8 @@ pub use crate::format::DecoderFactory;
 /// The Kafka source.
 pub struct KafkaSource {
     pub settings: Arc<KafkaSourceSettings>,
+    /// The value format (recorded in the state, which a change of format would not fit).
+    pub format: ValueFormat,
     pub decoder: DecoderFactory,
     pub decode_errors: DecodeErrorPolicy,
     pub eof: Option<Arc<dyn EofOnRecordEvaluator<Record>>>,
@@ -268,6 +270,7 @@ impl KafkaSourceBuilder {
         };
         Ok(KafkaSource {
             settings: Arc::new(settings),
+            format,
             decoder,
             decode_errors: self.decode_errors,
             eof: self.eof,
@@ -301,19 +304,41 @@ impl Source for KafkaSource {
     }
 
     fn create_enumerator(&self) -> Result<KafkaSourceEnumerator> {
-        Ok(KafkaSourceEnumerator::new(
-            Arc::clone(&self.settings),
-            None,
-            self.metrics.clone(),
-        ))
+        Ok(
+            KafkaSourceEnumerator::new(Arc::clone(&self.settings), None, self.metrics.clone())
+                .with_fingerprint(self.fingerprint()),
+        )
     }
 
+    /// A restore checks the state's settings against the config: a changed subscription, start
+    /// or format is an error (the state's positions belong to the old one); changed stopping
+    /// offsets apply to the unfinished splits, resolved now.
     fn restore_enumerator(&self, state: KafkaEnumeratorState) -> Result<KafkaSourceEnumerator> {
-        Ok(KafkaSourceEnumerator::new(
-            Arc::clone(&self.settings),
-            Some(state),
-            self.metrics.clone(),
-        ))
+        let now = self.fingerprint();
+        let then = state.settings.clone();
+        let mut enumerator = KafkaSourceEnumerator::new(Arc::clone(&self.settings), Some(state), self.metrics.clone());
+        if let Some(then) = then {
+            for (key, old, new) in [
+                ("source.topics", &then.subscription, &now.subscription),
+                ("source.starting_offsets", &then.starting, &now.starting),
+                ("source.format", &then.format, &now.format),
+            ] {
+                if old != new {
+                    return Err(Error::config(
+                        key,
+                        format!(
+                            "changed since the state file was written (was {old}, now {new}): the saved positions \
+                             belong to the old setting; restore it, or start over with --reset-state"
+                        ),
+                    ));
+                }
+            }
+            if then.stopping != now.stopping {
+                info!(was = %then.stopping, now = %now.stopping, "stopping_offsets changed since the state file was written: they apply to the unfinished splits");
+                enumerator = enumerator.resolving_stops_again();
+            }
+        }
+        Ok(enumerator.with_fingerprint(now))
     }
 
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {
@@ -341,6 +366,30 @@ impl Source for KafkaSource {
             reader = reader.with_checkpoint_listener(offset_committer(&self.settings, group, index)?);
         }
         Ok(reader)
+    }
+}
+
+impl KafkaSource {
+    /// The settings a state depends on, in words (stored with each checkpoint).
+    pub fn fingerprint(&self) -> enumerator::SettingsFingerprint {
+        let s = &self.settings;
+        let subscription = match &s.subscription {
+            Subscription::Topics(topics) => format!("topics {}", topics.join(", ")),
+            Subscription::Pattern(re) => format!("topic_pattern {}", re.as_str()),
+            Subscription::Partitions(list, _) => format!(
+                "partitions {}",
+                list.iter()
+                    .map(|(t, p)| format!("{t}:{p}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        enumerator::SettingsFingerprint {
+            subscription,
+            starting: format!("{:?}", s.starting),
+            stopping: format!("{:?}", s.stopping),
+            format: format!("{:?}", self.format).to_lowercase(),
+        }
     }
 }
 

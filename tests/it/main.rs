@@ -12,4 +12,5 @@ mod formats;
 mod instances;
 mod kafka_source;
 mod periodic;
+mod restore;
 mod schema_registry;

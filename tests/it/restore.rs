@@ -1,0 +1,83 @@
+//! What a restart does when the config changed since the state file was written: changed
+//! stopping offsets apply to the unfinished splits; a changed subscription, start or format is an
+//! error naming the key (exit 2), the state untouched.
+
+use std::time::Duration;
+
+use crate::common::{wait_until, TestKafka, TestRecord};
+use crate::daemon_util::*;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+#[test]
+fn an_unbounded_replay_resumed_with_stopping_offsets_ends_at_them() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("restore-bounds", 2);
+    let produce = |from: usize, n: usize| {
+        let records: Vec<TestRecord> = (from..from + n)
+            .map(|i| TestRecord::to((i % 2) as i32, format!("{i}")))
+            .collect();
+        kafka.produce(&topic, &records);
+    };
+    produce(0, 100);
+    let dir = JobDir::new();
+    // unbounded: no stopping offsets
+    let config = dir.config(&replay_config(&kafka, &topic, FILE_SINK, "", "200ms"));
+    let out = dir.path("out.jsonl");
+    let daemon = Daemon::start(&config, &[]);
+    wait_until("the first 100 records", MINUTE, || line_count(&out) >= 100);
+    daemon.signal(libc::SIGTERM);
+    let (status, log) = daemon.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "{log}");
+    produce(100, 50);
+    // the same job, now bounded: the restored splits must take the new stops, and the job end
+    let (code, log) = run(&config, &["--set", "source.stopping_offsets=latest"], MINUTE);
+    assert_eq!(code, 0, "{log}");
+    assert!(log.contains("stopping_offsets changed since the state file"), "{log}");
+    let mut values: Vec<u64> = read_jsonl(&out)
+        .iter()
+        .map(|l| l["value"].as_str().unwrap().parse().unwrap())
+        .collect();
+    values.sort_unstable();
+    assert_eq!(
+        values,
+        (0..150).collect::<Vec<_>>(),
+        "every record once, up to the new end"
+    );
+}
+
+#[test]
+fn a_changed_subscription_start_or_format_is_refused_with_the_state_untouched() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("restore-changed", 1);
+    kafka.produce(&topic, &[TestRecord::to(0, "{\"a\":1}")]);
+    let dir = JobDir::new();
+    let config = dir.config(&replay_config(
+        &kafka,
+        &topic,
+        FILE_SINK,
+        "stopping_offsets = \"latest\"",
+        "200ms",
+    ));
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "{log}");
+    let state = std::fs::read(dir.path("job.state")).unwrap();
+    let other = kafka.create_topic("restore-other", 1);
+    for (set, key) in [
+        (format!("source.topics=[\"{other}\"]"), "source.topics"),
+        ("source.starting_offsets=latest".to_string(), "source.starting_offsets"),
+        ("source.format=json".to_string(), "source.format"),
+    ] {
+        let (code, log) = run(&config, &["--set", &set], MINUTE);
+        assert_eq!(code, 2, "{set}: {log}");
+        assert!(
+            log.contains(key) && log.contains("changed since the state file") && log.contains("--reset-state"),
+            "{set}: {log}"
+        );
+        assert_eq!(
+            std::fs::read(dir.path("job.state")).unwrap(),
+            state,
+            "{set}: the state moved"
+        );
+    }
+}
