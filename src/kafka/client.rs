@@ -3,23 +3,48 @@
 //! secrets redacted wherever properties are shown.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::ConsumerContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
+use rdkafka::metadata::Metadata;
+use rdkafka::types::RDKafkaErrorCode;
+
+use crate::error::Error;
 use tracing::{debug, error, info, warn};
 
-/// Routes librdkafka's logs and errors to `tracing` (rust-rdkafka would use the `log` crate).
+/// Routes librdkafka's logs and errors to `tracing` (rust-rdkafka would use the `log` crate), and
+/// keeps an authentication failure, which librdkafka only reports here (its calls just time out).
 #[derive(Debug, Clone, Default)]
 pub struct TracingContext {
     /// Which client this is, for the logs ("reader-0", "sink").
     pub name: String,
+    authentication: Arc<Mutex<Option<String>>>,
 }
 
 impl TracingContext {
     pub fn new(name: impl Into<String>) -> Self {
-        TracingContext { name: name.into() }
+        TracingContext {
+            name: name.into(),
+            authentication: Arc::default(),
+        }
+    }
+
+    /// The broker refused this client's credentials (SASL): fatal, retrying cannot help.
+    pub fn authentication_failure(&self, properties: &BTreeMap<String, String>) -> Option<Error> {
+        let reason = self.authentication.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let user = properties
+            .get("sasl.username")
+            .map(|u| format!(" for user {u}"))
+            .unwrap_or_default();
+        Some(Error::runtime(
+            format!("kafka ({})", self.name),
+            format!("authentication failed{user}: {reason}"),
+        ))
     }
 }
 
@@ -39,12 +64,48 @@ impl ClientContext for TracingContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication) {
+            let mut slot = self.authentication.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.is_none() {
+                error!(client = %self.name, "librdkafka: {reason}");
+                *slot = Some(reason.to_string());
+            }
+            return;
+        }
         // Transport errors (a broker going away) are retried by librdkafka itself: warn only.
         warn!(client = %self.name, error = %error, "librdkafka: {reason}");
     }
 }
 
 impl ConsumerContext for TracingContext {}
+
+/// `fetch_metadata` in short slices up to `timeout`, so a refused authentication fails at once
+/// instead of after the whole timeout (librdkafka reports it only to the context).
+pub fn fetch_metadata(
+    consumer: &BaseConsumer<TracingContext>,
+    topic: Option<&str>,
+    timeout: Duration,
+    properties: &BTreeMap<String, String>,
+    what: &str,
+) -> crate::error::Result<Metadata> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let slice = deadline
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(500));
+        let result = consumer.fetch_metadata(topic, slice);
+        // serve the client's events: librdkafka reports a refused authentication as one
+        let _ = consumer.poll(Duration::ZERO);
+        if let Some(e) = consumer.context().authentication_failure(properties) {
+            return Err(e);
+        }
+        match result {
+            Ok(metadata) => return Ok(metadata),
+            Err(e) if Instant::now() >= deadline => return Err(crate::error::kafka(what, e)),
+            Err(_) => {}
+        }
+    }
+}
 
 /// Property names whose values must never be logged or printed.
 pub fn is_secret(key: &str) -> bool {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
@@ -414,7 +414,14 @@ pub fn discover(
 ) -> Result<Discovery> {
     let timeout = settings.request_timeout;
     let servers = &settings.bootstrap_servers;
-    let metadata_err = |e| crate::error::kafka(format!("fetching metadata from {servers} (timeout {timeout:?})"), e);
+    let what = format!("fetching metadata from {servers} (timeout {timeout:?})");
+    let metadata =
+        |topic: Option<&str>| super::client::fetch_metadata(consumer, topic, timeout, &settings.properties, &what);
+    let user = settings
+        .properties
+        .get("sasl.username")
+        .map(|u| format!(" (user {u})"))
+        .unwrap_or_default();
     let mut partitions = BTreeSet::new();
     let mut missing_topics = Vec::new();
     let mut add_topic = |topic: &rdkafka::metadata::MetadataTopic, only: Option<&BTreeSet<i32>>| {
@@ -437,7 +444,7 @@ pub fn discover(
                 _ => None,
             };
             for name in topics {
-                let md = consumer.fetch_metadata(Some(name), timeout).map_err(metadata_err)?;
+                let md = metadata(Some(name))?;
                 match md.topics().first() {
                     Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
                         let only = wanted.as_ref().and_then(|w| w.get(name.as_str()));
@@ -450,12 +457,23 @@ pub fn discover(
                         }
                         add_topic(t, only)
                     }
+                    Some(t)
+                        if t.error()
+                            == Some(rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED) =>
+                    {
+                        return Err(Error::runtime(
+                            "partition discovery",
+                            format!(
+                                "not authorized to describe topic {name}{user}: it needs the Describe and Read ACLs"
+                            ),
+                        ));
+                    }
                     _ => missing_topics.push(format!("topic {name}")),
                 }
             }
         }
         Subscription::Pattern(pattern) => {
-            let md = consumer.fetch_metadata(None, timeout).map_err(metadata_err)?;
+            let md = metadata(None)?;
             for t in md.topics() {
                 if t.error().is_none() && pattern.is_match(t.name()) && !t.name().starts_with("__") {
                     add_topic(t, None);

@@ -108,6 +108,70 @@ pub struct KafkaPartitionSplitReader {
     max_batch_records: usize,
     last_position_check: Instant,
     metrics: KafkaMetrics,
+    /// Errors librdkafka keeps reporting for a split's partition (not authorized, gone).
+    partition_errors: PartitionErrors,
+    properties: std::collections::BTreeMap<String, String>,
+}
+
+/// Consumer errors that say a partition cannot be read (authorization revoked, topic deleted):
+/// librdkafka retries them forever, so a bounded replay would wait without a word. They are
+/// logged at warn (once, then every 10 s per partition) and fail the job once they persisted,
+/// with no record from the partition, for the source's request timeout.
+struct PartitionErrors {
+    timeout: Duration,
+    /// (topic, partition) → (the error, first seen, last logged).
+    open: std::collections::HashMap<(String, i32), (String, Instant, Option<Instant>)>,
+}
+
+impl PartitionErrors {
+    fn is_persistent(code: RDKafkaRespErr) -> bool {
+        use RDKafkaRespErr::*;
+        matches!(
+            code,
+            RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED
+                | RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART
+                | RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC
+                | RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION
+                | RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_ID
+        )
+    }
+
+    fn seen(&mut self, topic: &str, partition: i32, message: &str) {
+        let now = Instant::now();
+        let timeout = self.timeout;
+        let entry = self
+            .open
+            .entry((topic.to_string(), partition))
+            .or_insert_with(|| (message.to_string(), now, None));
+        entry.0 = message.to_string();
+        if entry
+            .2
+            .is_none_or(|logged| now.duration_since(logged) >= Duration::from_secs(10))
+        {
+            entry.2 = Some(now);
+            warn!(topic, partition, error = %message, failing_in_s = timeout.saturating_sub(now.duration_since(entry.1)).as_secs(),
+                  "the partition cannot be read; the job fails if this lasts for source.request_timeout");
+        }
+    }
+
+    fn cleared(&mut self, topic: &str, partition: i32) {
+        if !self.open.is_empty() {
+            self.open.remove(&(topic.to_string(), partition));
+        }
+    }
+
+    /// The first error that outlasted the timeout.
+    fn failure(&self) -> Option<Error> {
+        self.open
+            .iter()
+            .find(|(_, (_, since, _))| since.elapsed() >= self.timeout)
+            .map(|((topic, partition), (message, _, _))| {
+                Error::runtime(
+                    format!("reading {topic}:{partition}"),
+                    format!("{message} (for {:?}, the source's request_timeout)", self.timeout),
+                )
+            })
+    }
 }
 
 impl KafkaPartitionSplitReader {
@@ -131,6 +195,11 @@ impl KafkaPartitionSplitReader {
             max_batch_records: max_batch_records.max(1),
             last_position_check: Instant::now(),
             metrics,
+            partition_errors: PartitionErrors {
+                timeout: settings.request_timeout,
+                open: std::collections::HashMap::new(),
+            },
+            properties: settings.properties.clone(),
         })
     }
 
@@ -281,8 +350,12 @@ impl SplitReader for KafkaPartitionSplitReader {
         let mut failure: Option<Error> = None;
         let mut out_of_range = false;
         while count < self.max_batch_records && failure.is_none() && !out_of_range {
-            let (splits, last_hit, consumer_errors) =
-                (&mut self.splits, &mut self.last_hit, &self.metrics.consumer_errors);
+            let (splits, last_hit, consumer_errors, partition_errors) = (
+                &mut self.splits,
+                &mut self.last_hit,
+                &self.metrics.consumer_errors,
+                &mut self.partition_errors,
+            );
             let read = self
                 .queue
                 .read(timeout, self.max_batch_records - count, |event| match event {
@@ -342,14 +415,28 @@ impl SplitReader for KafkaPartitionSplitReader {
                         ));
                     }
                     Event::Error {
+                        code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__AUTHENTICATION,
+                        message,
+                        ..
+                    } => {
+                        failure.get_or_insert(Error::runtime(
+                            "kafka (reader)",
+                            format!("authentication failed: {message}"),
+                        ));
+                    }
+                    Event::Error {
+                        code,
                         message,
                         topic,
                         partition,
-                        ..
                     } => {
-                        // transient: librdkafka retries broker failures by itself
-                        debug!(topic, partition, error = %message, "consumer error");
                         consumer_errors.increment(1);
+                        if PartitionErrors::is_persistent(code) && !topic.is_empty() {
+                            partition_errors.seen(topic, partition, &message);
+                        } else {
+                            // transient: librdkafka retries broker failures by itself
+                            debug!(topic, partition, error = %message, "consumer error");
+                        }
                     }
                 });
             timeout = Duration::ZERO;
@@ -370,11 +457,18 @@ impl SplitReader for KafkaPartitionSplitReader {
                 ),
             ));
         }
+        if let Some(e) = self.consumer.context().authentication_failure(&self.properties) {
+            return Err(e);
+        }
+        if let Some(e) = self.partition_errors.failure() {
+            return Err(e);
+        }
         let now_ms = chrono::Utc::now().timestamp_millis();
         let now = Instant::now();
         for split in &mut self.splits {
             split.slot = None;
             if split.fetched_records > 0 {
+                self.partition_errors.cleared(&split.topic, split.partition);
                 split.progress_at = now;
                 split.metrics.records_in.increment(split.fetched_records);
                 split.metrics.bytes_in.increment(split.fetched_bytes);

@@ -20,6 +20,8 @@ use rdkafka::{Offset, TopicPartitionList};
 /// The broker the tests run against.
 pub struct TestKafka {
     pub bootstrap: String,
+    /// Client properties of the harness's own clients (SASL credentials, say).
+    pub properties: Vec<(String, String)>,
 }
 
 enum Broker {
@@ -66,12 +68,31 @@ impl TestKafka {
         let bootstrap = match broker {
             Broker::External(s) | Broker::Container(_, s) => s.clone(),
         };
-        TestKafka { bootstrap }
+        TestKafka::at(&bootstrap)
+    }
+
+    /// The broker at `bootstrap`, with no client properties.
+    pub fn at(bootstrap: &str) -> TestKafka {
+        TestKafka {
+            bootstrap: bootstrap.to_string(),
+            properties: Vec::new(),
+        }
+    }
+
+    /// The same broker, with the harness's clients using `properties` (credentials).
+    pub fn with_properties(&self, properties: &[(&str, &str)]) -> TestKafka {
+        TestKafka {
+            bootstrap: self.bootstrap.clone(),
+            properties: properties.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
     }
 
     fn config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.bootstrap);
+        for (k, v) in &self.properties {
+            c.set(k, v);
+        }
         c
     }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{wait_until, TestKafka, TestRecord};
 use crate::daemon_util::*;
+use crate::own_broker::OwnBroker;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -253,75 +254,6 @@ fn kill_9_at_twenty_points_to_an_exactly_once_kafka_sink_loses_and_repeats_nothi
 #[test]
 fn kill_9_at_twenty_points_to_an_at_least_once_kafka_sink_repeats_at_most_an_interval() {
     kill_nine_times("kafka");
-}
-
-/// A broker of the test's own, on its own port and data directory, that the test may kill.
-struct OwnBroker {
-    env: Vec<(String, String)>,
-    dir: tempfile::TempDir,
-    bootstrap: String,
-}
-
-impl OwnBroker {
-    fn start() -> OwnBroker {
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let env = vec![
-            ("KAFKA_PORT".to_string(), port.to_string()),
-            ("KAFKA_CONTROLLER_PORT".to_string(), free_port().to_string()),
-            ("KAFKA_DIR".to_string(), dir.path().display().to_string()),
-        ];
-        let b = OwnBroker {
-            env,
-            dir,
-            bootstrap: format!("127.0.0.1:{port}"),
-        };
-        b.script("start");
-        b
-    }
-
-    fn script(&self, verb: &str) {
-        let out = Command::new(format!("{}/scripts/kafka", env!("CARGO_MANIFEST_DIR")))
-            .arg(verb)
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "scripts/kafka {verb}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn pid(&self) -> i32 {
-        std::fs::read_to_string(self.dir.path().join("broker.pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on the broker this test started.
-        unsafe {
-            libc::kill(self.pid(), sig);
-        }
-    }
-
-    fn kafka(&self) -> TestKafka {
-        TestKafka {
-            bootstrap: self.bootstrap.clone(),
-        }
-    }
-}
-
-impl Drop for OwnBroker {
-    fn drop(&mut self) {
-        let _ = Command::new(format!("{}/scripts/kafka", env!("CARGO_MANIFEST_DIR")))
-            .arg("stop")
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .output();
-    }
 }
 
 fn broker_fault(fault: &str) {

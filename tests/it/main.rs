@@ -11,6 +11,8 @@ mod faults;
 mod formats;
 mod instances;
 mod kafka_source;
+mod own_broker;
 mod periodic;
 mod restore;
 mod schema_registry;
+mod security;

@@ -169,6 +169,14 @@ impl KafkaSink {
     }
 
     fn check_failure(&self) -> Result<()> {
+        if let Some(e) = self
+            .producer
+            .context()
+            .log
+            .authentication_failure(&self.settings.properties)
+        {
+            return Err(e);
+        }
         match self.failure.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             Some((_, Some(code))) if transaction::is_fencing(*code) => Err(self.fenced()),
             Some((message, _)) => Err(Error::runtime("kafka sink", message)),
@@ -232,13 +240,25 @@ impl KafkaSink {
         }
     }
 
-    /// Wait until every send is acknowledged.
+    /// Wait until every send is acknowledged, up to `flush_timeout`, in short slices so a
+    /// refused authentication or a failed delivery ends the wait at once.
     fn flush(&mut self) -> Result<()> {
-        if let Err(e) = self.producer.flush(self.settings.flush_timeout) {
-            let context = format!("waiting for acknowledgements from {}", self.settings.topic);
-            return Err(self.kafka_error(context, e));
+        let deadline = std::time::Instant::now() + self.settings.flush_timeout;
+        loop {
+            let slice = deadline
+                .saturating_duration_since(std::time::Instant::now())
+                .min(Duration::from_millis(500));
+            let result = self.producer.flush(slice);
+            self.check_failure()?;
+            match result {
+                Ok(()) => return Ok(()),
+                Err(e) if std::time::Instant::now() >= deadline => {
+                    let context = format!("waiting for acknowledgements from {}", self.settings.topic);
+                    return Err(self.kafka_error(context, e));
+                }
+                Err(_) => {}
+            }
         }
-        self.check_failure()
     }
 }
 

@@ -1,0 +1,81 @@
+//! A Kafka broker of a test's own (`scripts/kafka` on free ports and a temp directory), which the
+//! test may kill, pause, or start with SASL/SCRAM and ACLs.
+
+use std::process::Command;
+
+use crate::common::TestKafka;
+use crate::daemon_util::free_port;
+
+/// A broker of the test's own, on its own port and data directory, that the test may kill.
+pub struct OwnBroker {
+    pub env: Vec<(String, String)>,
+    pub dir: tempfile::TempDir,
+    pub bootstrap: String,
+}
+
+impl OwnBroker {
+    pub fn start() -> OwnBroker {
+        Self::start_with(&[])
+    }
+
+    /// A broker with more of `scripts/kafka`'s environment (`KAFKA_SASL_USERS`).
+    pub fn start_with(extra: &[(&str, &str)]) -> OwnBroker {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let mut env = vec![
+            ("KAFKA_PORT".to_string(), port.to_string()),
+            ("KAFKA_CONTROLLER_PORT".to_string(), free_port().to_string()),
+            ("KAFKA_INTERNAL_PORT".to_string(), free_port().to_string()),
+            ("KAFKA_DIR".to_string(), dir.path().display().to_string()),
+        ];
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let b = OwnBroker {
+            env,
+            dir,
+            bootstrap: format!("127.0.0.1:{port}"),
+        };
+        b.script("start");
+        b
+    }
+
+    pub fn script(&self, verb: &str) {
+        let out = Command::new(format!("{}/scripts/kafka", env!("CARGO_MANIFEST_DIR")))
+            .arg(verb)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "scripts/kafka {verb}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub fn pid(&self) -> i32 {
+        std::fs::read_to_string(self.dir.path().join("broker.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on the broker this test started.
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    pub fn kafka(&self) -> TestKafka {
+        TestKafka::at(&self.bootstrap)
+    }
+}
+
+impl Drop for OwnBroker {
+    fn drop(&mut self) {
+        let _ = Command::new(format!("{}/scripts/kafka", env!("CARGO_MANIFEST_DIR")))
+            .arg("stop")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .output();
+    }
+}
