@@ -241,3 +241,65 @@ fn datagen_into_kafka_killed_ten_times_writes_every_index_once() {
     assert_each_once(&counts, count, "datagen killed ten times");
     eprintln!("exactly-once: datagen into Kafka killed -9 x{kills}: {count} indices, missing 0, duplicates 0");
 }
+
+#[test]
+fn a_periodic_source_crashed_mid_run_fires_each_instant_once() {
+    if !cfg!(feature = "failpoints") {
+        panic!("the crash tests need the failpoints: cargo test --features failpoints");
+    }
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("eos-periodic", 1);
+    let dir = JobDir::new();
+    // two events of 40 fires each, at every 25 ms of the clock; the restart fires the instants it
+    // missed (catch_up = "all")
+    let config = dir.config(&format!(
+        r#"
+[job]
+name = "{topic}"
+[source]
+type = "periodic"
+catch_up = "all"
+events = [
+  {{ id = "a", value = "a", schedule = {{ wall_time = true, period = "25ms" }}, count = 40 }},
+  {{ id = "b", value = "b", schedule = {{ wall_time = true, period = "25ms" }}, count = 40 }},
+]
+{}
+[checkpoint]
+path = "{{dir}}/job.state"
+interval = "100ms"
+"#,
+        kafka_sink(&kafka, &topic)
+    ));
+    let crashed = std::process::Command::new(binary())
+        .args(["run", "--no-progress", "--config"])
+        .arg(&config)
+        .env("TIDEGATE_FAILPOINT", "checkpoint.after_state:3")
+        .output()
+        .expect("run tidegate");
+    assert!(
+        crashed.status.code().is_none(),
+        "{}",
+        String::from_utf8_lossy(&crashed.stderr)
+    );
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "{log}");
+    let mut fires: BTreeMap<(String, i64), usize> = BTreeMap::new();
+    for r in kafka.read_all(&topic) {
+        let id = r
+            .headers
+            .iter()
+            .find(|(k, _)| k == "tidegate-event-id")
+            .and_then(|(_, v)| v.clone())
+            .unwrap();
+        *fires.entry((id, r.timestamp.unwrap())).or_default() += 1;
+    }
+    for id in ["a", "b"] {
+        let instants: Vec<i64> = fires.keys().filter(|(e, _)| e == id).map(|(_, t)| *t).collect();
+        assert_eq!(instants.len(), 40, "event {id}: {} distinct fires", instants.len());
+        assert!(
+            instants.windows(2).all(|w| w[1] - w[0] == 25),
+            "event {id}: an instant missing: {instants:?}"
+        );
+    }
+    assert!(fires.values().all(|n| *n == 1), "an instant fired twice: {fires:?}");
+}
