@@ -119,6 +119,16 @@ impl<S: Source> Job<S> {
         Ok(checkpoint)
     }
 
+    /// [`Job::run`] on a multi-threaded tokio runtime of its own, for a program without one.
+    pub fn run_blocking(self, sink: Box<dyn Sink<S::Output>>) -> Result<JobReport<S::Split>> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("starting the job's runtime", e))?
+            .block_on(self.run(sink))
+    }
+
     /// Run to the end of input, or until stopped; then a final checkpoint.
     /// Needs a multi-threaded tokio runtime (readers close their fetchers with `block_in_place`).
     pub async fn run(self, sink: Box<dyn Sink<S::Output>>) -> Result<JobReport<S::Split>> {

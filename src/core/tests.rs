@@ -15,14 +15,6 @@ use super::state::StateStore;
 use super::{EofOnRecordEvaluator, FetcherMode};
 use crate::error::{Error, Result};
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 fn run(
     source: NumberSequenceSource,
     parallelism: usize,
@@ -36,7 +28,7 @@ fn run(
     if let Some(s) = state {
         job = job.with_state(s);
     }
-    runtime().block_on(job.run(sink))
+    job.run_blocking(sink)
 }
 
 /// Output grouped by split range: every value must appear in the order of its split.
@@ -158,7 +150,7 @@ fn backpressure_bounds_the_batches_in_flight() {
         inner,
         delay: Duration::from_micros(300),
     };
-    runtime().block_on(job.run(Box::new(sink))).expect("job runs");
+    job.run_blocking(Box::new(sink)).expect("job runs");
     assert_eq!(out.lock().unwrap().len(), 20_000);
     let readers = stats.readers.lock().unwrap();
     for r in readers.iter() {
@@ -322,7 +314,7 @@ fn a_graceful_stop_resumes_with_no_gap_and_no_duplicate() {
     let job = Job::new(source, JobOptions::new("stop", 3))
         .with_state(StateStore::open(&path).unwrap())
         .with_stop_signal(rx);
-    let report = runtime().block_on(job.run(Box::new(sink))).expect("stops cleanly");
+    let report = job.run_blocking(Box::new(sink)).expect("stops cleanly");
     assert!(report.stopped);
     let first = first.lock().unwrap().clone();
     assert!(first.len() >= 5_000 && first.len() < 100_000, "{}", first.len());
@@ -431,7 +423,7 @@ fn a_stopped_job_does_not_signal_end_of_input() {
         ends: Arc::clone(&ends),
     };
     let job = Job::new(NumberSequenceSource::new(0, 1_000_000, 2), JobOptions::new("stop", 2)).with_stop_signal(rx);
-    let report = runtime().block_on(job.run(Box::new(sink))).unwrap();
+    let report = job.run_blocking(Box::new(sink)).unwrap();
     drop(tx);
     assert!(report.stopped);
     assert_eq!(ends.load(Ordering::SeqCst), 0);

@@ -13,14 +13,6 @@ use super::sink::{CollectSink, Sink, SinkState};
 use super::state::StateStore;
 use crate::error::{Error, Result};
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 /// What a transactional store (a Kafka topic and its commit marker) holds across "processes".
 #[derive(Default)]
 struct Committed {
@@ -99,8 +91,8 @@ fn a_transaction_that_never_committed_resumes_from_the_checkpoint_before() {
     let mut options = JobOptions::new("txn", 2);
     options.checkpoint_interval = Some(Duration::from_millis(5));
     let first = Job::new(source(), options.clone()).with_state(StateStore::open(&path).unwrap());
-    let err = runtime()
-        .block_on(first.run(Box::new(sink(Some(3)))))
+    let err = first
+        .run_blocking(Box::new(sink(Some(3))))
         .expect_err("the commit of checkpoint 3 fails");
     assert!(err.to_string().contains("before the commit"), "{err}");
     // the state file holds checkpoint 3, whose transaction never committed, and 2 before it
@@ -110,7 +102,7 @@ fn a_transaction_that_never_committed_resumes_from_the_checkpoint_before() {
     assert_eq!(store.lock().unwrap().marker, Some(2));
 
     let second = Job::new(source(), options).with_state(StateStore::open(&path).unwrap());
-    let report = runtime().block_on(second.run(Box::new(sink(None)))).expect("resumes");
+    let report = second.run_blocking(Box::new(sink(None))).expect("resumes");
     assert!(!report.stopped);
     let mut all = store.lock().unwrap().records.clone();
     let len = all.len();
@@ -135,13 +127,13 @@ fn a_job_stopped_before_its_readers_got_splits_keeps_every_split() {
     let job = Job::new(NumberSequenceSource::new(0, 10_000, 4), JobOptions::new("stopped", 2))
         .with_state(StateStore::open(&path).unwrap())
         .with_stop_signal(stopped);
-    let report = runtime().block_on(job.run(Box::new(sink))).expect("stops");
+    let report = job.run_blocking(Box::new(sink)).expect("stops");
     assert!(report.stopped);
 
     let (sink, second) = CollectSink::new();
     let job = Job::new(NumberSequenceSource::new(0, 10_000, 4), JobOptions::new("stopped", 2))
         .with_state(StateStore::open(&path).unwrap());
-    runtime().block_on(job.run(Box::new(sink))).expect("resumes");
+    job.run_blocking(Box::new(sink)).expect("resumes");
     let mut all: Vec<u64> = first
         .lock()
         .unwrap()

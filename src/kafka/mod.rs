@@ -4,6 +4,8 @@
 pub mod batch_queue;
 pub mod client;
 pub mod config;
+pub mod consumer;
+mod discovery;
 pub mod emitter;
 pub mod enumerator;
 pub mod offsets;
@@ -28,6 +30,7 @@ use crate::metrics::KafkaMetrics;
 use crate::record::{Record, ValueFormat};
 
 pub use crate::core::RemoveSplits;
+pub use discovery::{instance_owns, reader_owner, Discovery};
 pub use enumerator::{KafkaEnumeratorState, KafkaSourceEnumerator};
 pub use offsets::{CommittedReset, StartingOffsets, StoppingOffsets, TopicPartition};
 pub use split::KafkaPartitionSplit;

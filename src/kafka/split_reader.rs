@@ -6,14 +6,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
 use super::batch_queue::{ConsumerQueue, Event};
-use super::client::{client_config, TracingContext};
+use super::client::TracingContext;
+use super::consumer::{consumer_config, PartitionErrors};
 use super::split::KafkaPartitionSplit;
 use super::KafkaSourceSettings;
 use crate::core::{FinishReason, RecordsWithSplitIds, SourceSplit, SplitId, SplitReader, SplitsChange};
@@ -58,43 +58,6 @@ fn index_in(splits: &[LiveSplit], last_hit: &mut usize, topic: &str, partition: 
     Some(i)
 }
 
-/// The consumer of reader `reader_index`: tidegate's settings, then the user's properties.
-pub fn consumer_config(settings: &KafkaSourceSettings, reader_index: usize) -> ClientConfig {
-    let client_id = format!("tidegate-reader-{reader_index}");
-    // Manual assignment still needs a group id in librdkafka; without the user's group this
-    // one is never joined or committed to (no subscribe, no commits from this consumer).
-    let group = settings
-        .group_id
-        .clone()
-        .unwrap_or_else(|| "tidegate-manual-assignment".to_string());
-    let reset = settings.offset_reset.as_str();
-    let defaults: Vec<(&str, &str)> = vec![
-        ("group.id", &group),
-        ("client.id", &client_id),
-        // offsets are ours (the state file), never librdkafka's
-        ("enable.auto.commit", "false"),
-        ("enable.auto.offset.store", "false"),
-        // an EOF event makes us look at the position, which moves past transaction markers
-        ("enable.partition.eof", "true"),
-        ("isolation.level", "read_committed"),
-        // a start offset deleted by retention is an error unless configured otherwise
-        ("auto.offset.reset", reset),
-        ("allow.auto.create.topics", "false"),
-        // librdkafka 2.x postpones a partition's next fetch by fetch.queue.backoff.ms (1 s by
-        // default) whenever its prefetch queue is over the thresholds below; a replay drains
-        // the queue a batch at a time, so the default starved it to a quarter of kcat's rate
-        ("fetch.queue.backoff.ms", "10"),
-        // a smaller prefetch queue and smaller fetches: enough to keep the pipeline busy, and
-        // a bounded memory. The defaults (100k messages, 64 MiB, 1 MiB per partition and fetch)
-        // cost RSS for little throughput: replaying 100-byte records from 2 partitions peaked at
-        // 100 MiB with 8 MiB / 1 MiB, 60 MiB with 4 MiB / 512 KiB (scripts/bench, README)
-        ("queued.min.messages", "20000"),
-        ("queued.max.messages.kbytes", "4096"),
-        ("max.partition.fetch.bytes", "524288"),
-    ];
-    client_config(&settings.bootstrap_servers, &defaults, &settings.properties)
-}
-
 /// Reads the splits of one fetcher with one consumer.
 pub struct KafkaPartitionSplitReader {
     /// Declared before the consumer, so it is released first.
@@ -111,67 +74,6 @@ pub struct KafkaPartitionSplitReader {
     /// Errors librdkafka keeps reporting for a split's partition (not authorized, gone).
     partition_errors: PartitionErrors,
     properties: std::collections::BTreeMap<String, String>,
-}
-
-/// Consumer errors that say a partition cannot be read (authorization revoked, topic deleted):
-/// librdkafka retries them forever, so a bounded replay would wait without a word. They are
-/// logged at warn (once, then every 10 s per partition) and fail the job once they persisted,
-/// with no record from the partition, for the source's request timeout.
-struct PartitionErrors {
-    timeout: Duration,
-    /// (topic, partition) → (the error, first seen, last logged).
-    open: std::collections::HashMap<(String, i32), (String, Instant, Option<Instant>)>,
-}
-
-impl PartitionErrors {
-    fn is_persistent(code: RDKafkaRespErr) -> bool {
-        use RDKafkaRespErr::*;
-        matches!(
-            code,
-            RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED
-                | RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART
-                | RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC
-                | RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION
-                | RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_ID
-        )
-    }
-
-    fn seen(&mut self, topic: &str, partition: i32, message: &str) {
-        let now = Instant::now();
-        let timeout = self.timeout;
-        let entry = self
-            .open
-            .entry((topic.to_string(), partition))
-            .or_insert_with(|| (message.to_string(), now, None));
-        entry.0 = message.to_string();
-        if entry
-            .2
-            .is_none_or(|logged| now.duration_since(logged) >= Duration::from_secs(10))
-        {
-            entry.2 = Some(now);
-            warn!(topic, partition, error = %message, failing_in_s = timeout.saturating_sub(now.duration_since(entry.1)).as_secs(),
-                  "the partition cannot be read; the job fails if this lasts for source.request_timeout");
-        }
-    }
-
-    fn cleared(&mut self, topic: &str, partition: i32) {
-        if !self.open.is_empty() {
-            self.open.remove(&(topic.to_string(), partition));
-        }
-    }
-
-    /// The first error that outlasted the timeout.
-    fn failure(&self) -> Option<Error> {
-        self.open
-            .iter()
-            .find(|(_, (_, since, _))| since.elapsed() >= self.timeout)
-            .map(|((topic, partition), (message, _, _))| {
-                Error::runtime(
-                    format!("reading {topic}:{partition}"),
-                    format!("{message} (for {:?}, the source's request_timeout)", self.timeout),
-                )
-            })
-    }
 }
 
 impl KafkaPartitionSplitReader {

@@ -13,14 +13,6 @@ use super::{KafkaSource, StoppingOffsets};
 use crate::core::{CollectSink, FinishReason, Job, JobOptions, Sink};
 use crate::record::{Record, ValueFormat};
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 fn produce(servers: &str, topic: &str, partitions: i32, n: usize) {
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", servers)
@@ -52,8 +44,8 @@ fn a_bounded_read_on_the_mock_cluster_is_exact() {
         .build()
         .unwrap();
     let (sink, out) = CollectSink::new();
-    let report = runtime()
-        .block_on(Job::new(source, JobOptions::new("mock", 3)).run(Box::new(sink)))
+    let report = Job::new(source, JobOptions::new("mock", 3))
+        .run_blocking(Box::new(sink))
         .unwrap();
     let mut values: Vec<i64> = out
         .lock()
@@ -86,8 +78,8 @@ fn a_missing_topic_fails_discovery_on_the_mock_cluster() {
         .build()
         .unwrap();
     let (sink, _) = CollectSink::new();
-    let err = runtime()
-        .block_on(Job::new(source, JobOptions::new("mock", 1)).run(Box::new(sink)))
+    let err = Job::new(source, JobOptions::new("mock", 1))
+        .run_blocking(Box::new(sink))
         .unwrap_err();
     assert!(err.to_string().contains("topic nowhere does not exist"), "{err}");
 }
@@ -151,9 +143,7 @@ fn a_broker_going_down_and_coming_back_loses_nothing() {
         tx: Mutex::new(Some(tx)),
         resume: Arc::clone(&resume),
     };
-    let job = std::thread::spawn(move || {
-        runtime().block_on(Job::new(source, JobOptions::new("mock", 1)).run(Box::new(sink)))
-    });
+    let job = std::thread::spawn(move || Job::new(source, JobOptions::new("mock", 1)).run_blocking(Box::new(sink)));
     if rx.recv_timeout(Duration::from_secs(30)).is_err() {
         panic!("the job did not get going: {:?}", job.join().unwrap().err());
     }
