@@ -1,11 +1,11 @@
 //! The daemon: turns a validated config into a running job (source, sink, state file, metrics,
 //! progress, signals) and reports how it ended.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -170,12 +170,6 @@ async fn handle_signals(stop: watch::Sender<bool>) {
     std::process::exit(1);
 }
 
-#[derive(Serialize)]
-struct SplitLine<'a, S: Serialize> {
-    split: &'a S,
-    finished: Option<crate::core::Finished>,
-}
-
 impl RunJob {
     async fn run<S: Source<Output = Record>>(self, source: S) -> Result<()> {
         let RunJob {
@@ -216,49 +210,63 @@ fn print_summary<S: SourceSplit>(job: &str, report: &JobReport<S>) {
         report.checkpoints
     );
     for s in &report.splits {
-        let line = SplitLine {
-            split: &s.split,
-            finished: s.finished,
-        };
         let status = match s.finished {
-            Some(f) => {
-                let reason = serde_json::to_value(f.reason)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default();
-                match f.at {
-                    Some(at) => format!("{reason} at {at}"),
-                    None => reason,
-                }
-            }
+            Some(f) => match f.at {
+                Some(at) => format!("{} at {at}", f.reason.as_str()),
+                None => f.reason.as_str().to_string(),
+            },
             None => "unfinished".to_string(),
         };
         eprintln!(
             "  split {:<24} {:<22} {}",
             s.split.split_id(),
             status,
-            serde_json::to_string(&line.split).unwrap_or_default()
+            s.split.describe()
         );
     }
 }
 
-/// `tidegate validate`.
+/// `tidegate validate`: the config as it would run, in its own words.
 pub fn validate(config: &Path, sets: &[String]) -> Result<()> {
     let c = crate::config::load(config, sets)?;
-    println!("config {} is valid", config.display());
-    println!(
-        "  job {} (parallelism {}, checkpoints every {:?}{})",
-        c.job.name,
-        c.job.parallelism,
-        c.checkpoint.interval,
-        c.checkpoint
-            .path
-            .as_ref()
-            .map(|p| format!(" to {}", p.display()))
-            .unwrap_or_default()
+    let mut out = std::io::stdout().lock();
+    let job = &c.job;
+    let mut lines = vec![format!("config {} is valid", config.display())];
+    let instance = if job.instance.count > 1 {
+        format!(", instance {} of {}", job.instance.index, job.instance.count)
+    } else {
+        String::new()
+    };
+    let state = match &c.checkpoint.path {
+        Some(p) => format!(" to {}", p.display()),
+        None => " (no state file: every run starts from scratch)".to_string(),
+    };
+    lines.push(format!(
+        "  job {}: {} reader{}{instance}, a checkpoint every {}{state}",
+        job.name,
+        job.parallelism,
+        if job.parallelism == 1 { "" } else { "s" },
+        humantime::format_duration(c.checkpoint.interval)
+    ));
+    if let Some(d) = job.max_duration {
+        lines.push(format!("  stops after {}", humantime::format_duration(d)));
+    }
+    lines.extend(
+        c.source
+            .describe()
+            .into_iter()
+            .chain(c.sink.describe())
+            .map(|l| format!("  {l}")),
     );
-    for line in c.source.describe().into_iter().chain(c.sink.describe()) {
-        println!("  {line}");
+    lines.push(match c.metrics.listen {
+        Some(addr) => format!("  metrics on http://{addr}/metrics"),
+        None => "  no metrics endpoint".to_string(),
+    });
+    for line in lines {
+        // a closed pipe (`validate | head`) ends the output, it is not a failure
+        if writeln!(out, "{line}").is_err() {
+            break;
+        }
     }
     Ok(())
 }

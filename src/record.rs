@@ -20,6 +20,18 @@ pub enum ValueFormat {
     Avro,
 }
 
+/// As the config spells it.
+impl std::fmt::Display for ValueFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ValueFormat::Bytes => "bytes",
+            ValueFormat::String => "string",
+            ValueFormat::Json => "json",
+            ValueFormat::Avro => "avro",
+        })
+    }
+}
+
 /// One record header; Kafka allows repeated names and null values.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {

@@ -33,6 +33,10 @@ pub struct Checkpoint<E, S: SourceSplit> {
     /// The job reached the end of its input (not a stop): a restart has nothing left to do.
     #[serde(default)]
     pub end_of_input: bool,
+    /// The source's settings the state depends on ([`Source::settings_fingerprint`]): a restart
+    /// with settings the state does not fit is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_settings: Option<serde_json::Value>,
     /// What the sink needs to recover to this checkpoint (a file's length, a transaction's token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sink: Option<serde_json::Value>,

@@ -53,6 +53,8 @@ pub(crate) struct Coordinator<S: Source> {
     /// Every reader finished while a checkpoint's barrier was in flight: the final checkpoint
     /// starts when that one completes (a barrier the sink has seen is never superseded).
     pub(crate) final_due: bool,
+    /// The source's settings fingerprint, stored with every checkpoint.
+    pub(crate) source_settings: Option<serde_json::Value>,
 }
 
 impl<S: Source> Coordinator<S> {
@@ -282,6 +284,7 @@ impl<S: Source> Coordinator<S> {
             enumerator,
             splits,
             end_of_input: p.end_of_input,
+            source_settings: self.source_settings.clone(),
             sink: sink_state,
             // until this checkpoint's transaction is committed, a restart may need the one before
             previous: if transactional {

@@ -71,6 +71,8 @@ pub enum StateError {
     Malformed(String),
     #[error("written by a {found} source, but this job's source is {expected}")]
     SourceMismatch { expected: String, found: String },
+    #[error("written by job {found}, not by this job ({expected}): point --state at this job's file, or start over with --reset-state")]
+    JobMismatch { expected: String, found: String },
     #[error("cannot read: {0}")]
     Unreadable(#[source] std::io::Error),
     #[error("directory is not writable: {0}")]

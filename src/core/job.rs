@@ -104,19 +104,33 @@ impl<S: Source> Job<S> {
         let Some(store) = &self.store else {
             return Ok(None);
         };
-        let checkpoint: Option<SourceCheckpoint<S>> = store.load()?;
-        if let Some(cp) = &checkpoint {
-            if cp.source != self.source.kind() {
-                return Err(Error::State {
-                    path: store.path().to_path_buf(),
-                    source: StateError::SourceMismatch {
-                        expected: self.source.kind().into(),
-                        found: cp.source.clone(),
-                    },
-                });
-            }
+        let Some(raw) = store.load::<serde_json::Value>()? else {
+            return Ok(None);
+        };
+        let refused = |source| Error::State {
+            path: store.path().to_path_buf(),
+            source,
+        };
+        // whose state it is, before what it holds: another job's or source's state does not fit
+        let found = |key: &str| raw.get(key).and_then(|v| v.as_str()).unwrap_or("unknown").to_string();
+        if found("source") != self.source.kind() {
+            return Err(refused(StateError::SourceMismatch {
+                expected: self.source.kind().into(),
+                found: found("source"),
+            }));
         }
-        Ok(checkpoint)
+        if found("job") != self.options.name {
+            return Err(refused(StateError::JobMismatch {
+                expected: self.options.name.clone(),
+                found: found("job"),
+            }));
+        }
+        let checkpoint: SourceCheckpoint<S> =
+            serde_json::from_value(raw).map_err(|e| refused(StateError::Malformed(e.to_string())))?;
+        if let Some(stored) = &checkpoint.source_settings {
+            self.source.check_restore(stored)?;
+        }
+        Ok(Some(checkpoint))
     }
 
     /// [`Job::run`] on a multi-threaded tokio runtime of its own, for a program without one.
@@ -241,6 +255,7 @@ impl<S: Source> Job<S> {
             commits: transactional.then_some(commits_tx),
             last_committed,
             final_due: false,
+            source_settings: self.source.settings_fingerprint(),
         };
         let outcome = coordinator
             .run(events_rx, calls_rx, self.stop.clone(), &self.options)

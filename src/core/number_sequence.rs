@@ -36,6 +36,14 @@ impl SourceSplit for NumberSequenceSplit {
     fn remaining(&self) -> Option<u64> {
         Some(self.end.saturating_sub(self.next_offset))
     }
+
+    fn describe(&self) -> String {
+        if self.end == u64::MAX {
+            format!("next_offset {} (no end)", self.next_offset)
+        } else {
+            format!("next_offset {} of {}", self.next_offset, self.end)
+        }
+    }
 }
 
 impl NumberSequenceSplit {

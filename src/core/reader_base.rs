@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tracing::{debug, info};
+use tracing::debug;
 
 use super::checkpoint::FINAL_SNAPSHOT;
 use super::emitter::{EofOnRecordEvaluator, ReaderOutput, RecordEmitter, RecordPosition};
@@ -133,7 +133,14 @@ where
         }
         entry.finished = Some(finished);
         self.unfinished -= 1;
-        info!(reader = self.options.index, split_id = %id, reason = ?finished.reason, at = ?finished.at, "split finished");
+        match finished.at {
+            Some(at) => {
+                debug!(reader = self.options.index, split_id = %id, reason = finished.reason.as_str(), at, "split finished")
+            }
+            None => {
+                debug!(reader = self.options.index, split_id = %id, reason = finished.reason.as_str(), "split finished")
+            }
+        }
         self.options.stats.split_finished(finished.reason);
         if from_fetcher {
             self.manager.split_finished(id);

@@ -33,6 +33,11 @@ pub trait SourceSplit: Clone + Debug + Send + Serialize + DeserializeOwned + 'st
     fn remaining(&self) -> Option<u64> {
         None
     }
+
+    /// Its progress in words, for the end-of-run summary (default: its JSON).
+    fn describe(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
 }
 
 /// Why a split stopped. Recorded in the state file so a restart never reads a finished split again.
@@ -120,6 +125,17 @@ pub trait Source: Send + Sync + 'static {
 
     /// Reader `index` of `parallelism`.
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader>;
+
+    /// The settings its state depends on, stored with every checkpoint (`None`: nothing to check).
+    fn settings_fingerprint(&self) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// A restore, given the state's stored fingerprint: refuse what the state does not fit (a
+    /// config error naming the key), or accept (logging what changes).
+    fn check_restore(&self, _stored: &serde_json::Value) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// This process's share of a job that runs as several processes (`job.instance`): an instance

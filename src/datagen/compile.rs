@@ -61,24 +61,69 @@ fn duration_ms(v: Option<&Value>, path: &str, what: &str) -> Result<i64, (String
 }
 
 const KINDS: &str = "value, sequence, uniform, normal, choice, uuid, timestamp, fake, object";
+const KIND_NAMES: [&str; 9] = [
+    "value",
+    "sequence",
+    "uniform",
+    "normal",
+    "choice",
+    "uuid",
+    "timestamp",
+    "fake",
+    "object",
+];
+
+/// The keys a generator takes beside its name, and inside its table (`None`: not a table).
+fn keys_of(kind: &str) -> (&'static [&'static str], Option<&'static [&'static str]>) {
+    match kind {
+        "sequence" => (&[], Some(&["start", "step"])),
+        "uniform" => (&["round"], Some(&["min", "max"])),
+        "normal" => (&["round", "min", "max"], Some(&["mean", "stddev"])),
+        "choice" => (&["weights"], None),
+        "uuid" => (&[], Some(&[])),
+        "timestamp" => (&[], Some(&["start", "step", "jitter", "format"])),
+        _ => (&[], None), // value, fake, object: anything goes inside
+    }
+}
+
+/// An unknown key: named, with the ones that are valid there.
+fn unknown_key(at: &str, key: &str, valid: &[&str]) -> (String, String) {
+    let valid = if valid.is_empty() {
+        "none".to_string()
+    } else {
+        valid.join(", ")
+    };
+    (format!("{at}.{key}"), format!("unknown key; valid here: {valid}"))
+}
 
 /// Compile one generator spec, like `{ uniform = { min = 1, max = 9 } }`.
 pub fn compile(spec: &Value, path: &str) -> Result<Gen, (String, String)> {
     let Value::Object(map) = spec else {
         return err(path, format!("must be a table naming a generator ({KINDS})"));
     };
-    let round = int(map.get("round"), path, "round")?.map(|r| r.clamp(0, 12) as u32);
-    let kind_keys: Vec<&String> = map
-        .keys()
-        .filter(|k| !matches!(k.as_str(), "round" | "weights" | "min" | "max"))
-        .collect();
+    let kind_keys: Vec<&String> = map.keys().filter(|k| KIND_NAMES.contains(&k.as_str())).collect();
     if kind_keys.len() != 1 {
-        return err(path, format!("must name exactly one generator ({KINDS})"));
+        let named = if kind_keys.is_empty() { "none" } else { "several" };
+        return err(
+            path,
+            format!("must name exactly one generator ({KINDS}); it names {named}"),
+        );
     }
     let kind = kind_keys[0].as_str();
+    let (beside, inside) = keys_of(kind);
+    if let Some(extra) = map.keys().find(|k| k.as_str() != kind && !beside.contains(&k.as_str())) {
+        let valid: Vec<&str> = std::iter::once(kind).chain(beside.iter().copied()).collect();
+        return Err(unknown_key(path, extra, &valid));
+    }
+    let round = int(map.get("round"), path, "round")?.map(|r| r.clamp(0, 12) as u32);
     let arg = &map[kind];
     let at = format!("{path}.{kind}");
     let args = arg.as_object();
+    if let (Some(inside), Some(args)) = (inside, args) {
+        if let Some(extra) = args.keys().find(|k| !inside.contains(&k.as_str())) {
+            return Err(unknown_key(&at, extra, inside));
+        }
+    }
     let get = |k: &str| args.and_then(|a| a.get(k));
     Ok(match kind {
         "value" => Gen::Const(arg.clone()),
@@ -116,12 +161,18 @@ pub fn compile(spec: &Value, path: &str) -> Result<Gen, (String, String)> {
             if !(stddev >= 0.0 && stddev.is_finite()) {
                 return err(&format!("{at}.stddev"), "must be a non-negative number");
             }
+            let (min, max) = (num(map.get("min"), path, "min")?, num(map.get("max"), path, "max")?);
+            if let (Some(lo), Some(hi)) = (min, max) {
+                if lo > hi {
+                    return err(path, "min must not exceed max");
+                }
+            }
             Gen::Normal {
                 mean,
                 stddev,
                 round,
-                min: num(map.get("min"), path, "min")?,
-                max: num(map.get("max"), path, "max")?,
+                min,
+                max,
             }
         }
         "choice" => {

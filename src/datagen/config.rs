@@ -172,6 +172,30 @@ fn validate_datagen(raw: RawDatagenSource) -> Result<DatagenConfig> {
     })
 }
 
+impl DatagenConfig {
+    /// What the generated records are, for the state: count, seed, format, and a digest of the
+    /// field template (FNV-1a of its compiled form).
+    fn fingerprint(&self) -> serde_json::Value {
+        let template = format!(
+            "{:?}|{:?}|{:?}|{:?}|{:?}",
+            self.generator.fields,
+            self.generator.key,
+            self.generator.value,
+            self.generator.headers,
+            self.generator.timestamp_field
+        );
+        let digest = template.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        serde_json::json!({
+            "count": self.count,
+            "seed": self.generator.seed,
+            "format": self.generator.format.to_string(),
+            "fields": format!("template {digest:016x}"),
+        })
+    }
+}
+
 impl SourceConnector for DatagenConfig {
     const TYPE: &'static str = "datagen";
     type Raw = RawDatagenSource;
@@ -190,10 +214,55 @@ impl SourceConnector for DatagenConfig {
     }
 
     fn describe(&self) -> Vec<String> {
-        vec![format!(
-            "source datagen: count {:?}, rate {:?}/s, format {:?}",
-            self.count, self.rate, self.generator.format
-        )]
+        let g = &self.generator;
+        let count = match self.count {
+            Some(n) => format!("{n} records"),
+            None => "records without end".to_string(),
+        };
+        let rate = match self.rate {
+            Some(r) => format!("{r} a second"),
+            None => "as fast as possible".to_string(),
+        };
+        let mut lines = vec![format!(
+            "source datagen: {count}, {rate}, seed {}, format {}",
+            g.seed, g.format
+        )];
+        let fields = match &g.fields {
+            super::template::Gen::Object(fields) => {
+                fields.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+            }
+            _ => String::new(),
+        };
+        lines.push(format!("  fields {fields}"));
+        let mut record = Vec::new();
+        if let Some(key) = &g.key {
+            record.push(format!("key \"{key}\""));
+        }
+        if let Some(value) = &g.value {
+            record.push(format!("value \"{value}\""));
+        }
+        for (name, template) in &g.headers {
+            record.push(format!("header {name} \"{template}\""));
+        }
+        if let Some(ts) = &g.timestamp_field {
+            record.push(format!("timestamp from field {ts}"));
+        }
+        if !record.is_empty() {
+            lines.push(format!("  {}", record.join("; ")));
+        }
+        if let Some(avro) = &self.avro {
+            lines.push(format!("  avro {}", avro));
+        }
+        if let Some(marker) = &self.end_marker {
+            let value =
+                marker.decoded.as_ref().map(|v| v.to_string()).unwrap_or_else(|| {
+                    String::from_utf8_lossy(marker.value.as_deref().unwrap_or_default()).into_owned()
+                });
+            lines.push(format!(
+                "  end marker {value}, once on every partition after the last record"
+            ));
+        }
+        lines
     }
 
     fn build(&self, ctx: &SourceContext<'_>) -> Result<DataGeneratorSource> {
@@ -207,6 +276,7 @@ impl SourceConnector for DatagenConfig {
             splits: ctx.job.parallelism,
             batch_size: self.batch_size,
             instance: ctx.job.instance,
+            fingerprint: Some(self.fingerprint()),
         };
         Ok(DataGeneratorSource::new(
             settings,

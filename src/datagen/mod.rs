@@ -127,6 +127,9 @@ pub struct DatagenSettings {
     /// This process's share when the job runs as several instances: the index range is cut into
     /// `splits × count` ranges, and this instance generates those dealt to it.
     pub instance: Instance,
+    /// What the generated records are (count, seed, format, template), which a state fits only
+    /// unchanged; stored with each checkpoint.
+    pub fingerprint: Option<serde_json::Value>,
 }
 
 /// The data generator source.
@@ -184,6 +187,38 @@ impl Source for DataGeneratorSource {
 
     fn restore_enumerator(&self, state: Vec<NumberSequenceSplit>) -> Result<Self::Enumerator> {
         Ok(IteratorEnumerator::new(state))
+    }
+
+    fn settings_fingerprint(&self) -> Option<Value> {
+        self.settings.fingerprint.clone()
+    }
+
+    /// The state's index ranges and positions belong to the records as they were: a changed
+    /// count, seed, format or template is refused rather than resumed into a mixture.
+    fn check_restore(&self, stored: &Value) -> Result<()> {
+        let Some(now) = &self.settings.fingerprint else {
+            return Ok(());
+        };
+        for key in ["count", "seed", "format", "fields"] {
+            let (was, is) = (&stored[key], &now[key]);
+            if was != is {
+                let what = |v: &Value| match v {
+                    Value::Null => "none".to_string(),
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                return Err(Error::config(
+                    format!("source.{key}"),
+                    format!(
+                        "changed since the state file was written (was {}, now {}): its records would not \
+                         match those already written; restore it, or start over with --reset-state",
+                        what(was),
+                        what(is)
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {

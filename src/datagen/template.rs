@@ -267,6 +267,49 @@ mod tests {
     }
 
     #[test]
+    fn unknown_keys_at_every_depth_are_errors_naming_the_valid_ones() {
+        let cases = [
+            (
+                json!({"timestamp": {"start": 0, "step": "1s", "jiter": "1s"}}),
+                "source.fields.x.timestamp.jiter",
+                "jitter",
+            ),
+            (
+                json!({"normal": {"mean": 1, "stddev": 1, "foo": 1}}),
+                "source.fields.x.normal.foo",
+                "stddev",
+            ),
+            (
+                json!({"uniform": {"min": 1, "max": 2, "inclusive": true}}),
+                "source.fields.x.uniform.inclusive",
+                "max",
+            ),
+            (
+                json!({"normal": {"mean": 1, "stddev": 1}, "rond": 2}),
+                "source.fields.x.rond",
+                "round",
+            ),
+            (
+                json!({"sequence": {}, "weights": [1]}),
+                "source.fields.x.weights",
+                "sequence",
+            ),
+            // the same rule for normal as for uniform: min must not exceed max
+            (
+                json!({"normal": {"mean": 1, "stddev": 1}, "min": 5, "max": 1}),
+                "source.fields.x",
+                "exceed",
+            ),
+        ];
+        for (spec, key, names) in cases {
+            let map = BTreeMap::from([("x".to_string(), spec.clone())]);
+            let (k, message) = compile_fields(&map, "source.fields").unwrap_err();
+            assert_eq!(k, key, "{spec}: {message}");
+            assert!(message.contains(names), "{spec}: {message}");
+        }
+    }
+
+    #[test]
     fn text_templates_render_fields() {
         let g = fields(json!({"symbol": {"value": "AAPL"}, "n": {"value": 3}, "o": {"object": {"p": {"value": "x"}}}}));
         let record = g.generate(0, &mut record_rng(0, 0));

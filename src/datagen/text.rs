@@ -17,6 +17,19 @@ enum Part {
     Field(Vec<String>),
 }
 
+/// The template as written.
+impl std::fmt::Display for TextTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => f.write_str(&t.replace('{', "{{").replace('}', "}}"))?,
+                Part::Field(path) => write!(f, "{{{}}}", path.join("."))?,
+            }
+        }
+        Ok(())
+    }
+}
+
 impl TextTemplate {
     /// Parse `{a.b}` references (`{{` and `}}` are literal braces); fields must exist.
     pub fn parse(text: &str, known: &Gen) -> Result<Self, String> {

@@ -29,6 +29,18 @@ pub struct AvroConfig {
     pub schema_file: Option<PathBuf>,
 }
 
+/// As the config says it.
+impl std::fmt::Display for AvroConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.schema_file, &self.schema_registry) {
+            (Some(file), Some(url)) => write!(f, "schema_file {}, registered at {url}", file.display()),
+            (Some(file), None) => write!(f, "schema_file {}", file.display()),
+            (None, Some(url)) => write!(f, "schema_registry {url}"),
+            (None, None) => f.write_str("no schema"),
+        }
+    }
+}
+
 /// The value format at `key` (`default` when absent), one of `allowed`.
 pub fn value_format(
     key: &str,

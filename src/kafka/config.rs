@@ -334,25 +334,42 @@ impl SourceConnector for KafkaSourceConfig {
     }
 
     fn describe(&self) -> Vec<String> {
-        let k = self;
+        let s = &self.settings;
         let mut lines = vec![
-            format!(
-                "source kafka {} {:?}",
-                k.settings.bootstrap_servers, k.settings.subscription
-            ),
-            format!(
-                "  starting {:?}, stopping {:?}, format {:?}",
-                k.settings.starting, k.settings.stopping, k.format
-            ),
+            format!("source kafka {}, {}", s.bootstrap_servers, s.subscription),
+            format!("  starting_offsets {}; stopping_offsets {}", s.starting, s.stopping),
         ];
-        if let Some(e) = &k.eof {
-            lines.push(format!("  eof {e}"));
+        let eof = match &self.eof {
+            Some(e) if self.eof_emit_marker => format!("; a partition ends at the record where {e} (written too)"),
+            Some(e) => format!("; a partition ends at the record where {e} (not written)"),
+            None => String::new(),
+        };
+        lines.push(format!("  format {}{eof}", self.format));
+        if let Some(avro) = &self.avro {
+            lines.push(format!("  avro {avro}"));
         }
-        if !k.settings.properties.is_empty() {
-            lines.push(format!(
-                "  properties {:?}",
-                super::client::redacted(&k.settings.properties)
-            ));
+        let discovery = match s.discovery_interval {
+            Some(d) => format!("partitions discovered every {}", humantime::format_duration(d)),
+            None => "partitions discovered once, at start".to_string(),
+        };
+        let errors = match self.decode_errors {
+            DecodeErrorPolicy::Fail => "an undecodable record fails the job".to_string(),
+            DecodeErrorPolicy::Skip => "undecodable records are skipped".to_string(),
+            DecodeErrorPolicy::DeadLetter => format!(
+                "undecodable records go to {}",
+                self.dead_letter_topic.as_deref().unwrap_or("the dead-letter topic")
+            ),
+        };
+        lines.push(format!("  {discovery}; {errors}"));
+        if let Some(group) = &s.group_id {
+            lines.push(format!("  offsets committed to group {group} after each checkpoint"));
+        }
+        if !s.properties.is_empty() {
+            let props: Vec<String> = super::client::redacted(&s.properties)
+                .into_iter()
+                .map(|(k, v)| format!("{k} = {v}"))
+                .collect();
+            lines.push(format!("  properties {}", props.join(", ")));
         }
         lines
     }

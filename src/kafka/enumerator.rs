@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::discovery::{admin_consumer, discover, reader_owner, Discovery};
 use super::offsets::{OffsetsResolver, TopicPartition};
@@ -148,13 +148,15 @@ impl KafkaSourceEnumerator {
 
     fn assign_pending(&mut self, ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>) -> Result<()> {
         let readers: Vec<usize> = ctx.registered_readers().iter().copied().collect();
+        let mut assigned = 0;
         for reader in readers {
             if let Some(ids) = self.pending.remove(&reader) {
+                assigned += ids.len();
                 let mut splits = Vec::with_capacity(ids.len());
                 for id in ids {
                     if let Some(k) = self.known.get_mut(&id) {
                         k.assigned = true;
-                        info!(reader, split_id = %id, next_offset = k.split.next_offset, stop_offset = ?k.split.stop_offset, "assigning split");
+                        debug!(reader, split_id = %id, split = %k.split.describe(), "assigning split");
                         splits.push(k.split.clone());
                     }
                 }
@@ -163,6 +165,14 @@ impl KafkaSourceEnumerator {
             if self.no_more_splits {
                 ctx.signal_no_more_splits(reader)?;
             }
+        }
+        if assigned > 0 {
+            // one line, however many partitions (each split's is at debug)
+            info!(
+                splits = assigned,
+                readers = ctx.current_parallelism(),
+                "splits assigned"
+            );
         }
         Ok(())
     }
@@ -175,16 +185,17 @@ impl KafkaSourceEnumerator {
         if let (Some(stops), Some(waiting)) = (&d.restored_stops, self.restops.take()) {
             for mut split in waiting {
                 let stop = stops.get(&(split.topic.clone(), split.partition)).copied().flatten();
-                info!(split_id = %split.split_id(), next_offset = split.next_offset, old_stop = ?split.stop_offset,
-                      new_stop = ?stop, "stopping_offsets changed since the state file: the unfinished split gets the new stop");
+                let old = split.describe();
                 split.stop_offset = stop;
+                info!(split_id = %split.split_id(), was = %old, now = %split.describe(),
+                      "stopping_offsets changed since the state file: the unfinished split gets the new stop");
                 self.add_pending(split);
             }
         }
         let initial = !self.initial_done.load(Ordering::Acquire);
         if initial && !d.missing_topics.is_empty() {
             if self.settings.wait_for_topics {
-                info!(topics = ?d.missing_topics, "waiting for the subscribed topics to exist");
+                info!(missing = %d.missing_topics.join(", "), "waiting for the subscribed topics to exist");
                 return Ok(());
             }
             return Err(Error::runtime(

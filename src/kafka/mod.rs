@@ -49,6 +49,32 @@ pub enum Subscription {
     Partitions(Vec<TopicPartition>, Vec<String>),
 }
 
+/// As the config spells it.
+impl std::fmt::Display for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Subscription::Topics(topics) => write!(f, "topics {}", topics.join(", ")),
+            // the pattern as written: without the anchors `pattern` added
+            Subscription::Pattern(re) => {
+                let text = re.as_str();
+                let inner = text
+                    .strip_prefix("^(?:")
+                    .and_then(|t| t.strip_suffix(")$"))
+                    .unwrap_or(text);
+                write!(f, "topic_pattern {inner}")
+            }
+            Subscription::Partitions(list, _) => write!(
+                f,
+                "partitions {}",
+                list.iter()
+                    .map(|(t, p)| format!("{t}:{p}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
 impl Subscription {
     pub fn partitions(list: Vec<TopicPartition>) -> Self {
         let mut topics: Vec<String> = list.iter().map(|(t, _)| t.clone()).collect();
@@ -376,22 +402,11 @@ impl KafkaSource {
     /// The settings a state depends on, in words (stored with each checkpoint).
     pub fn fingerprint(&self) -> enumerator::SettingsFingerprint {
         let s = &self.settings;
-        let subscription = match &s.subscription {
-            Subscription::Topics(topics) => format!("topics {}", topics.join(", ")),
-            Subscription::Pattern(re) => format!("topic_pattern {}", re.as_str()),
-            Subscription::Partitions(list, _) => format!(
-                "partitions {}",
-                list.iter()
-                    .map(|(t, p)| format!("{t}:{p}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
         enumerator::SettingsFingerprint {
-            subscription,
-            starting: format!("{:?}", s.starting),
-            stopping: format!("{:?}", s.stopping),
-            format: format!("{:?}", self.format).to_lowercase(),
+            subscription: s.subscription.to_string(),
+            starting: s.starting.to_string(),
+            stopping: s.stopping.to_string(),
+            format: self.format.to_string(),
         }
     }
 }

@@ -57,6 +57,49 @@ impl StoppingOffsets {
     }
 }
 
+/// Epoch milliseconds as RFC 3339 UTC, for people.
+pub fn time_text(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_else(|| format!("{ms} ms"))
+}
+
+fn offsets_text(map: &BTreeMap<TopicPartition, i64>) -> String {
+    map.iter()
+        .map(|((t, p), o)| format!("{t}:{p} = {o}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// In the config's own words.
+impl std::fmt::Display for StartingOffsets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartingOffsets::Earliest => f.write_str("earliest"),
+            StartingOffsets::Latest => f.write_str("latest"),
+            StartingOffsets::Committed { reset } => match reset {
+                CommittedReset::Earliest => f.write_str("committed (else earliest)"),
+                CommittedReset::Latest => f.write_str("committed (else latest)"),
+                CommittedReset::None => f.write_str("committed (an error where there is none)"),
+            },
+            StartingOffsets::Timestamp(ms) => write!(f, "timestamp {}", time_text(*ms)),
+            StartingOffsets::Specific(map) => write!(f, "offsets {} (the others at earliest)", offsets_text(map)),
+        }
+    }
+}
+
+/// In the config's own words.
+impl std::fmt::Display for StoppingOffsets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoppingOffsets::None => f.write_str("none (unbounded)"),
+            StoppingOffsets::Latest => f.write_str("latest (the ends at start)"),
+            StoppingOffsets::Timestamp(ms) => write!(f, "timestamp {}", time_text(*ms)),
+            StoppingOffsets::Specific(map) => write!(f, "offsets {} (the others at latest)", offsets_text(map)),
+        }
+    }
+}
+
 /// Parse `topic:partition` (the partition after the last colon, so topics may contain colons).
 pub fn parse_topic_partition(s: &str) -> Option<TopicPartition> {
     let (topic, partition) = s.rsplit_once(':')?;

@@ -50,6 +50,13 @@ impl SourceSplit for KafkaPartitionSplit {
     fn remaining(&self) -> Option<u64> {
         self.stop_offset.map(|stop| (stop - self.next_offset).max(0) as u64)
     }
+
+    fn describe(&self) -> String {
+        match self.stop_offset {
+            Some(stop) => format!("next_offset {}, stop_offset {stop}", self.next_offset),
+            None => format!("next_offset {} (no stop)", self.next_offset),
+        }
+    }
 }
 
 /// Java's `String.hashCode` (over UTF-16 code units, wrapping 32-bit arithmetic), which Flink's

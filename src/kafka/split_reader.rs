@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use super::batch_queue::{ConsumerQueue, Event};
 use super::client::TracingContext;
@@ -125,7 +125,7 @@ impl KafkaPartitionSplitReader {
         };
         let split = self.splits.swap_remove(i);
         split.metrics.remaining.set(0.0);
-        info!(split_id = %split.id, position = split.position, stop_offset = ?split.stop, ?reason, "split reached its end");
+        debug!(split_id = %split.id, position = split.position, reason = reason.as_str(), "split reached its end");
         let tpl = self.tpl_of(topic, &[partition]);
         if let Err(e) = self.consumer.incremental_unassign(&tpl) {
             warn!(split_id = %split.id, error = %e, "could not unassign a finished split");
@@ -404,7 +404,7 @@ impl SplitReader for KafkaPartitionSplitReader {
                 for split in splits {
                     let id = split.split_id();
                     if split.is_empty() {
-                        info!(split_id = %id, next_offset = split.next_offset, stop_offset = ?split.stop_offset, "empty split: finished at once");
+                        debug!(split_id = %id, next_offset = split.next_offset, "empty split: finished at once");
                         self.finished.push((id, FinishReason::Empty));
                         continue;
                     }

@@ -110,28 +110,37 @@ impl SourceConnector for PeriodicConfig {
 
     fn describe(&self) -> Vec<String> {
         let p = &self.settings;
-        match &p.supplier {
-            Supplier::Inline(events) => vec![format!(
-                "source periodic: {} inline events, catch-up {:?}",
-                events.len(),
-                p.catch_up
+        let events =
+            |events: &[super::supplier::EventDef]| events.iter().map(|e| e.id.as_str()).collect::<Vec<_>>().join(", ");
+        let mut lines = match &p.supplier {
+            Supplier::Inline(list) => vec![format!(
+                "source periodic: {} inline events ({}), format {}",
+                list.len(),
+                events(list),
+                p.format
             )],
             Supplier::File { path, max_events } => {
                 let mut lines = vec![format!(
-                    "source periodic: events from {} every {:?}, catch-up {:?}",
+                    "source periodic: events from {}, read every {}, format {}",
                     path.display(),
-                    p.discover_interval,
-                    p.catch_up
+                    humantime::format_duration(p.discover_interval),
+                    p.format
                 )];
                 match read_file(path, *max_events) {
-                    Ok(events) => lines.push(format!("  the file holds {} valid events", events.len())),
+                    Ok(list) => lines.push(format!(
+                        "  the file holds {} valid events ({})",
+                        list.len(),
+                        events(&list)
+                    )),
                     Err(e) => lines.push(format!(
                         "  warning: the file cannot be used now ({e}); the job would wait for it"
                     )),
                 }
                 lines
             }
-        }
+        };
+        lines.push(format!("  after a restart, missed fires: {}", p.catch_up));
+        lines
     }
 
     fn build(&self, ctx: &SourceContext<'_>) -> Result<PeriodicSource> {

@@ -50,6 +50,13 @@ impl SourceSplit for PeriodicEventSplit {
     fn remaining(&self) -> Option<u64> {
         self.event.count.map(|c| c.saturating_sub(self.fired))
     }
+
+    fn describe(&self) -> String {
+        match self.event.count {
+            Some(count) => format!("fired {} of {count}", self.fired),
+            None => format!("fired {}", self.fired),
+        }
+    }
 }
 
 /// Settings of a [`PeriodicSource`].

@@ -26,6 +26,17 @@ pub enum CatchUp {
     All,
 }
 
+/// As the config spells it.
+impl std::fmt::Display for CatchUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CatchUp::Skip => "skip",
+            CatchUp::FireOnce => "fire_once",
+            CatchUp::All => "all",
+        })
+    }
+}
+
 fn div_ceil(a: i64, b: i64) -> i64 {
     let q = a.div_euclid(b);
     if a.rem_euclid(b) == 0 {

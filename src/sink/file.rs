@@ -239,7 +239,10 @@ impl SinkConnector for FileSinkConfig {
     }
 
     fn describe(&self) -> Vec<String> {
-        vec![format!("sink file {}", self.path.display())]
+        vec![format!(
+            "sink file {}: JSON lines, cut back to the last checkpoint on a restart",
+            self.path.display()
+        )]
     }
 
     fn prints_values(&self) -> bool {
@@ -274,7 +277,7 @@ impl SinkConnector for StdoutSinkConfig {
     }
 
     fn describe(&self) -> Vec<String> {
-        vec!["sink stdout".into()]
+        vec!["sink stdout: JSON lines".into()]
     }
 
     fn prints_values(&self) -> bool {
@@ -299,7 +302,7 @@ impl SinkConnector for NullSinkConfig {
     }
 
     fn describe(&self) -> Vec<String> {
-        vec!["sink null".into()]
+        vec!["sink null: records are discarded".into()]
     }
 
     fn build(&self, _ctx: SinkContext<'_>) -> Result<Box<dyn Sink<Record>>> {

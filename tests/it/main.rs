@@ -7,6 +7,7 @@ mod daemon;
 mod daemon_util;
 mod datagen;
 mod exactly_once;
+mod examples;
 mod faults;
 mod formats;
 mod instances;

@@ -81,3 +81,57 @@ fn a_changed_subscription_start_or_format_is_refused_with_the_state_untouched() 
         );
     }
 }
+
+fn datagen(name: &str, count: u64) -> String {
+    format!(
+        "[job]\nname = \"{name}\"\n[source]\ntype = \"datagen\"\ncount = {count}\n[source.fields]\nseq = {{ sequence = {{}} }}\n[sink]\ntype = \"null\"\n[checkpoint]\npath = \"{{dir}}/job.state\"\n"
+    )
+}
+
+#[test]
+fn another_jobs_or_sources_state_is_refused_in_words() {
+    let dir = JobDir::new();
+    let (code, log) = run(&dir.config(&datagen("seed-a", 100)), &[], MINUTE);
+    assert_eq!(code, 0, "{log}");
+    let state = std::fs::read(dir.path("job.state")).unwrap();
+    // the same file, another job's config
+    let (code, log) = run(&dir.config(&datagen("seed-b", 100)), &[], MINUTE);
+    assert_eq!(code, 3, "{log}");
+    assert!(log.contains("written by job seed-a, not by this job (seed-b)"), "{log}");
+    // another source type: said in words, not as a deserialization error
+    let kafka = format!(
+        "[job]\nname = \"seed-a\"\n[source]\ntype = \"kafka\"\nbootstrap_servers = \"127.0.0.1:1\"\ntopics = [\"t\"]\n[sink]\ntype = \"null\"\n[checkpoint]\npath = \"{{dir}}/job.state\"\n"
+    );
+    let (code, log) = run(&dir.config(&kafka), &[], MINUTE);
+    assert_eq!(code, 3, "{log}");
+    assert!(
+        log.contains("written by a datagen source, but this job's source is kafka"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("invalid length") && !log.contains("expected struct"),
+        "{log}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path("job.state")).unwrap(),
+        state,
+        "the state is untouched"
+    );
+}
+
+#[test]
+fn a_finished_seed_rerun_with_another_count_says_why_it_cannot_resume() {
+    let dir = JobDir::new();
+    let (code, log) = run(&dir.config(&datagen("seed", 100)), &[], MINUTE);
+    assert_eq!(code, 0, "{log}");
+    let (code, log) = run(&dir.config(&datagen("seed", 200)), &[], MINUTE);
+    assert_eq!(code, 2, "{log}");
+    assert!(
+        log.contains("source.count") && log.contains("was 100, now 200") && log.contains("--reset-state"),
+        "{log}"
+    );
+    // and with the same settings it is simply done
+    let (code, log) = run(&dir.config(&datagen("seed", 100)), &[], MINUTE);
+    assert_eq!(code, 0, "{log}");
+    assert!(log.contains("0 records emitted"), "{log}");
+}

@@ -144,7 +144,7 @@ fn a_sasl_broker_with_acls_gets_clear_answers() {
     )
     .unwrap();
     let daemon = Daemon::start(live, &["--reset-state"]);
-    wait_until_log(&daemon, "assigning split");
+    wait_until_log(&daemon, "splits assigned");
     sasl.acl(&[
         "--remove",
         "--force",

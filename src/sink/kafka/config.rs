@@ -155,20 +155,35 @@ impl SinkConnector for KafkaSinkConfig {
     }
 
     fn describe(&self) -> Vec<String> {
+        let s = &self.settings;
+        let delivery = match s.delivery {
+            Delivery::AtLeastOnce => "at least once".to_string(),
+            Delivery::ExactlyOnce => format!(
+                "exactly once (a transaction per checkpoint, timing out after {})",
+                humantime::format_duration(s.transaction_timeout)
+            ),
+        };
         let mut lines = vec![format!(
-            "sink kafka {} topic {} ({})",
-            self.settings.bootstrap_servers,
-            self.settings.topic,
-            match self.settings.delivery {
-                Delivery::AtLeastOnce => "at least once",
-                Delivery::ExactlyOnce => "exactly once, through transactions",
+            "sink kafka {}, topic {}, {delivery}{}",
+            s.bootstrap_servers,
+            s.topic,
+            if s.preserve_partition {
+                ", each record to the partition it came from"
+            } else {
+                ""
             }
         )];
-        if !self.settings.properties.is_empty() {
+        if let Some((partitions, replication)) = self.create_topic {
             lines.push(format!(
-                "  properties {:?}",
-                crate::kafka::client::redacted(&self.settings.properties)
+                "  the topic is created if missing: {partitions} partitions, replication factor {replication}"
             ));
+        }
+        if !s.properties.is_empty() {
+            let props: Vec<String> = crate::kafka::client::redacted(&s.properties)
+                .into_iter()
+                .map(|(k, v)| format!("{k} = {v}"))
+                .collect();
+            lines.push(format!("  properties {}", props.join(", ")));
         }
         lines
     }
