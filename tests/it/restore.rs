@@ -99,10 +99,8 @@ fn another_jobs_or_sources_state_is_refused_in_words() {
     assert_eq!(code, 3, "{log}");
     assert!(log.contains("written by job seed-a, not by this job (seed-b)"), "{log}");
     // another source type: said in words, not as a deserialization error
-    let kafka = format!(
-        "[job]\nname = \"seed-a\"\n[source]\ntype = \"kafka\"\nbootstrap_servers = \"127.0.0.1:1\"\ntopics = [\"t\"]\n[sink]\ntype = \"null\"\n[checkpoint]\npath = \"{{dir}}/job.state\"\n"
-    );
-    let (code, log) = run(&dir.config(&kafka), &[], MINUTE);
+    let kafka = "[job]\nname = \"seed-a\"\n[source]\ntype = \"kafka\"\nbootstrap_servers = \"127.0.0.1:1\"\ntopics = [\"t\"]\n[sink]\ntype = \"null\"\n[checkpoint]\npath = \"{dir}/job.state\"\n";
+    let (code, log) = run(&dir.config(kafka), &[], MINUTE);
     assert_eq!(code, 3, "{log}");
     assert!(
         log.contains("written by a datagen source, but this job's source is kafka"),
