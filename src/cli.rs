@@ -30,8 +30,7 @@ pub enum Command {
         #[command(subcommand)]
         command: StateCommand,
     },
-    /// Print the configuration reference (docs/config.md).
-    #[command(hide = true)]
+    /// Print the configuration reference: every key, its type, default and meaning (docs/config.md).
     ConfigReference,
 }
 

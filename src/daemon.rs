@@ -201,8 +201,13 @@ impl RunJob {
 fn print_summary<S: SourceSplit>(job: &str, report: &JobReport<S>) {
     let secs = report.elapsed.as_secs_f64().max(1e-6);
     let how = if report.stopped { "stopped" } else { "finished" };
+    let dead = if report.records_diverted > 0 {
+        format!(", {} dead-lettered", report.records_diverted)
+    } else {
+        String::new()
+    };
     eprintln!(
-        "tidegate: job {job} {how} after {:.1}s: {} records emitted, {} written ({:.0}/s), {} checkpoints",
+        "tidegate: job {job} {how} after {:.1}s: {} records emitted, {} written ({:.0}/s){dead}, {} checkpoints",
         secs,
         report.records_emitted,
         report.records_written,
@@ -277,6 +282,8 @@ pub fn show_state(path: &Path) -> Result<()> {
         path: path.to_path_buf(),
         source: crate::error::StateError::Unreadable(std::io::Error::new(std::io::ErrorKind::NotFound, "no such file")),
     })?;
-    println!("{}", serde_json::to_string_pretty(&state).unwrap_or_default());
+    let text = serde_json::to_string_pretty(&state).unwrap_or_default();
+    // a closed pipe (`state show | head`) ends the output; it is not a failure
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
     Ok(())
 }

@@ -45,10 +45,13 @@ impl RecordExpression {
         let env = Arc::new(Env::stdlib());
         let program = env.compile(source).map_err(|e| e.to_string().trim().to_string())?;
         let references = program.references();
+        // the variables a comprehension binds (`x` in `list.exists(x, x > 1)`) are its own
+        let mut bound = Vec::new();
+        comprehension_variables(&program.expression().expr, &mut bound);
         let mut unknown: Vec<&str> = references
             .variables()
             .into_iter()
-            .filter(|v| !VARIABLES.contains(v))
+            .filter(|v| !VARIABLES.contains(v) && !bound.iter().any(|b| b == v))
             .collect();
         unknown.sort_unstable();
         if !unknown.is_empty() {
@@ -56,6 +59,23 @@ impl RecordExpression {
                 "unknown variable {} (an expression may use {})",
                 unknown.join(", "),
                 VARIABLES.join(", ")
+            ));
+        }
+        let mut unknown_functions: Vec<&str> = references
+            .functions()
+            .into_iter()
+            .filter(|f| !is_operator(f) && !STANDARD_FUNCTIONS.contains(f))
+            .collect();
+        unknown_functions.sort_unstable();
+        if let Some(f) = unknown_functions.first() {
+            return Err(format!(
+                "unknown function {f} (CEL's functions: {})",
+                STANDARD_FUNCTIONS.join(", ")
+            ));
+        }
+        if let Some(what) = not_a_condition(&program.expression().expr) {
+            return Err(format!(
+                "gives {what}, not true or false: an end-of-stream expression is a condition"
             ));
         }
         let value_fields = selected_fields(program.expression(), "value");
@@ -121,6 +141,103 @@ impl EofOnRecordEvaluator<Record> for RecordExpression {
                 false
             }
         }
+    }
+}
+
+/// CEL's standard functions and macros (the language definition's list; cel-rust's `Env` does not
+/// say which names it declares, and an unknown function would otherwise fail on every record at
+/// run time, counting as "no match", so the job would read everything).
+const STANDARD_FUNCTIONS: &[&str] = &[
+    "all",
+    "bool",
+    "bytes",
+    "contains",
+    "double",
+    "duration",
+    "dyn",
+    "endsWith",
+    "exists",
+    "exists_one",
+    "filter",
+    "getDate",
+    "getDayOfMonth",
+    "getDayOfWeek",
+    "getDayOfYear",
+    "getFullYear",
+    "getHours",
+    "getMilliseconds",
+    "getMinutes",
+    "getMonth",
+    "getSeconds",
+    "has",
+    "int",
+    "map",
+    "matches",
+    "max",
+    "min",
+    "size",
+    "startsWith",
+    "string",
+    "timestamp",
+    "type",
+    "uint",
+];
+
+/// The variables comprehensions (`all`, `exists`, `map`, `filter`) bind anywhere in `expr`.
+fn comprehension_variables(expr: &cel::common::ast::Expr, out: &mut Vec<String>) {
+    use cel::common::ast::{EntryExpr, Expr};
+    match expr {
+        Expr::Comprehension(c) => {
+            out.push(c.iter_var.clone());
+            out.extend(c.iter_var2.clone());
+            out.push(c.accu_var.clone());
+            for e in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
+                comprehension_variables(&e.expr, out);
+            }
+        }
+        Expr::Call(call) => {
+            for e in call.target.iter().map(|t| &**t).chain(call.args.iter()) {
+                comprehension_variables(&e.expr, out);
+            }
+        }
+        Expr::Select(s) => comprehension_variables(&s.operand.expr, out),
+        Expr::List(l) => l.elements.iter().for_each(|e| comprehension_variables(&e.expr, out)),
+        Expr::Map(m) => {
+            for entry in &m.entries {
+                if let EntryExpr::MapEntry(e) = &entry.expr {
+                    comprehension_variables(&e.key.expr, out);
+                    comprehension_variables(&e.value.expr, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Operators are calls too in CEL's tree (`_==_`, `!_`, `@in`).
+fn is_operator(name: &str) -> bool {
+    name.starts_with(['_', '@', '!', '-'])
+}
+
+/// What an expression certainly gives when that is not a boolean ("a number", "a list"), or
+/// `None` when it is a boolean or only known when evaluated (a field may hold a boolean).
+fn not_a_condition(expr: &cel::common::ast::Expr) -> Option<&'static str> {
+    use cel::common::ast::{Expr, LiteralValue};
+    match expr {
+        Expr::Literal(LiteralValue::Boolean(_)) => None,
+        Expr::Literal(LiteralValue::String(_)) => Some("text"),
+        Expr::Literal(LiteralValue::Null) => Some("null"),
+        Expr::Literal(LiteralValue::Bytes(_)) => Some("bytes"),
+        Expr::Literal(_) => Some("a number"),
+        Expr::List(_) => Some("a list"),
+        Expr::Map(_) | Expr::Struct(_) => Some("a map"),
+        Expr::Call(call) => match call.func_name.as_str() {
+            "_+_" | "_-_" | "_*_" | "_/_" | "_%_" | "-_" | "size" | "int" | "uint" | "double" => Some("a number"),
+            "string" => Some("text"),
+            "_?_:_" => call.args.get(1).and_then(|a| not_a_condition(&a.expr)),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -248,12 +365,25 @@ impl VariableResolver for RecordVariables<'_> {
             "offset" => r.offset.map(Value::Int).unwrap_or(Value::Null),
             "timestamp" => r.timestamp.map(Value::Int).unwrap_or(Value::Null),
             "headers" => {
-                let entries: HashMap<cel::objects::Key, Value> = r
-                    .headers
-                    .iter()
-                    .map(|h| {
-                        let v = h.value.as_deref().map(bytes_or_string).unwrap_or(Value::Null);
-                        (cel::objects::Key::String(Arc::new(h.key.clone())), v)
+                // as in the JSON-lines envelope: a header's value, or the list of its values when
+                // the name is repeated
+                let mut grouped: Vec<(&str, Vec<Value>)> = Vec::new();
+                for h in &r.headers {
+                    let v = h.value.as_deref().map(bytes_or_string).unwrap_or(Value::Null);
+                    match grouped.iter_mut().find(|(k, _)| *k == h.key) {
+                        Some((_, values)) => values.push(v),
+                        None => grouped.push((&h.key, vec![v])),
+                    }
+                }
+                let entries: HashMap<cel::objects::Key, Value> = grouped
+                    .into_iter()
+                    .map(|(k, mut values)| {
+                        let v = if values.len() == 1 {
+                            values.remove(0)
+                        } else {
+                            Value::List(Arc::new(values))
+                        };
+                        (cel::objects::Key::String(Arc::new(k.to_string())), v)
                     })
                     .collect();
                 Value::Map(cel::objects::Map { map: Arc::new(entries) })
@@ -340,8 +470,62 @@ mod tests {
         assert!(e.evaluate(&r).is_err());
         assert!(!e.is_end_of_stream(&r));
         assert_eq!(e.errors(), 1);
-        let not_bool = RecordExpression::compile("offset + 1").unwrap();
-        assert!(!not_bool.is_end_of_stream(&r));
+    }
+
+    #[test]
+    fn a_repeated_header_is_a_list_as_in_the_envelope() {
+        let mut r = record(json!({}));
+        r.headers = vec![
+            Header {
+                key: "tag".into(),
+                value: Some(b"a".to_vec()),
+            },
+            Header {
+                key: "tag".into(),
+                value: Some(b"b".to_vec()),
+            },
+            Header {
+                key: "one".into(),
+                value: Some(b"x".to_vec()),
+            },
+        ];
+        for (expr, want) in [
+            ("headers.tag == ['a', 'b']", true),
+            ("'b' in headers.tag", true),
+            ("headers.one == 'x'", true),
+        ] {
+            assert_eq!(
+                RecordExpression::compile(expr).unwrap().evaluate(&r),
+                Ok(want),
+                "{expr}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_functions_and_non_conditions_are_compile_errors() {
+        for (expr, says) in [
+            ("foo(value)", "unknown function foo"),
+            ("value.i + 1", "gives a number"),
+            ("offset * 2", "gives a number"),
+            ("'text'", "gives text"),
+            ("size(value.c)", "gives a number"),
+            ("offset > 1 ? 'a' : 'b'", "gives text"),
+        ] {
+            let err = RecordExpression::compile(expr).unwrap_err();
+            assert!(err.contains(says), "{expr}: {err}");
+        }
+        // conditions, or values known only when evaluated, compile
+        for expr in [
+            "value.flag",
+            "value.type.startsWith('MARKET')",
+            "has(value.a) && !value.b",
+            "value.list.exists(x, x > 1)",
+            "offset in [1, 2]",
+            "size(value.c) > 2",
+        ] {
+            assert!(RecordExpression::compile(expr).is_ok(), "{expr}");
+        }
     }
 
     #[test]

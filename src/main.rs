@@ -14,11 +14,18 @@ fn main() {
             command: StateCommand::Show { file },
         } => tidegate::daemon::show_state(&file),
         Command::ConfigReference => {
-            print!("{}", tidegate::config::reference::markdown());
+            let mut out = std::io::stdout().lock();
+            // a closed pipe (`| head`) ends the output; it is not a failure
+            let _ = std::io::Write::write_all(&mut out, tidegate::config::reference::markdown().as_bytes());
             Ok(())
         }
     };
     if let Err(e) = result {
+        // the reader of our output went away (`tidegate run … | head`): a normal end, as for
+        // any Unix tool, not a failure to report
+        if e.is_broken_pipe() {
+            std::process::exit(0);
+        }
         let mut message = e.to_string();
         let mut source = std::error::Error::source(&e);
         while let Some(s) = source {

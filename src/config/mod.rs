@@ -68,21 +68,41 @@ pub fn load_tree(path: &Path, sets: &[String]) -> Result<Value> {
     }
     let built = ::config::Config::builder()
         .add_source(::config::File::from(path).format(::config::FileFormat::Toml))
-        .add_source(
-            ::config::Environment::with_prefix("TIDEGATE")
-                .prefix_separator("__")
-                .separator("__")
-                .try_parsing(true),
-        )
         .build()
         .map_err(|e| Error::config(path.display().to_string(), e.to_string()))?;
     let mut tree: Value = built
         .try_deserialize()
         .map_err(|e| Error::config(path.display().to_string(), e.to_string()))?;
+    let mut env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("TIDEGATE__")).collect();
+    env.sort();
+    for (name, value) in env {
+        set_value(&mut tree, &env_path(&name), &value, &name)?;
+    }
     for set in sets {
         apply_set(&mut tree, set)?;
     }
     Ok(tree)
+}
+
+/// The config path of a `TIDEGATE__SECTION__KEY` variable: `__` separates the levels, names are
+/// lowercased. Inside a `properties` table the rest is one librdkafka property, whose dots are
+/// written as `_`: `TIDEGATE__SOURCE__PROPERTIES__FETCH_MIN_BYTES` is `fetch.min.bytes`.
+/// (Handled here rather than by the `config` crate's environment source, which can set neither
+/// lists nor dotted keys.)
+fn env_path(name: &str) -> Vec<String> {
+    let parts: Vec<String> = name
+        .trim_start_matches("TIDEGATE__")
+        .split("__")
+        .map(str::to_lowercase)
+        .collect();
+    match parts.iter().position(|p| p == "properties") {
+        Some(i) if i + 1 < parts.len() => {
+            let mut path = parts[..=i].to_vec();
+            path.push(parts[i + 1..].join(".").replace('_', "."));
+            path
+        }
+        _ => parts,
+    }
 }
 
 /// Split a `--set` path on dots, keeping quoted segments whole: `source.properties."fetch.min.bytes"`.
@@ -113,13 +133,30 @@ fn apply_set(tree: &mut Value, set: &str) -> Result<()> {
         return Err(Error::config("--set", format!("{set:?} is not key.path=value")));
     };
     let segments = set_path(path.trim()).map_err(|e| Error::config("--set", format!("{path:?}: {e}")))?;
-    let value: Value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_string()));
+    if let Some(i) = segments.iter().position(|s| s == "properties") {
+        if segments.len() > i + 2 {
+            let table = segments[..=i].join(".");
+            let name = segments[i + 1..].join(".");
+            return Err(Error::config(
+                table.clone(),
+                format!(
+                    "librdkafka property names contain dots, so quote the name: --set '{table}.\"{name}\"={value}'"
+                ),
+            ));
+        }
+    }
+    set_value(tree, &segments, value, "--set")
+}
+
+/// Set `segments` to `text`, read as JSON when it parses (numbers, lists, tables), else as text.
+fn set_value(tree: &mut Value, segments: &[String], text: &str, origin: &str) -> Result<()> {
+    let value: Value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()));
     let mut node = tree;
     for (i, seg) in segments.iter().enumerate() {
         if !node.is_object() {
             return Err(Error::config(
                 segments[..i].join("."),
-                "is not a table, so --set cannot go inside it",
+                format!("is not a table, so {origin} cannot go inside it"),
             ));
         }
         let map = node.as_object_mut().expect("checked");

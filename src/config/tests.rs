@@ -202,6 +202,112 @@ fn environment_and_set_override_the_file() {
     assert!(matches!(k.settings.subscription, Subscription::Topics(ref t) if t == &["a", "b"]));
 }
 
+/// A data generator config with `extra` lines in `[source]`.
+fn datagen(extra: &str) -> String {
+    format!("[source]\ntype = \"datagen\"\ncount = 5\n{extra}\n[source.fields]\nseq = {{ sequence = {{}} }}\nts = {{ value = {{ a = 1 }} }}\n[sink]\ntype = \"null\"\n")
+}
+
+#[test]
+fn validate_refuses_what_run_would_fail_on() {
+    let _env = env_lock();
+    let cases: Vec<(String, &str, &str)> = vec![
+        // the end-of-stream expression: an unknown function, a result that is no condition
+        (
+            BASE.replace("topics = [\"trades\"]", "topics = [\"t\"]\neof = 'foo(value)'"),
+            "source.eof",
+            "unknown function foo",
+        ),
+        (
+            BASE.replace("topics = [\"trades\"]", "topics = [\"t\"]\neof = 'value.i + 1'"),
+            "source.eof",
+            "not true or false",
+        ),
+        // a missing Avro schema file
+        (
+            BASE.replace(
+                "topics = [\"trades\"]",
+                "topics = [\"t\"]\nformat = \"avro\"\navro = { schema_file = \"/nowhere/x.avsc\" }",
+            ),
+            "source.avro.schema_file",
+            "cannot read",
+        ),
+        // record 0 of the generator: a timestamp field that is no time
+        (
+            datagen("timestamp = \"ts\""),
+            "source.timestamp",
+            "not epoch milliseconds or RFC 3339",
+        ),
+        // a time without its zone
+        (
+            datagen("").replace(
+                "ts = { value = { a = 1 } }",
+                "ts = { timestamp = { start = \"2026-11-27T09:30:00\" } }",
+            ),
+            "source.fields.ts.timestamp.start",
+            "has no time zone",
+        ),
+        // weights in the user's words
+        (
+            datagen("").replace(
+                "ts = { value = { a = 1 } }",
+                "ts = { choice = [1, 2], weights = [0, 0] }",
+            ),
+            "source.fields.ts.weights",
+            "at least one of them above 0",
+        ),
+    ];
+    for (text, key, says) in cases {
+        let e = error_of(&text, &[]);
+        assert_eq!(key_of(&e), key, "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+    }
+}
+
+#[test]
+fn the_environment_sets_lists_and_dotted_librdkafka_keys() {
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, BASE);
+    std::env::set_var("TIDEGATE__SOURCE__TOPICS", "[\"a\",\"b\"]");
+    std::env::set_var("TIDEGATE__SOURCE__PROPERTIES__FETCH_MIN_BYTES", "1");
+    let c = load(&path, &[]);
+    std::env::remove_var("TIDEGATE__SOURCE__TOPICS");
+    std::env::remove_var("TIDEGATE__SOURCE__PROPERTIES__FETCH_MIN_BYTES");
+    let SourceConfig::Kafka(k) = c.unwrap().source else {
+        panic!()
+    };
+    assert!(matches!(k.settings.subscription, Subscription::Topics(ref t) if t == &["a", "b"]));
+    assert_eq!(
+        k.settings.properties.get("fetch.min.bytes").map(String::as_str),
+        Some("1")
+    );
+}
+
+#[test]
+fn where_text_is_expected_a_number_is_taken_as_text() {
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let c = load(
+        &write(&dir, BASE),
+        &["metrics.listen=19464".to_string(), "job.name=123".to_string()],
+    )
+    .unwrap();
+    assert_eq!(c.metrics.listen, Some("127.0.0.1:19464".parse().unwrap()));
+    assert_eq!(c.job.name, "123");
+}
+
+#[test]
+fn an_unquoted_dotted_property_says_to_quote_it() {
+    let _env = env_lock();
+    let e = error_of(BASE, &["source.properties.fetch.min.bytes=1"]);
+    assert_eq!(key_of(&e), "source.properties");
+    assert!(
+        e.to_string()
+            .contains("--set 'source.properties.\"fetch.min.bytes\"=1'"),
+        "{e}"
+    );
+}
+
 #[test]
 fn offsets_specs_parse() {
     let _env = env_lock();

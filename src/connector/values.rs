@@ -13,33 +13,68 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 
 /// Deserialize a subtree, naming the exact key on error (`prefix` is the subtree's own path).
-pub fn typed<T: DeserializeOwned>(prefix: &str, value: Value) -> Result<T> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        let mut key = if path == "." || path.is_empty() {
-            prefix.to_string()
-        } else if prefix.is_empty() {
-            path
-        } else {
-            format!("{prefix}.{path}")
-        };
-        // an unknown or missing field is reported on its table; name the field itself
-        let named = inner
-            .strip_prefix("unknown field `")
-            .or_else(|| inner.strip_prefix("missing field `"))
-            .and_then(|r| r.split('`').next());
-        if let Some(field) = named {
-            if key.rsplit('.').next() != Some(field) {
-                key = if key.is_empty() {
-                    field.to_string()
-                } else {
-                    format!("{key}.{field}")
+/// Where text is expected, a number or a boolean is taken as its text (`--set job.name=123`,
+/// `--set metrics.listen=19464`).
+pub fn typed<T: DeserializeOwned>(prefix: &str, mut value: Value) -> Result<T> {
+    for _ in 0..64 {
+        match serde_path_to_error::deserialize::<_, T>(value.clone()) {
+            Ok(t) => return Ok(t),
+            Err(e) if e.inner().to_string().contains("expected a string") => {
+                let Some(spot) = value_at(&mut value, e.path()) else {
+                    return Err(config_error(prefix, e));
                 };
+                match spot {
+                    Value::Number(n) => *spot = Value::String(n.to_string()),
+                    Value::Bool(b) => *spot = Value::String(b.to_string()),
+                    _ => return Err(config_error(prefix, e)),
+                }
             }
+            Err(e) => return Err(config_error(prefix, e)),
         }
-        Error::config(key, inner)
-    })
+    }
+    serde_path_to_error::deserialize(value).map_err(|e| config_error(prefix, e))
+}
+
+/// The value a deserialization error's path points at.
+fn value_at<'a>(value: &'a mut Value, path: &serde_path_to_error::Path) -> Option<&'a mut Value> {
+    use serde_path_to_error::Segment;
+    let mut node = value;
+    for segment in path.iter() {
+        node = match segment {
+            Segment::Map { key } => node.get_mut(key.as_str())?,
+            Segment::Seq { index } => node.get_mut(*index)?,
+            _ => return None,
+        };
+    }
+    Some(node)
+}
+
+/// A deserialization error as a config error naming the key.
+fn config_error(prefix: &str, e: serde_path_to_error::Error<serde_json::Error>) -> Error {
+    let path = e.path().to_string();
+    let inner = e.into_inner().to_string();
+    let mut key = if path == "." || path.is_empty() {
+        prefix.to_string()
+    } else if prefix.is_empty() {
+        path
+    } else {
+        format!("{prefix}.{path}")
+    };
+    // an unknown or missing field is reported on its table; name the field itself
+    let named = inner
+        .strip_prefix("unknown field `")
+        .or_else(|| inner.strip_prefix("missing field `"))
+        .and_then(|r| r.split('`').next());
+    if let Some(field) = named {
+        if key.rsplit('.').next() != Some(field) {
+            key = if key.is_empty() {
+                field.to_string()
+            } else {
+                format!("{key}.{field}")
+            };
+        }
+    }
+    Error::config(key, inner)
 }
 
 /// Parse a human duration ("250ms", "5s", "10m", "1h 30m", or "0"); negative values are refused.
@@ -72,9 +107,20 @@ pub fn parse_time(s: &str) -> std::result::Result<i64, String> {
     if let Ok(ms) = s.trim().parse::<i64>() {
         return Ok(ms);
     }
-    chrono::DateTime::parse_from_rfc3339(s.trim())
+    let text = s.trim();
+    chrono::DateTime::parse_from_rfc3339(text)
         .map(|t| t.timestamp_millis())
-        .map_err(|e| format!("{s:?} is not an RFC 3339 time or epoch milliseconds: {e}"))
+        .map_err(|e| {
+            // a local time without its zone is the usual slip: say so rather than chrono's words
+            let local = ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"]
+                .iter()
+                .any(|f| chrono::NaiveDateTime::parse_from_str(text, f).is_ok());
+            if local {
+                format!("{s:?} has no time zone: add one, like {text}Z (UTC) or {text}-05:00")
+            } else {
+                format!("{s:?} is not an RFC 3339 time (like 2026-11-27T09:30:00-05:00) or epoch milliseconds: {e}")
+            }
+        })
 }
 
 /// A time at `key`: RFC 3339 text or epoch milliseconds.

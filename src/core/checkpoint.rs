@@ -51,6 +51,8 @@ pub struct Checkpoint<E, S: SourceSplit> {
 pub struct JobStats {
     pub records_emitted: AtomicU64,
     pub records_written: AtomicU64,
+    /// Records the sink wrote elsewhere (dead letters), not counted as written.
+    pub records_diverted: AtomicU64,
     pub checkpoints_completed: AtomicU64,
     pub checkpoint_failures: AtomicU64,
     /// Duration of the last completed checkpoint, in milliseconds.
@@ -65,6 +67,8 @@ pub struct JobStats {
 pub struct JobReport<S: SourceSplit> {
     pub records_emitted: u64,
     pub records_written: u64,
+    /// Records the sink wrote elsewhere (dead letters).
+    pub records_diverted: u64,
     pub checkpoints: u64,
     /// The state of every split at the last checkpoint.
     pub splits: Vec<SplitSnapshot<S>>,

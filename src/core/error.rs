@@ -77,6 +77,8 @@ pub enum StateError {
     Unreadable(#[source] std::io::Error),
     #[error("directory is not writable: {0}")]
     NotWritable(#[source] std::io::Error),
+    #[error("{} is a file, not a directory", .0.display())]
+    NotADirectory(PathBuf),
     #[error("in use by another tidegate process (lock held on {0})")]
     Locked(PathBuf),
 }
@@ -114,6 +116,20 @@ impl Error {
         }
     }
 
+    /// A write to a pipe whose reader went away (`| head`).
+    pub fn is_broken_pipe(&self) -> bool {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = source {
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                if io.kind() == std::io::ErrorKind::BrokenPipe {
+                    return true;
+                }
+            }
+            source = e.source();
+        }
+        false
+    }
+
     /// The process exit code this error maps to: 2 for config, 3 for state, 1 for the rest.
     pub fn exit_code(&self) -> i32 {
         match self {
@@ -121,5 +137,20 @@ impl Error {
             Error::State { .. } => 3,
             _ => 1,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broken_pipe_is_recognised_through_the_context() {
+        let e = Error::io(
+            "writing to stdout",
+            std::io::Error::from(std::io::ErrorKind::BrokenPipe),
+        );
+        assert!(e.is_broken_pipe());
+        assert!(!Error::runtime("x", "y").is_broken_pipe());
     }
 }

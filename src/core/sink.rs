@@ -40,6 +40,12 @@ pub trait Sink<T>: Send + 'static {
         Ok(true)
     }
 
+    /// Records written somewhere else than the sink's destination so far (dead letters): the job
+    /// counts them apart from the written ones.
+    fn diverted(&self) -> u64 {
+        0
+    }
+
     /// Every split reached its end (not a stop): called once, before the final barrier, and never
     /// again for a job whose state says it already ended. The data generator's end markers are
     /// written here.

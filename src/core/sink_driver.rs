@@ -42,10 +42,15 @@ pub(crate) fn run_sink<T: 'static>(mut sink: Box<dyn Sink<T>>, mut channels: Sin
     let events = channels.events.clone();
     let outcome = (|| -> Result<Option<SinkEvent>, Error> {
         let mut held = Alignment::default();
-        let write = |sink: &mut Box<dyn Sink<T>>, records: Vec<T>| -> Result<(), Error> {
+        let mut diverted = 0;
+        let mut write = |sink: &mut Box<dyn Sink<T>>, records: Vec<T>| -> Result<(), Error> {
             let n = records.len() as u64;
             sink.write(records)?;
-            stats.records_written.fetch_add(n, Ordering::Relaxed);
+            let now = sink.diverted();
+            let elsewhere = now.saturating_sub(diverted);
+            diverted = now;
+            stats.records_written.fetch_add(n - elsewhere.min(n), Ordering::Relaxed);
+            stats.records_diverted.fetch_add(elsewhere, Ordering::Relaxed);
             failpoint::hit("sink.after_write");
             Ok(())
         };

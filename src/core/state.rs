@@ -67,6 +67,10 @@ impl StateStore {
     pub fn open(path: impl Into<PathBuf>) -> Result<Self> {
         let path = path.into();
         let dir = parent_dir(&path);
+        // a file where a directory should be: say which, rather than "File exists"
+        if let Some(file) = dir.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
+            return Err(state_err(&path, StateError::NotADirectory(file.to_path_buf())));
+        }
         fs::create_dir_all(&dir).map_err(|e| state_err(&path, StateError::NotWritable(e)))?;
         let lock_path = sibling(&path, "lock");
         let lock = OpenOptions::new()

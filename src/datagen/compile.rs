@@ -184,7 +184,12 @@ pub fn compile(spec: &Value, path: &str) -> Result<Gen, (String, String)> {
                 Some(Value::Array(w)) if w.len() == items.len() => {
                     let w: Option<Vec<f64>> = w.iter().map(Value::as_f64).collect();
                     let w = w.ok_or_else(|| (format!("{path}.weights"), "must be numbers".to_string()))?;
-                    Some(WeightedIndex::new(w).map_err(|e| (format!("{path}.weights"), e.to_string()))?)
+                    Some(WeightedIndex::new(w).map_err(|_| {
+                        (
+                            format!("{path}.weights"),
+                            "must be numbers of 0 or more, at least one of them above 0".to_string(),
+                        )
+                    })?)
                 }
                 Some(_) => {
                     return err(

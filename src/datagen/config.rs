@@ -33,11 +33,15 @@ pub struct RawDatagenSource {
     pub format: Option<String>,
     /// Avro settings, for `format = "avro"`.
     pub avro: Option<RawAvro>,
-    /// The fields of each record: `name = { <generator> = … }` with generators `value`,
-    /// `sequence = { start, step }`, `uniform = { min, max }`, `normal = { mean, stddev }` (with
-    /// optional `round`, `min`, `max`), `choice = [..]` (with optional `weights = [..]`),
-    /// `uuid = {}`, `timestamp = { start, step, jitter, format }`, `fake = "name"`, and
-    /// `object = { … }` for nesting.
+    /// The fields of each record: `name = { <generator> = … }` with generators `value = <any>`;
+    /// `sequence = { start, step }` (defaults 0 and 1); `uniform = { min, max }` (integers, or
+    /// numbers with `round = <places>` beside); `normal = { mean, stddev }` (with optional
+    /// `round`, `min`, `max` beside, `min` not above `max`); `choice = [..]` (with optional
+    /// `weights = [..]` beside, numbers of 0 or more); `uuid = {}`; `timestamp = { start, step,
+    /// jitter, format }` (`start` RFC 3339 or epoch ms; `step` and `jitter` durations, default 0;
+    /// `format` "rfc3339" (default) or "epoch_millis"); `fake = "<kind>"` with kinds name,
+    /// first_name, last_name, email, company, city, country, word, sentence, phone; and
+    /// `object = { … }` for nesting. Any other key is an error naming the valid ones.
     #[serde(default)]
     pub fields: BTreeMap<String, Value>,
     /// Key template over the fields, e.g. "{symbol}".
@@ -152,20 +156,41 @@ fn validate_datagen(raw: RawDatagenSource) -> Result<DatagenConfig> {
         .map(|b| positive("source.batch_size", b))
         .transpose()?
         .unwrap_or(1024);
+    let generator = TemplateGenerator {
+        seed: raw.seed,
+        format,
+        fields,
+        key,
+        value,
+        headers,
+        timestamp_field: raw.timestamp,
+        keep_decoded: true,
+        encoder: None,
+    };
+    // generate record 0 now: what `run` would fail on (a timestamp field that is no time, say)
+    // is a config error at `validate`
+    let mut probe = generator.clone();
+    probe.format = ValueFormat::Json;
+    if let Err(e) = super::GeneratorFunction::map(&mut probe, 0) {
+        let key = if generator.timestamp_field.is_some() && e.to_string().contains("timestamp field") {
+            "source.timestamp"
+        } else {
+            "source.fields"
+        };
+        return Err(Error::config(key, e.to_string()));
+    }
+    // and the end marker must fit a local Avro schema (a registry is not asked at validation)
+    if let (Some(marker), Some(file)) = (&end_marker, avro.as_ref().and_then(|a| a.schema_file.as_ref())) {
+        let schema = crate::format::avro::read_schema("source.avro.schema_file", file)?;
+        if let Some(value) = &marker.decoded {
+            crate::format::avro::json_to_avro(value, &schema)
+                .map_err(|m| Error::config("source.end_marker.value", m))?;
+        }
+    }
     Ok(DatagenConfig {
         count,
         rate: raw.rate,
-        generator: TemplateGenerator {
-            seed: raw.seed,
-            format,
-            fields,
-            key,
-            value,
-            headers,
-            timestamp_field: raw.timestamp,
-            keep_decoded: true,
-            encoder: None,
-        },
+        generator,
         avro,
         end_marker,
         batch_size,
@@ -294,11 +319,13 @@ impl SourceConnector for DatagenConfig {
             let encoder =
                 crate::format::encoder_for(ValueFormat::Avro, self.avro.as_ref(), "source.avro", ctx.sink_topic)?;
             if let (Some(encoder), Some(value)) = (encoder, &marker.decoded) {
+                // the value fits the schema (checked at validation): a failure here is the
+                // registry's, a runtime one
                 marker.value = Some(
                     encoder
                         .0
                         .encode(value)
-                        .map_err(|m| Error::config("source.end_marker.value", m))?,
+                        .map_err(|m| Error::runtime("encoding the end marker", m))?,
                 );
             }
         }

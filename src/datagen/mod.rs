@@ -81,7 +81,13 @@ impl GeneratorFunction for TemplateGenerator {
                         format!("timestamp field {f}: {e}"),
                     )
                 })?),
-                _ => None,
+                Some(other) => {
+                    return Err(Error::runtime(
+                        format!("generating record {index}"),
+                        format!("timestamp field {f} is {other}, not epoch milliseconds or RFC 3339 text"),
+                    ))
+                }
+                None => None,
             },
             None => None,
         };

@@ -72,7 +72,14 @@ pub fn produced_format(format: Option<&str>, raw_avro: Option<RawAvro>) -> Resul
         ValueFormat::Json,
         &[ValueFormat::Json, ValueFormat::String, ValueFormat::Avro],
     )?;
-    Ok((format, avro("source.avro", format, raw_avro)?))
+    let avro = avro("source.avro", format, raw_avro)?;
+    if avro.as_ref().is_some_and(|a| a.schema_file.is_none()) {
+        return Err(Error::config(
+            "source.avro.schema_file",
+            "writing Avro needs the schema (a .avsc file); the registry only registers it",
+        ));
+    }
+    Ok((format, avro))
 }
 
 /// Avro settings. Reading needs a registry or a schema file; writing needs the schema file, and
@@ -82,6 +89,10 @@ pub fn avro(key: &str, format: ValueFormat, raw: Option<RawAvro>) -> Result<Opti
         (ValueFormat::Avro, Some(a)) => {
             if a.schema_registry.is_none() && a.schema_file.is_none() {
                 return Err(Error::config(key, "set schema_registry, schema_file, or both"));
+            }
+            // a missing or invalid schema file is a config error now, not at the first record
+            if let Some(file) = &a.schema_file {
+                super::avro::read_schema(&format!("{key}.schema_file"), std::path::Path::new(file))?;
             }
             Ok(Some(AvroConfig {
                 schema_registry: a.schema_registry,

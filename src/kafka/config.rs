@@ -425,6 +425,13 @@ impl SourceConnector for KafkaSourceConfig {
         let mut settings = crate::sink::kafka::KafkaSinkSettings::new(&self.settings.bootstrap_servers, topic);
         settings.properties = crate::kafka::client::connection_properties(&self.settings.properties);
         let dead = crate::sink::kafka::KafkaSink::new(settings, None)?;
+        // a missing dead-letter topic is found now, not at the first undecodable record
+        if !dead.topic_exists(self.settings.request_timeout)? {
+            return Err(Error::config(
+                "source.dead_letter_topic",
+                format!("topic {topic} does not exist: create it first"),
+            ));
+        }
         Ok(Box::new(crate::sink::dead_letter::DeadLetterSink::new(sink, dead)))
     }
 }

@@ -124,7 +124,9 @@ impl KafkaPartitionSplitReader {
             return;
         };
         let split = self.splits.swap_remove(i);
-        split.metrics.remaining.set(0.0);
+        if let Some(g) = &split.metrics.remaining {
+            g.set(0.0);
+        }
         debug!(split_id = %split.id, position = split.position, reason = reason.as_str(), "split reached its end");
         let tpl = self.tpl_of(topic, &[partition]);
         if let Err(e) = self.consumer.incremental_unassign(&tpl) {
@@ -158,7 +160,9 @@ impl KafkaPartitionSplitReader {
                     split.progress_at = Instant::now();
                 }
                 if let Some(stop) = split.stop {
-                    split.metrics.remaining.set((stop - split.position).max(0) as f64);
+                    if let Some(g) = &split.metrics.remaining {
+                        g.set((stop - split.position).max(0) as f64);
+                    }
                     if pos >= stop {
                         done.push((split.topic.clone(), split.partition));
                     }
@@ -377,7 +381,9 @@ impl SplitReader for KafkaPartitionSplitReader {
                 split.fetched_records = 0;
                 split.fetched_bytes = 0;
                 if let Some(stop) = split.stop {
-                    split.metrics.remaining.set((stop - split.position).max(0) as f64);
+                    if let Some(g) = &split.metrics.remaining {
+                        g.set((stop - split.position).max(0) as f64);
+                    }
                 }
                 if let Some(ts) = split.last_timestamp {
                     split.metrics.fetch_lag.set((now_ms - ts).max(0) as f64 / 1000.0);
@@ -411,9 +417,13 @@ impl SplitReader for KafkaPartitionSplitReader {
                     tpl.add_partition_offset(&split.topic, split.partition, Offset::Offset(split.next_offset))
                         .map_err(|e| crate::error::kafka(format!("assigning {id}"), e))?;
                     let topic: Arc<str> = Arc::from(split.topic.as_str());
-                    let metrics = self.metrics.partition(&split.topic, split.partition);
+                    let metrics = self
+                        .metrics
+                        .partition(&split.topic, split.partition, split.stop_offset.is_some());
                     if let Some(stop) = split.stop_offset {
-                        metrics.remaining.set((stop - split.next_offset).max(0) as f64);
+                        if let Some(g) = &metrics.remaining {
+                            g.set((stop - split.next_offset).max(0) as f64);
+                        }
                     }
                     debug!(split_id = %id, next_offset = split.next_offset, "fetching split");
                     let live = LiveSplit {

@@ -22,6 +22,34 @@ use tracing::{debug, info};
 use crate::core::JobStats;
 use crate::error::{Error, Result};
 
+/// Every metric, its kind and its `# HELP` text (the README's metrics table says the same).
+const DESCRIPTIONS: &[(&str, &str, &str)] = &[
+    ("tidegate_up", "gauge", "1 while the daemon runs"),
+    ("tidegate_records_emitted_total", "counter", "records the readers emitted (records in)"),
+    ("tidegate_records_written_total", "counter", "records the sink took (records out)"),
+    ("tidegate_expected_records", "gauge", "records the assigned bounded splits hold (an upper bound)"),
+    ("tidegate_checkpoints_completed_total", "counter", "checkpoints written to the state file"),
+    ("tidegate_checkpoint_failures_total", "counter", "checkpoints that could not be written"),
+    ("tidegate_last_checkpoint_duration_seconds", "gauge", "trigger-to-durable time of the last checkpoint"),
+    ("tidegate_fetch_batches_total", "counter", "batches the fetcher threads handed over"),
+    ("tidegate_fetch_records_total", "counter", "records the fetcher threads handed over"),
+    ("tidegate_splits_finished_total", "counter", "splits finished, by reason"),
+    ("tidegate_kafka_records_in_total", "counter", "records fetched per partition"),
+    ("tidegate_kafka_bytes_in_total", "counter", "key and value bytes fetched per partition"),
+    ("tidegate_kafka_records_remaining", "gauge", "offsets left to the stopping offset"),
+    ("tidegate_kafka_fetch_lag_seconds", "gauge", "now minus the timestamp of the last fetched record"),
+    ("tidegate_kafka_emit_lag_seconds", "gauge", "now minus the timestamp of the last emitted record"),
+    ("tidegate_kafka_consumer_errors_total", "counter", "transient consumer errors (librdkafka retries them)"),
+    ("tidegate_kafka_fetch_restarts_total", "counter", "partition fetches restarted after 15 s without records while the partition had more (a librdkafka stall after a reconnect)"),
+    ("tidegate_kafka_discovery_failures_total", "counter", "partition discoveries that failed after the first"),
+    ("tidegate_eof_evaluation_errors_total", "counter", "end-of-stream evaluations that failed (no match)"),
+    ("tidegate_decode_errors_skipped_total", "counter", "undecodable records skipped"),
+    ("tidegate_decode_errors_dead_lettered_total", "counter", "undecodable records sent to the dead-letter topic"),
+    ("tidegate_periodic_events", "gauge", "events assigned by the periodic source"),
+    ("tidegate_periodic_fires_total", "counter", "records the periodic source fired"),
+    ("tidegate_periodic_supplier_failures_total", "counter", "supplier reads that failed (the old events kept firing)"),
+];
+
 /// The job's counters as Prometheus metrics, registered once.
 pub struct Metrics {
     handle: PrometheusHandle,
@@ -41,6 +69,13 @@ impl Metrics {
             .add_global_label("job", job)
             .install_recorder()
             .map_err(|e| Error::runtime("installing the metrics recorder", e))?;
+        for (name, kind, help) in DESCRIPTIONS {
+            if *kind == "counter" {
+                metrics::describe_counter!(*name, *help);
+            } else {
+                metrics::describe_gauge!(*name, *help);
+            }
+        }
         metrics::gauge!("tidegate_up").set(1.0);
         Ok(Arc::new(Metrics {
             handle,

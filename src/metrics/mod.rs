@@ -52,13 +52,14 @@ impl KafkaMetrics {
         }
     }
 
-    /// One partition's fetch metrics.
-    pub fn partition(&self, topic: &str, partition: i32) -> PartitionMetrics {
+    /// One partition's fetch metrics; `bounded`: it has a stopping offset, so offsets remain.
+    pub fn partition(&self, topic: &str, partition: i32, bounded: bool) -> PartitionMetrics {
         let labels = [("topic", topic.to_string()), ("partition", partition.to_string())];
         PartitionMetrics {
             records_in: metrics::counter!("tidegate_kafka_records_in_total", &labels),
             bytes_in: metrics::counter!("tidegate_kafka_bytes_in_total", &labels),
-            remaining: metrics::gauge!("tidegate_kafka_records_remaining", &labels),
+            // an unbounded partition has no "remaining": a 0 there would read as "done"
+            remaining: bounded.then(|| metrics::gauge!("tidegate_kafka_records_remaining", &labels)),
             fetch_lag: metrics::gauge!("tidegate_kafka_fetch_lag_seconds", &labels),
         }
     }
@@ -80,7 +81,7 @@ pub struct PartitionMetrics {
     /// Key and value bytes.
     pub bytes_in: Counter,
     /// Offsets left to the stopping offset (bounded splits only).
-    pub remaining: Gauge,
+    pub remaining: Option<Gauge>,
     /// Now minus the timestamp of the last fetched record.
     pub fetch_lag: Gauge,
 }

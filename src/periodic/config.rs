@@ -28,9 +28,9 @@ pub struct RawPeriodicSource {
     /// A TOML (`[[events]]`) or JSON (a list) file of events, re-read every `discover_interval`;
     /// if it becomes unreadable or invalid, the previous events keep firing.
     pub file: Option<String>,
-    /// Time between reads of `file`.
+    /// Time between reads of `file` (default "60s").
     pub discover_interval: Option<String>,
-    /// Delay of the first read, after every reader registered.
+    /// Delay of the first read, after every reader registered (default "0").
     pub initial_delay: Option<String>,
     /// After a restart, missed fires are: "skip" (default), "fire_once" (the latest one), "all".
     pub catch_up: Option<String>,

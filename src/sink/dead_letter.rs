@@ -18,11 +18,17 @@ pub const OFFSET_HEADER: &str = "tidegate-source-offset";
 pub struct DeadLetterSink {
     inner: Box<dyn Sink<Record>>,
     dead_letters: KafkaSink,
+    /// Dead letters sent so far.
+    diverted: u64,
 }
 
 impl DeadLetterSink {
     pub fn new(inner: Box<dyn Sink<Record>>, dead_letters: KafkaSink) -> Self {
-        DeadLetterSink { inner, dead_letters }
+        DeadLetterSink {
+            inner,
+            dead_letters,
+            diverted: 0,
+        }
     }
 }
 
@@ -60,6 +66,7 @@ impl Sink<Record> for DeadLetterSink {
             return self.inner.write(records);
         }
         let (dead, good): (Vec<Record>, Vec<Record>) = records.into_iter().partition(|r| r.dead_letter.is_some());
+        self.diverted += dead.len() as u64;
         self.dead_letters
             .write(dead.into_iter().map(with_error_headers).collect())?;
         self.inner.write(good)
@@ -85,6 +92,10 @@ impl Sink<Record> for DeadLetterSink {
 
     fn end_of_input(&mut self) -> Result<()> {
         self.inner.end_of_input()
+    }
+
+    fn diverted(&self) -> u64 {
+        self.diverted
     }
 
     fn close(&mut self) -> Result<()> {

@@ -107,7 +107,8 @@ pub fn write_line<W: Write>(out: &mut W, record: &Record) -> std::io::Result<()>
         headers: Headers(&record.headers),
         error: record.dead_letter.as_deref(),
     };
-    serde_json::to_writer(&mut *out, &envelope).map_err(std::io::Error::other)?;
+    // serde_json hands back the writer's own error (a closed pipe stays a BrokenPipe)
+    serde_json::to_writer(&mut *out, &envelope).map_err(std::io::Error::from)?;
     out.write_all(b"\n")
 }
 

@@ -227,6 +227,24 @@ fn metrics_are_served_and_count_exactly() {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert_eq!(per_partition, 250.0, "{text}");
+    // an unbounded replay: no "remaining" gauge (a 0 there would read as "done")
+    assert!(!text.contains("tidegate_kafka_records_remaining"), "{text}");
+    // counters that have not moved are there at 0 from the start, and every metric has its help
+    for name in [
+        "tidegate_kafka_consumer_errors_total",
+        "tidegate_kafka_discovery_failures_total",
+        "tidegate_eof_evaluation_errors_total",
+        "tidegate_splits_finished_total",
+    ] {
+        assert!(text.lines().any(|l| l.starts_with(name)), "{name} missing: {text}");
+    }
+    for line in text.lines().filter(|l| l.starts_with("tidegate_")) {
+        let name = line.split(['{', ' ']).next().unwrap();
+        assert!(
+            text.contains(&format!("# HELP {name} ")),
+            "no # HELP for {name}: {text}"
+        );
+    }
     assert!(http_get(&addr, "/nope").is_none());
     daemon.signal(libc::SIGTERM);
     let (status, log) = daemon.wait(MINUTE);
@@ -436,4 +454,40 @@ fn a_second_signal_exits_at_once_and_leaves_the_last_state() {
         .unwrap()
         .unwrap();
     assert!(state["splits"][0]["split"]["next_offset"].as_i64().unwrap() < 5_000);
+}
+
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("pipe", 1);
+    produce_numbered(&kafka, &topic, 1, 20_000);
+    let dir = JobDir::new();
+    let config = dir.config(&replay_config(
+        &kafka,
+        &topic,
+        "[sink]\ntype = \"stdout\"",
+        "stopping_offsets = \"latest\"",
+    ));
+    // `tidegate run … | head -1`, and `tidegate validate … | head -1`
+    for args in [vec!["run", "--no-progress"], vec!["validate"]] {
+        let mut child = std::process::Command::new(binary())
+            .args(&args)
+            .arg("--config")
+            .arg(&config)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut first).unwrap();
+        assert!(!first.is_empty());
+        // the reader is gone (the pipe's read end dropped above)
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("error"),
+            "{args:?}: {stderr}"
+        );
+    }
 }

@@ -415,7 +415,10 @@ fn an_unwritable_state_location_is_refused_before_reading() {
     let file = dir.path("plain-file");
     std::fs::write(&file, b"x").unwrap();
     let log = expect_state_error(&config, &file.join("job.state"), "a directory that is a file");
-    assert!(log.contains("not writable"), "{log}");
+    assert!(
+        log.contains(&format!("{} is a file, not a directory", file.display())),
+        "{log}"
+    );
 }
 
 /// A 64 KiB tmpfs; the test needs root and mount, as CI has.

@@ -361,6 +361,24 @@ fn a_poison_record_under_dead_letter_goes_to_the_dead_letter_topic_with_its_erro
     assert_eq!(header("tidegate-source-topic"), topic);
     assert_eq!(header("tidegate-source-partition"), "0");
     assert_eq!(header("tidegate-source-offset"), "4");
+    // the summary counts the dead letter apart from the records written
+    assert!(
+        log.contains("10 records emitted, 9 written") && log.contains("1 dead-lettered"),
+        "{log}"
+    );
+    // a dead-letter topic that does not exist is found at the start, not at the first poison
+    let missing = dir.config(&policy_config(
+        &kafka,
+        &topic,
+        "dead_letter",
+        "dead_letter_topic = \"no-such-topic\"",
+    ));
+    let (code, log) = run(&missing, &["--reset-state"], MINUTE);
+    assert_eq!(code, 2, "{log}");
+    assert!(
+        log.contains("source.dead_letter_topic") && log.contains("no-such-topic does not exist"),
+        "{log}"
+    );
 }
 
 #[test]

@@ -240,6 +240,19 @@ impl KafkaSink {
         }
     }
 
+    /// Whether the sink's topic exists (a metadata request, up to `timeout`).
+    pub fn topic_exists(&self, timeout: Duration) -> Result<bool> {
+        let metadata = self
+            .producer
+            .client()
+            .fetch_metadata(Some(&self.settings.topic), timeout)
+            .map_err(|e| crate::error::kafka(format!("looking up topic {}", self.settings.topic), e))?;
+        Ok(metadata
+            .topics()
+            .first()
+            .is_some_and(|t| t.error().is_none() && !t.partitions().is_empty()))
+    }
+
     /// Wait until every send is acknowledged, up to `flush_timeout`, in short slices so a
     /// refused authentication or a failed delivery ends the wait at once.
     fn flush(&mut self) -> Result<()> {
