@@ -73,6 +73,7 @@ pub fn load_tree(path: &Path, sets: &[String]) -> Result<Value> {
     let mut tree: Value = built
         .try_deserialize()
         .map_err(|e| Error::config(path.display().to_string(), e.to_string()))?;
+    resolve_paths(&mut tree, path.parent().unwrap_or(Path::new("")));
     let mut env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("TIDEGATE__")).collect();
     env.sort();
     for (name, value) in env {
@@ -82,6 +83,53 @@ pub fn load_tree(path: &Path, sets: &[String]) -> Result<Value> {
         apply_set(&mut tree, set)?;
     }
     Ok(tree)
+}
+
+/// Relative paths written in the config file are relative to the file's folder (as in a
+/// compose file), so a config runs the same from anywhere; paths given with `--set` or the
+/// environment stay relative to the working directory (they are applied after this).
+fn resolve_paths(tree: &mut Value, folder: &Path) {
+    let kind = |section: &str| {
+        tree.get(section)
+            .and_then(|s| s.get("type"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let mut keys: Vec<String> = vec!["checkpoint.path".to_string()];
+    if let Some(k) = kind("source") {
+        keys.extend(SourceConfig::path_keys(&k).iter().map(|p| format!("source.{p}")));
+    }
+    if let Some(k) = kind("sink") {
+        keys.extend(SinkConfig::path_keys(&k).iter().map(|p| format!("sink.{p}")));
+    }
+    for key in keys {
+        let mut node = Some(&mut *tree);
+        for segment in key.split('.') {
+            node = node.and_then(|n| n.get_mut(segment));
+        }
+        if let Some(Value::String(text)) = node {
+            let written = Path::new(text.as_str());
+            if written.is_relative() {
+                *text = lexically_normal(&folder.join(written)).display().to_string();
+            }
+        }
+    }
+}
+
+/// `a/b/../c` as `a/c`, without touching the file system (the file may not exist yet).
+fn lexically_normal(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir if matches!(out.components().next_back(), Some(Component::Normal(_))) => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// The config path of a `TIDEGATE__SECTION__KEY` variable: `__` separates the levels, names are

@@ -81,6 +81,9 @@ pub trait SourceConnector: Clone + std::fmt::Debug + Send + Sync + Sized + 'stat
     type Raw: DeserializeOwned + JsonSchema;
     /// The running source.
     type Source: Source<Output = Record>;
+    /// Its keys that hold file paths: relative ones written in a config file are resolved
+    /// against that file's folder.
+    const PATH_KEYS: &'static [&'static str] = &[];
 
     /// Check the raw table once; every error names its key.
     fn validate(raw: Self::Raw, job: &JobConfig) -> Result<Self>;
@@ -113,6 +116,8 @@ pub trait SinkConnector: Clone + std::fmt::Debug + Send + Sync + Sized + 'static
     const TYPE: &'static str;
     /// The `[sink]` table as written.
     type Raw: DeserializeOwned + JsonSchema;
+    /// Its keys that hold file paths (see [`SourceConnector::PATH_KEYS`]).
+    const PATH_KEYS: &'static [&'static str] = &[];
 
     /// Check the raw table once; every error names its key.
     fn validate(raw: Self::Raw) -> Result<Self>;

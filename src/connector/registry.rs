@@ -40,6 +40,12 @@ macro_rules! connectors {
                 match self { $(Self::$source(_) => <$source_ty as SourceConnector>::TYPE,)+ }
             }
 
+            /// The path keys of source type `kind`.
+            pub fn path_keys(kind: &str) -> &'static [&'static str] {
+                $( if kind == <$source_ty as SourceConnector>::TYPE { return <$source_ty as SourceConnector>::PATH_KEYS; } )+
+                &[]
+            }
+
             /// What `validate` prints of it.
             pub fn describe(&self) -> Vec<String> {
                 match self { $(Self::$source(c) => c.describe(),)+ }
@@ -97,6 +103,12 @@ macro_rules! connectors {
             /// Its `sink.type`.
             pub fn kind(&self) -> &'static str {
                 match self { $(Self::$sink(_) => <$sink_ty as SinkConnector>::TYPE,)+ }
+            }
+
+            /// The path keys of sink type `kind`.
+            pub fn path_keys(kind: &str) -> &'static [&'static str] {
+                $( if kind == <$sink_ty as SinkConnector>::TYPE { return <$sink_ty as SinkConnector>::PATH_KEYS; } )+
+                &[]
             }
 
             /// What `validate` prints of it.

@@ -225,6 +225,7 @@ impl SourceConnector for DatagenConfig {
     const TYPE: &'static str = "datagen";
     type Raw = RawDatagenSource;
     type Source = DataGeneratorSource;
+    const PATH_KEYS: &'static [&'static str] = &["avro.schema_file"];
 
     fn validate(raw: RawDatagenSource, job: &JobConfig) -> Result<Self> {
         let config = validate_datagen(raw)?;

@@ -328,6 +328,7 @@ impl SourceConnector for KafkaSourceConfig {
     const TYPE: &'static str = "kafka";
     type Raw = RawKafkaSource;
     type Source = KafkaSource;
+    const PATH_KEYS: &'static [&'static str] = &["avro.schema_file"];
 
     fn validate(raw: RawKafkaSource, job: &JobConfig) -> Result<Self> {
         validate_kafka_source(raw, job)

@@ -134,6 +134,34 @@ pub fn discover(
             }
         }
     }
+    if !initial_done {
+        // offsets given for partitions that do not exist would be ignored without a word
+        let starts = match &settings.starting {
+            StartingOffsets::Specific(map) => Some(map),
+            _ => None,
+        };
+        let stops = match &settings.stopping {
+            super::offsets::StoppingOffsets::Specific(map) => Some(map),
+            _ => None,
+        };
+        for (key, map) in [("source.starting_offsets", starts), ("source.stopping_offsets", stops)] {
+            for (t, p) in map.into_iter().flat_map(|m| m.keys()) {
+                if missing_topics.iter().any(|m| m.ends_with(t.as_str())) || partitions.contains(&(t.clone(), *p)) {
+                    continue;
+                }
+                let of_topic: Vec<i32> = partitions.iter().filter(|(pt, _)| pt == t).map(|(_, pp)| *pp).collect();
+                let why = if of_topic.is_empty() {
+                    format!("{t} is not a subscribed topic")
+                } else {
+                    format!("{t} has partitions {} to {}", of_topic[0], of_topic[of_topic.len() - 1])
+                };
+                return Err(Error::config(
+                    format!("{key}.offsets.\"{t}:{p}\""),
+                    format!("no such partition: {why}"),
+                ));
+            }
+        }
+    }
     partitions.retain(|(t, p)| instance_owns(t, *p, parallelism, settings.instance));
     let new: Vec<TopicPartition> = {
         let known = known.lock().unwrap_or_else(|p| p.into_inner());

@@ -216,10 +216,22 @@ impl<'a> OffsetsResolver<'a> {
                 let unlisted: Vec<TopicPartition> =
                     partitions.iter().filter(|tp| !map.contains_key(*tp)).cloned().collect();
                 let mut out = self.earliest(&unlisted)?;
-                for tp in partitions {
-                    if let Some(o) = map.get(tp) {
-                        out.insert(tp.clone(), *o);
+                let listed: Vec<TopicPartition> =
+                    partitions.iter().filter(|tp| map.contains_key(*tp)).cloned().collect();
+                let (lows, highs) = (self.earliest(&listed)?, self.latest(&listed)?);
+                for tp in listed {
+                    let (o, low, high) = (map[&tp], lows[&tp], highs[&tp]);
+                    // a start outside the log would silently be empty, or fail blaming retention
+                    if o < low || o > high {
+                        return Err(Error::config(
+                            format!("source.starting_offsets.offsets.\"{}:{}\"", tp.0, tp.1),
+                            format!(
+                                "{o} is outside {}:{}, which holds offsets {low} to {high} (a start may be {low} to {high})",
+                                tp.0, tp.1
+                            ),
+                        ));
                     }
+                    out.insert(tp, o);
                 }
                 Ok(out)
             }

@@ -103,6 +103,7 @@ impl SourceConnector for PeriodicConfig {
     const TYPE: &'static str = "periodic";
     type Raw = RawPeriodicSource;
     type Source = PeriodicSource;
+    const PATH_KEYS: &'static [&'static str] = &["file", "avro.schema_file"];
 
     fn validate(raw: RawPeriodicSource, _job: &JobConfig) -> Result<Self> {
         validate_periodic(raw).map(|settings| PeriodicConfig { settings })

@@ -228,6 +228,7 @@ pub struct FileSinkConfig {
 impl SinkConnector for FileSinkConfig {
     const TYPE: &'static str = "file";
     type Raw = RawFileSink;
+    const PATH_KEYS: &'static [&'static str] = &["path"];
 
     fn validate(raw: RawFileSink) -> Result<Self> {
         if raw.path.trim().is_empty() {

@@ -40,3 +40,32 @@ fn validate_shows_each_example_config_in_its_own_words() {
     }
     assert!(seen >= 7, "the example configs under config/");
 }
+
+#[test]
+fn relative_paths_in_a_config_file_are_relative_to_its_folder() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let elsewhere = tempfile::tempdir().unwrap();
+    // run from another folder: the events file and the state path still resolve beside the config
+    let out = std::process::Command::new(binary())
+        .current_dir(elsewhere.path())
+        .args(["validate", "--config"])
+        .arg(root.join("config/periodic-events.toml"))
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(shown.contains("the file holds 2 valid events"), "{shown}");
+    assert!(
+        shown.contains(&root.join("state/scheduled-events.state").display().to_string()),
+        "{shown}"
+    );
+    // a path given with --set stays relative to the working directory
+    let out = std::process::Command::new(binary())
+        .current_dir(elsewhere.path())
+        .args(["validate", "--set", "checkpoint.path=here.state", "--config"])
+        .arg(root.join("config/periodic-events.toml"))
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("to here.state"), "{shown}");
+}

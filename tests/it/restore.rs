@@ -133,3 +133,45 @@ fn a_finished_seed_rerun_with_another_count_says_why_it_cannot_resume() {
     assert_eq!(code, 0, "{log}");
     assert!(log.contains("0 records emitted"), "{log}");
 }
+
+#[test]
+fn offsets_for_missing_partitions_or_outside_the_log_name_the_partition_and_the_range() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("offsets-range", 2);
+    kafka.produce(
+        &topic,
+        &(0..10)
+            .map(|i| TestRecord::to(i % 2, format!("{i}")))
+            .collect::<Vec<_>>(),
+    );
+    let dir = JobDir::new();
+    let cases = [
+        (
+            format!("starting_offsets = {{ offsets = {{ \"{topic}:5\" = 0 }} }}\nstopping_offsets = \"latest\""),
+            format!("source.starting_offsets.offsets.\"{topic}:5\""),
+            format!("no such partition: {topic} has partitions 0 to 1"),
+        ),
+        (
+            format!("stopping_offsets = {{ offsets = {{ \"{topic}:7\" = 3 }} }}"),
+            format!("source.stopping_offsets.offsets.\"{topic}:7\""),
+            "no such partition".to_string(),
+        ),
+        // beyond the end: bounded, and unbounded
+        (
+            format!("starting_offsets = {{ offsets = {{ \"{topic}:0\" = 500 }} }}\nstopping_offsets = \"latest\""),
+            format!("source.starting_offsets.offsets.\"{topic}:0\""),
+            format!("500 is outside {topic}:0, which holds offsets 0 to 5"),
+        ),
+        (
+            format!("starting_offsets = {{ offsets = {{ \"{topic}:1\" = 500 }} }}"),
+            format!("source.starting_offsets.offsets.\"{topic}:1\""),
+            format!("500 is outside {topic}:1, which holds offsets 0 to 5"),
+        ),
+    ];
+    for (extra, key, says) in cases {
+        let config = dir.config(&replay_config(&kafka, &topic, "[sink]\ntype = \"null\"", &extra, "1s"));
+        let (code, log) = run(&config, &["--reset-state"], MINUTE);
+        assert_eq!(code, 2, "{extra}: {log}");
+        assert!(log.contains(&key) && log.contains(&says), "{extra}: {log}");
+    }
+}
