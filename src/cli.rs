@@ -1,4 +1,4 @@
-//! The command line (clap): `run`, `validate`, `state show`.
+//! The command line (clap): `run`, `validate`, `plan`, `state show`, `config-reference`.
 
 use std::path::PathBuf;
 
@@ -25,6 +25,9 @@ pub enum Command {
         #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
         sets: Vec<String>,
     },
+    /// Show what a Kafka replay will read, without reading it: each partition's resolved start
+    /// and stop, the offsets in between, the first and last timestamps, and a total.
+    Plan(PlanArgs),
     /// Inspect state files.
     State {
         #[command(subcommand)]
@@ -51,6 +54,22 @@ pub struct RunArgs {
     /// No progress bar or progress log lines.
     #[arg(long)]
     pub no_progress: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    /// The job's TOML config.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// The state file to resume from (overrides `checkpoint.path`); it is only read.
+    #[arg(long)]
+    pub state: Option<PathBuf>,
+    /// Override a config key, e.g. `--set source.stopping_offsets=latest` (repeatable).
+    #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
+    pub sets: Vec<String>,
+    /// Print the plan as one JSON document.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]

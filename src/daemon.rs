@@ -9,9 +9,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::cli::RunArgs;
+use crate::cli::{PlanArgs, RunArgs};
 use crate::config::{Config, LogFormat};
-use crate::connector::{JobFuture, SinkContext, SourceContext, SourceVisitor};
+use crate::connector::{JobFuture, SinkContext, SourceConfig, SourceConnector, SourceContext, SourceVisitor};
 use crate::core::{Job, JobOptions, JobReport, JobStats, Sink, Source, SourceSplit, StateStore};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -273,6 +273,56 @@ pub fn validate(config: &Path, sets: &[String]) -> Result<()> {
             break;
         }
     }
+    Ok(())
+}
+
+/// `tidegate plan`: what a Kafka replay will read, resolved as a run would resolve it.
+pub fn plan(args: PlanArgs) -> Result<()> {
+    let config = crate::config::load(&args.config, &args.sets)?;
+    init_logging(config.log.format);
+    let SourceConfig::Kafka(kafka) = &config.source else {
+        return Err(Error::config(
+            "source.type",
+            format!(
+                "`plan` shows what a Kafka source will read; a {} source writes what `tidegate validate` describes",
+                config.source.kind()
+            ),
+        ));
+    };
+    let ctx = SourceContext {
+        job: &config.job,
+        sink_prints_values: config.sink.prints_values(),
+        sink_topic: config.sink.topic(),
+    };
+    let source = kafka.build(&ctx)?;
+    let state_path = args.state.clone().or_else(|| config.checkpoint.path.clone());
+    // only read: a running job may hold the state file's lock
+    let restored = match &state_path {
+        Some(path) => match crate::core::state::read_state::<serde_json::Value>(path)? {
+            Some(raw) => Some(crate::core::checkpoint_of(&source, &config.job.name, path, raw)?),
+            None => None,
+        },
+        None => None,
+    };
+    let checkpoint_id = restored.as_ref().map(|c| c.checkpoint_id);
+    let may_resume_from_previous = restored.as_ref().is_some_and(|c| c.previous.is_some());
+    let partitions = crate::kafka::plan::plan(&source, restored)?;
+    let report = crate::kafka::plan::PlanReport {
+        job: config.job.name.clone(),
+        state: checkpoint_id.and(state_path.map(|p| p.display().to_string())),
+        checkpoint_id,
+        may_resume_from_previous,
+        eof: kafka.eof.clone(),
+        total_offsets: crate::kafka::plan::total_offsets(&partitions),
+        partitions,
+    };
+    let text = if args.json {
+        serde_json::to_string_pretty(&report).map_err(|e| Error::runtime("printing the plan", e.to_string()))? + "\n"
+    } else {
+        report.text()
+    };
+    // a closed pipe (`plan | head`) ends the output; it is not a failure
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
     Ok(())
 }
 

@@ -133,8 +133,13 @@ impl EofOnRecordEvaluator<Record> for RecordExpression {
                 // The first failure is worth a warning (often a field missing from some records:
                 // guard it with has()); later ones are only counted, never per record in the log.
                 if self.errors.fetch_add(1, Ordering::Relaxed) == 0 {
-                    warn!(expression = %self.source, topic = ?record.topic, partition = ?record.partition,
-                          offset = ?record.offset, error = %e,
+                    let at = format!(
+                        "{}:{}@{}",
+                        record.topic.as_deref().unwrap_or("-"),
+                        record.partition.map_or("-".to_string(), |p| p.to_string()),
+                        record.offset.map_or("-".to_string(), |o| o.to_string())
+                    );
+                    warn!(expression = %self.source, record = %at, error = %e,
                           "end-of-stream expression failed on a record; treated as no match (further failures are counted, not logged)");
                 }
                 self.failures.increment(1);

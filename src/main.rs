@@ -10,6 +10,7 @@ fn main() {
     let result = match cli.command {
         Command::Run(args) => tidegate::daemon::run(args),
         Command::Validate { config, sets } => tidegate::daemon::validate(&config, &sets),
+        Command::Plan(args) => tidegate::daemon::plan(args),
         Command::State {
             command: StateCommand::Show { file },
         } => tidegate::daemon::show_state(&file),

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{HumanCount, ProgressBar, ProgressState, ProgressStyle};
 use tracing::info;
 
 use crate::core::JobStats;
@@ -23,8 +23,14 @@ impl Progress {
             let bar = ProgressBar::new(0);
             bar.set_style(
                 ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} records ({per_sec}, ETA {eta})",
+                    "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} records ({rate}, ETA {eta})",
                 )
+                .map(|style| {
+                    // indicatif's {per_sec} prints four decimals (490,047.5071/s): whole records
+                    style.with_key("rate", |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                        let _ = write!(w, "{}/s", HumanCount(state.per_sec().round() as u64));
+                    })
+                })
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
             bar

@@ -13,6 +13,7 @@
 //! 4. the coordinator writes the state file, then tells readers and enumerator k is complete.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -107,30 +108,7 @@ impl<S: Source> Job<S> {
         let Some(raw) = store.load::<serde_json::Value>()? else {
             return Ok(None);
         };
-        let refused = |source| Error::State {
-            path: store.path().to_path_buf(),
-            source,
-        };
-        // whose state it is, before what it holds: another job's or source's state does not fit
-        let found = |key: &str| raw.get(key).and_then(|v| v.as_str()).unwrap_or("unknown").to_string();
-        if found("source") != self.source.kind() {
-            return Err(refused(StateError::SourceMismatch {
-                expected: self.source.kind().into(),
-                found: found("source"),
-            }));
-        }
-        if found("job") != self.options.name {
-            return Err(refused(StateError::JobMismatch {
-                expected: self.options.name.clone(),
-                found: found("job"),
-            }));
-        }
-        let checkpoint: SourceCheckpoint<S> =
-            serde_json::from_value(raw).map_err(|e| refused(StateError::Malformed(e.to_string())))?;
-        if let Some(stored) = &checkpoint.source_settings {
-            self.source.check_restore(stored)?;
-        }
-        Ok(Some(checkpoint))
+        checkpoint_of(&*self.source, &self.options.name, store.path(), raw).map(Some)
     }
 
     /// [`Job::run`] on a multi-threaded tokio runtime of its own, for a program without one.
@@ -350,4 +328,38 @@ async fn recover_sink<S: Source>(
             next_checkpoint_id,
         },
     ))
+}
+
+/// The checkpoint `raw` (read from the state file at `path`) as `source`'s, for job `job`: a
+/// state of another job or source kind, or one its settings do not fit, is refused.
+pub fn checkpoint_of<S: Source>(
+    source: &S,
+    job: &str,
+    path: &Path,
+    raw: serde_json::Value,
+) -> Result<SourceCheckpoint<S>> {
+    let refused = |source| Error::State {
+        path: path.to_path_buf(),
+        source,
+    };
+    // whose state it is, before what it holds: another job's or source's state does not fit
+    let found = |key: &str| raw.get(key).and_then(|v| v.as_str()).unwrap_or("unknown").to_string();
+    if found("source") != source.kind() {
+        return Err(refused(StateError::SourceMismatch {
+            expected: source.kind().into(),
+            found: found("source"),
+        }));
+    }
+    if found("job") != job {
+        return Err(refused(StateError::JobMismatch {
+            expected: job.to_string(),
+            found: found("job"),
+        }));
+    }
+    let checkpoint: SourceCheckpoint<S> =
+        serde_json::from_value(raw).map_err(|e| refused(StateError::Malformed(e.to_string())))?;
+    if let Some(stored) = &checkpoint.source_settings {
+        source.check_restore(stored)?;
+    }
+    Ok(checkpoint)
 }

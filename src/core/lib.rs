@@ -26,7 +26,7 @@ pub use emitter::{EofOnRecordEvaluator, ReaderOutput, RecordEmitter, RecordPosit
 pub use enumerator::{EnumeratorContext, ReaderCommand, RemoveSplits, SourceEvent, SplitEnumerator};
 pub use error::{Error, Result, StateError};
 pub use fetcher::{FetchStats, FetcherMode, SplitFetcherManager};
-pub use job::{Job, JobOptions};
+pub use job::{checkpoint_of, Job, JobOptions};
 pub use reader::{AvailabilityFuture, InputStatus, ReaderRequest, SourceReader};
 pub use reader_base::{ReaderOptions, SourceReaderBase};
 pub use sink::{CollectSink, Sink, SinkMessage, SinkState};

@@ -64,6 +64,12 @@ impl ClientContext for TracingContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        // the end of a partition, for a consumer that asked to be told (`enable.partition.eof`):
+        // news, not an error (the consumer's poll reports it too)
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
+            debug!(client = %self.name, "librdkafka: {reason}");
+            return;
+        }
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication) {
             let mut slot = self.authentication.lock().unwrap_or_else(|p| p.into_inner());
             if slot.is_none() {

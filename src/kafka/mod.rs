@@ -9,6 +9,7 @@ mod discovery;
 pub mod emitter;
 pub mod enumerator;
 pub mod offsets;
+pub mod plan;
 pub mod split;
 pub mod split_reader;
 
@@ -343,31 +344,12 @@ impl Source for KafkaSource {
     /// or format is an error (the state's positions belong to the old one); changed stopping
     /// offsets apply to the unfinished splits, resolved now.
     fn restore_enumerator(&self, state: KafkaEnumeratorState) -> Result<KafkaSourceEnumerator> {
-        let now = self.fingerprint();
-        let then = state.settings.clone();
+        let stops_changed = self.check_restored_settings(state.settings.as_ref())?;
         let mut enumerator = KafkaSourceEnumerator::new(Arc::clone(&self.settings), Some(state), self.metrics.clone());
-        if let Some(then) = then {
-            for (key, old, new) in [
-                ("source.topics", &then.subscription, &now.subscription),
-                ("source.starting_offsets", &then.starting, &now.starting),
-                ("source.format", &then.format, &now.format),
-            ] {
-                if old != new {
-                    return Err(Error::config(
-                        key,
-                        format!(
-                            "changed since the state file was written (was {old}, now {new}): the saved positions \
-                             belong to the old setting; restore it, or start over with --reset-state"
-                        ),
-                    ));
-                }
-            }
-            if then.stopping != now.stopping {
-                info!(was = %then.stopping, now = %now.stopping, "stopping_offsets changed since the state file was written: they apply to the unfinished splits");
-                enumerator = enumerator.resolving_stops_again();
-            }
+        if stops_changed {
+            enumerator = enumerator.resolving_stops_again();
         }
-        Ok(enumerator.with_fingerprint(now))
+        Ok(enumerator.with_fingerprint(self.fingerprint()))
     }
 
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {
@@ -399,6 +381,41 @@ impl Source for KafkaSource {
 }
 
 impl KafkaSource {
+    /// Check the settings a state was written with against the config: a changed subscription,
+    /// start or format is an error (the state's positions belong to the old one). Returns
+    /// whether the stopping offsets changed (they then apply to the unfinished splits).
+    pub fn check_restored_settings(&self, then: Option<&enumerator::SettingsFingerprint>) -> Result<bool> {
+        let Some(then) = then else {
+            return Ok(false);
+        };
+        let now = self.fingerprint();
+        for (key, old, new) in [
+            ("source.topics", &then.subscription, &now.subscription),
+            ("source.starting_offsets", &then.starting, &now.starting),
+            ("source.format", &then.format, &now.format),
+        ] {
+            if old != new {
+                return Err(Error::config(
+                    key,
+                    format!(
+                        "changed since the state file was written (was {old}, now {new}): the saved positions \
+                         belong to the old setting; restore it, or start over with --reset-state"
+                    ),
+                ));
+            }
+        }
+        let changed = then.stopping != now.stopping;
+        if changed {
+            info!(was = %then.stopping, now = %now.stopping, "stopping_offsets changed since the state file was written: they apply to the unfinished splits");
+        }
+        Ok(changed)
+    }
+
+    /// The settings it reads with.
+    pub fn settings(&self) -> &KafkaSourceSettings {
+        &self.settings
+    }
+
     /// The settings a state depends on, in words (stored with each checkpoint).
     pub fn fingerprint(&self) -> enumerator::SettingsFingerprint {
         let s = &self.settings;

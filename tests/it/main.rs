@@ -14,6 +14,7 @@ mod instances;
 mod kafka_source;
 mod own_broker;
 mod periodic;
+mod plan;
 mod restore;
 mod schema_registry;
 mod security;

@@ -186,7 +186,7 @@ impl Transactions {
             .map(|e| e.metadata().to_string())
             .unwrap_or_default();
         let done = marker == token;
-        debug!(checkpoint, marker = %marker, token, offset = ?committed.find_partition(&self.topic, 0).map(|e| e.offset()), "commit marker read");
+        debug!(checkpoint, marker = %marker, token, "commit marker read");
         if done {
             info!(checkpoint, transactional_id = %self.id, "the last checkpoint's transaction was committed");
         } else {
