@@ -23,7 +23,7 @@ impl Progress {
             let bar = ProgressBar::new(0);
             bar.set_style(
                 ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} records ({rate}, ETA {eta})",
+                    "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} records ({rate}, ETA {eta}){msg}",
                 )
                 .map(|style| {
                     // indicatif's {per_sec} prints four decimals (490,047.5071/s): whole records
@@ -44,29 +44,31 @@ impl Progress {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 let done = stats.records_written.load(Ordering::Relaxed);
                 let expected = stats.expected_records.load(Ordering::Relaxed);
+                // a paced replay shows the event time it has replayed to (the market's clock)
+                let replayed = stats
+                    .event_time
+                    .get()
+                    .and_then(|c| c.replayed_to())
+                    .map(crate::core::event_time::format_millis);
                 match &shown {
                     Some(bar) => {
                         bar.set_length(expected.max(done));
                         bar.set_position(done);
+                        if let Some(t) = &replayed {
+                            bar.set_message(format!(", event time {t}"));
+                        }
                     }
                     None if enabled && last_log.elapsed() >= Duration::from_secs(10) => {
                         let rate = (done - last_count) as f64 / last_log.elapsed().as_secs_f64();
-                        if bounded && expected > 0 {
-                            info!(
-                                records = done,
-                                expected,
-                                rate = rate.round(),
-                                elapsed_s = started.elapsed().as_secs(),
-                                "progress"
-                            );
-                        } else {
-                            info!(
-                                records = done,
-                                rate = rate.round(),
-                                elapsed_s = started.elapsed().as_secs(),
-                                "progress"
-                            );
-                        }
+                        let expected = (bounded && expected > 0).then_some(expected);
+                        info!(
+                            records = done,
+                            expected,
+                            rate = rate.round(),
+                            elapsed_s = started.elapsed().as_secs(),
+                            event_time = replayed,
+                            "progress"
+                        );
                         last_log = Instant::now();
                         last_count = done;
                     }

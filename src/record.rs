@@ -64,4 +64,8 @@ impl RecordPosition for Record {
     fn position(&self) -> Option<i64> {
         self.offset
     }
+
+    fn timestamp(&self) -> Option<i64> {
+        self.timestamp
+    }
 }

@@ -37,6 +37,10 @@ pub struct Checkpoint<E, S: SourceSplit> {
     /// with settings the state does not fit is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_settings: Option<serde_json::Value>,
+    /// The source-wide stop (`eof_scope = "source"`) once an end-of-stream record was found: the
+    /// timestamp every split ends before, kept across a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_timestamp: Option<i64>,
     /// What the sink needs to recover to this checkpoint (a file's length, a transaction's token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sink: Option<serde_json::Value>,
@@ -60,6 +64,8 @@ pub struct JobStats {
     /// Records the assigned bounded splits hold (an upper bound), for progress and ETA.
     pub expected_records: AtomicU64,
     pub readers: Mutex<Vec<Arc<FetchStats>>>,
+    /// The event-time clock, when the job paces or stops source-wide (replayed time, late records).
+    pub event_time: std::sync::OnceLock<Arc<super::event_time::EventTimeClock>>,
 }
 
 /// How a job ended.

@@ -12,6 +12,7 @@ use tracing::{debug, info};
 
 use super::checkpoint::{Checkpoint, JobStats, Pending, SourceCheckpoint};
 use super::enumerator::{EnumeratorContext, ReaderCommand, SplitEnumerator};
+use super::event_time::EventTimeClock;
 use super::failpoint;
 use super::job::JobOptions;
 use super::reader::ReaderRequest;
@@ -55,6 +56,8 @@ pub(crate) struct Coordinator<S: Source> {
     pub(crate) final_due: bool,
     /// The source's settings fingerprint, stored with every checkpoint.
     pub(crate) source_settings: Option<serde_json::Value>,
+    /// The readers' event-time clock, whose source-wide stop each checkpoint keeps.
+    pub(crate) event_time: Option<Arc<EventTimeClock>>,
 }
 
 impl<S: Source> Coordinator<S> {
@@ -285,6 +288,7 @@ impl<S: Source> Coordinator<S> {
             splits,
             end_of_input: p.end_of_input,
             source_settings: self.source_settings.clone(),
+            stop_timestamp: self.event_time.as_ref().and_then(|c| c.stop_at()),
             sink: sink_state,
             // until this checkpoint's transaction is committed, a restart may need the one before
             previous: if transactional {

@@ -11,6 +11,11 @@ pub trait RecordPosition {
     fn position(&self) -> Option<i64> {
         None
     }
+
+    /// Its event time in milliseconds since the epoch, for pacing and a source-wide stop.
+    fn timestamp(&self) -> Option<i64> {
+        None
+    }
 }
 
 impl RecordPosition for u64 {
@@ -50,6 +55,8 @@ pub struct ReaderOutput<T> {
     emit_marker: bool,
     /// Set when the evaluator matched in the current split: `Some(position of the marker)`.
     ended_at: Option<Option<i64>>,
+    /// The timestamp of the last record the evaluator matched.
+    marker_timestamp: Option<i64>,
 }
 
 impl<T: RecordPosition> ReaderOutput<T> {
@@ -59,6 +66,7 @@ impl<T: RecordPosition> ReaderOutput<T> {
             eof,
             emit_marker,
             ended_at: None,
+            marker_timestamp: None,
         }
     }
 
@@ -70,6 +78,7 @@ impl<T: RecordPosition> ReaderOutput<T> {
         if let Some(eof) = &self.eof {
             if eof.is_end_of_stream(&record) {
                 self.ended_at = Some(record.position());
+                self.marker_timestamp = record.timestamp();
                 if self.emit_marker {
                     self.records.push(record);
                 }
@@ -89,6 +98,11 @@ impl<T: RecordPosition> ReaderOutput<T> {
     /// Whether the evaluator matched since the last [`ReaderOutput::take_end_of_split`].
     pub fn is_end_of_split(&self) -> bool {
         self.ended_at.is_some()
+    }
+
+    /// The timestamp of the record the evaluator matched last.
+    pub(crate) fn marker_timestamp(&self) -> Option<i64> {
+        self.marker_timestamp
     }
 
     /// Reset the end-of-split flag, returning the marker's position if it was set.

@@ -38,7 +38,7 @@ pub struct FetchStats {
     /// Fetched batches dropped before reaching the queue (all their splits were removed).
     pub batches_dropped: AtomicU64,
     /// Splits this reader finished, by [`FinishReason`] (indexed as [`FinishReason::ALL`]).
-    pub splits_finished: [AtomicU64; 4],
+    pub splits_finished: [AtomicU64; 5],
 }
 
 impl FetchStats {

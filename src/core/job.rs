@@ -24,6 +24,7 @@ use tracing::{info, info_span, warn, Instrument};
 use super::checkpoint::{JobReport, JobStats, SourceCheckpoint};
 use super::coordinator::Coordinator;
 use super::enumerator::{EnumeratorContext, SplitEnumerator};
+use super::event_time::EventTimeClock;
 use super::fetcher::FetchStats;
 use super::reader_driver::{ReaderDriver, ReaderEvent};
 use super::sink::Sink;
@@ -149,6 +150,18 @@ impl<S: Source> Job<S> {
             .spawn(move || run_sink(sink, channels, sink_stats))
             .map_err(|e| Error::io("cannot start the sink thread", e))?;
 
+        // one clock for all readers (pacing, a source-wide stop), with the stop a state kept
+        let event_time = self
+            .source
+            .event_time()
+            .filter(|o| o.is_active())
+            .map(|o| Arc::new(EventTimeClock::new(o)));
+        if let (Some(clock), Some(cp)) = (&event_time, &restored.checkpoint) {
+            clock.restore_stop(cp.stop_timestamp);
+        }
+        if let Some(clock) = &event_time {
+            let _ = self.stats.event_time.set(Arc::clone(clock));
+        }
         let mut reader_txs = Vec::with_capacity(parallelism);
         let mut reader_aborts = Vec::with_capacity(parallelism);
         let mut reader_watchers = Vec::with_capacity(parallelism);
@@ -162,6 +175,7 @@ impl<S: Source> Job<S> {
                 index,
                 parallelism,
                 fetch_stats: stats,
+                event_time: event_time.clone(),
             })?;
             let driver = ReaderDriver {
                 index,
@@ -234,6 +248,7 @@ impl<S: Source> Job<S> {
             last_committed,
             final_due: false,
             source_settings: self.source.settings_fingerprint(),
+            event_time,
         };
         let outcome = coordinator
             .run(events_rx, calls_rx, self.stop.clone(), &self.options)

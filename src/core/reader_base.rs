@@ -1,7 +1,8 @@
 //! `SourceReaderBase` (Flink's class of that name): the reader every tidegate source uses. It
 //! owns the fetcher manager and the element queue, emits fetched batches through the source's
 //! [`RecordEmitter`], keeps per-split progress and finishing reasons, and applies the
-//! end-of-stream evaluator.
+//! end-of-stream evaluator. With event time (pacing, a source-wide stop) it evaluates records
+//! as they arrive and holds them back until the job's clock releases them ([`HeldRecords`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,7 +12,9 @@ use tracing::debug;
 use super::checkpoint::FINAL_SNAPSHOT;
 use super::emitter::{EofOnRecordEvaluator, ReaderOutput, RecordEmitter, RecordPosition};
 use super::enumerator::SourceEvent;
+use super::event_time::EventTimeClock;
 use super::fetcher::{FetchStats, FetcherMode, SplitFetcherManager, SplitReaderFactory};
+use super::held::HeldRecords;
 use super::queue::{ElementQueue, DEFAULT_CAPACITY};
 use super::reader::{AvailabilityFuture, InputStatus, ReaderRequest, SourceReader};
 use super::source::{FinishReason, Finished, SourceSplit, SplitId, SplitSnapshot};
@@ -30,6 +33,8 @@ pub struct ReaderOptions<T> {
     /// Emit the record the evaluator matched, then end the split.
     pub eof_emit_marker: bool,
     pub stats: Arc<FetchStats>,
+    /// The job's event-time clock ([`super::source::ReaderContext::event_time`]).
+    pub event_time: Option<Arc<EventTimeClock>>,
 }
 
 impl<T> ReaderOptions<T> {
@@ -42,6 +47,7 @@ impl<T> ReaderOptions<T> {
             eof: None,
             eof_emit_marker: false,
             stats: Arc::new(FetchStats::default()),
+            event_time: None,
         }
     }
 }
@@ -74,6 +80,10 @@ pub struct SourceReaderBase<R: SplitReader, T, E> {
     checkpoint_listener: Option<CheckpointListener<R::Split>>,
     /// Snapshots of checkpoints not yet complete, for the listener.
     snapshots: std::collections::BTreeMap<u64, Vec<SplitSnapshot<R::Split>>>,
+    /// With event time: where records are evaluated (the driver's output then only collects),
+    /// and the records evaluated but not yet released.
+    staging: Option<ReaderOutput<T>>,
+    held: Option<HeldRecords<T>>,
 }
 
 impl<R, T, E> SourceReaderBase<R, T, E>
@@ -98,12 +108,17 @@ where
             splits: HashMap::new(),
             unfinished: 0,
             no_more_splits: false,
-            options,
             requests: Vec::new(),
             split_requested: false,
             event_handler: None,
             checkpoint_listener: None,
             snapshots: std::collections::BTreeMap::new(),
+            staging: options
+                .event_time
+                .as_ref()
+                .map(|_| ReaderOutput::new(options.eof.clone(), options.eof_emit_marker)),
+            held: options.event_time.clone().map(HeldRecords::new),
+            options,
         }
     }
 
@@ -142,6 +157,13 @@ where
             }
         }
         self.options.stats.split_finished(finished.reason);
+        if let Some(held) = &mut self.held {
+            // evaluated records it still holds go out; it holds no one back any more
+            held.clock().remove(id);
+            if finished.reason == FinishReason::Removed {
+                held.forget(id);
+            }
+        }
         if from_fetcher {
             self.manager.split_finished(id);
         } else {
@@ -163,11 +185,128 @@ where
     }
 
     fn idle_status(&self) -> InputStatus {
-        if self.no_more_splits && self.unfinished == 0 && self.queue.is_empty() {
+        let nothing_held = self.held.as_ref().is_none_or(HeldRecords::is_empty);
+        if self.no_more_splits && self.unfinished == 0 && self.queue.is_empty() && nothing_held {
             InputStatus::EndOfInput
         } else {
             InputStatus::NothingAvailable
         }
+    }
+
+    /// With event time: evaluate a fetched batch into the held records, then release what the
+    /// clock allows into `output`, end the splits the source-wide stop reached, and pause or
+    /// resume fetching by how much each split holds.
+    fn poll_event_time(&mut self, output: &mut ReaderOutput<T>) -> Result<InputStatus> {
+        let (Some(mut staging), Some(mut held)) = (self.staging.take(), self.held.take()) else {
+            return Ok(self.idle_status());
+        };
+        held.mark_seen();
+        let result = self.stage_and_release(&mut staging, &mut held, output);
+        self.staging = Some(staging);
+        self.held = Some(held);
+        result
+    }
+
+    fn stage_and_release(
+        &mut self,
+        staging: &mut ReaderOutput<T>,
+        held: &mut HeldRecords<T>,
+        output: &mut ReaderOutput<T>,
+    ) -> Result<InputStatus> {
+        let mut progressed = false;
+        if let Some(batch) = self.queue.poll() {
+            progressed = true;
+            for (id, elements) in batch.records {
+                let Some(entry) = self.splits.get_mut(&id) else {
+                    continue;
+                };
+                if entry.finished.is_some() {
+                    continue;
+                }
+                let mut ended = None;
+                for element in elements {
+                    self.emitter.emit_record(element, staging, &mut entry.split)?;
+                    if let Some(at) = staging.take_end_of_split() {
+                        ended = Some(at);
+                        break;
+                    }
+                }
+                let marker = ended.map(|_| staging.marker_timestamp());
+                held.hold(&id, staging.take_records(), marker, self.options.eof_emit_marker);
+                if let Some(at) = ended {
+                    let finished = Finished {
+                        reason: FinishReason::EofRecord,
+                        at,
+                    };
+                    self.finish_split_holding(held, &id, finished, false);
+                }
+            }
+            for (id, reason) in batch.finished {
+                self.finish_split_holding(held, &id, Finished::new(reason), true);
+            }
+            for id in &batch.caught_up {
+                held.clock().caught_up(id);
+            }
+        }
+        let released = held.release(output);
+        progressed |= released.count > 0;
+        for (id, at) in released.stopped {
+            let finished = Finished {
+                reason: FinishReason::SourceStop,
+                at,
+            };
+            self.finish_split_holding(held, &id, finished, false);
+            progressed = true;
+        }
+        // a caught-up split with nothing held ends once the wall clock is past the stop
+        if held.clock().stop_at().is_some() {
+            let idle: Vec<SplitId> = self
+                .splits
+                .iter()
+                .filter(|(id, e)| e.finished.is_none() && !held.holds(id) && held.clock().is_past_stop(id))
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in idle {
+                self.finish_split_holding(held, &id, Finished::new(FinishReason::SourceStop), false);
+                progressed = true;
+            }
+        }
+        let (pause, resume) = held.flow_control();
+        if !pause.is_empty() || !resume.is_empty() {
+            debug!(
+                reader = self.options.index,
+                paused = pause.len(),
+                resumed = resume.len(),
+                "event time: fetch paused/resumed"
+            );
+            self.manager.pause_or_resume(&pause, &resume);
+        }
+        if progressed || !self.queue.is_empty() {
+            Ok(InputStatus::MoreAvailable)
+        } else if !held.is_empty() {
+            // (self.held is taken out while this runs: idle_status cannot see it)
+            Ok(InputStatus::NothingAvailable)
+        } else {
+            Ok(self.idle_status())
+        }
+    }
+
+    /// [`Self::finish_split`] while the held records are taken out of `self`.
+    fn finish_split_holding(
+        &mut self,
+        held: &mut HeldRecords<T>,
+        id: &SplitId,
+        finished: Finished,
+        from_fetcher: bool,
+    ) {
+        if self.splits.get(id).is_none_or(|e| e.finished.is_some()) {
+            return;
+        }
+        held.clock().remove(id);
+        if finished.reason == FinishReason::Removed {
+            held.forget(id);
+        }
+        self.finish_split(id, finished, from_fetcher);
     }
 
     fn emit_batch(&mut self, batch: RecordsWithSplitIds<R::Element>, output: &mut ReaderOutput<T>) -> Result<()> {
@@ -214,6 +353,10 @@ where
     type Output = T;
 
     fn create_output(&self) -> ReaderOutput<T> {
+        if self.held.is_some() {
+            // evaluated in staging already, before being held
+            return ReaderOutput::new(None, false);
+        }
         ReaderOutput::new(self.options.eof.clone(), self.options.eof_emit_marker)
     }
 
@@ -224,6 +367,9 @@ where
 
     fn poll_next(&mut self, output: &mut ReaderOutput<T>) -> Result<InputStatus> {
         self.manager.check_errors()?;
+        if self.held.is_some() {
+            return self.poll_event_time(output);
+        }
         match self.queue.poll() {
             Some(batch) => {
                 self.emit_batch(batch, output)?;
@@ -234,7 +380,19 @@ where
     }
 
     fn is_available(&self) -> AvailabilityFuture {
-        self.queue.available()
+        let queue = self.queue.available();
+        match &self.held {
+            None => queue,
+            Some(held) => {
+                let clock = held.changed();
+                Box::pin(async move {
+                    tokio::select! {
+                        _ = queue => {}
+                        _ = clock => {}
+                    }
+                })
+            }
+        }
     }
 
     fn add_splits(&mut self, splits: Vec<R::Split>) -> Result<()> {
@@ -248,6 +406,9 @@ where
                     // already being read: a duplicate assignment would read it twice
                     continue;
                 }
+            }
+            if let Some(held) = &self.held {
+                held.clock().register(&id);
             }
             self.splits.insert(
                 id,
@@ -273,12 +434,23 @@ where
     }
 
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Vec<SplitSnapshot<R::Split>> {
+        let held = self.held.as_ref();
         let mut snapshot: Vec<_> = self
             .splits
-            .values()
-            .map(|e| SplitSnapshot {
-                split: e.split.clone(),
-                finished: e.finished,
+            .iter()
+            .map(|(id, e)| match held.and_then(|h| h.first_position(id)) {
+                // records evaluated but held back are not emitted yet: the split stands before them
+                Some(position) => {
+                    let mut split = e.split.clone();
+                    if !split.rewind_to(position) {
+                        tracing::warn!(split_id = %id, "cannot rewind the split to its held records");
+                    }
+                    SplitSnapshot { split, finished: None }
+                }
+                None => SplitSnapshot {
+                    split: e.split.clone(),
+                    finished: e.finished,
+                },
             })
             .collect();
         snapshot.sort_by_key(|s| s.split.split_id());

@@ -38,6 +38,12 @@ pub trait SourceSplit: Clone + Debug + Send + Serialize + DeserializeOwned + 'st
     fn describe(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
+
+    /// Move its progress back to just before the record at `position` (which was emitted into
+    /// the reader but is still held back, see [`crate::event_time`]); false if it cannot.
+    fn rewind_to(&mut self, _position: i64) -> bool {
+        false
+    }
 }
 
 /// Why a split stopped. Recorded in the state file so a restart never reads a finished split again.
@@ -52,15 +58,19 @@ pub enum FinishReason {
     Empty,
     /// The split disappeared from its origin (a deleted partition, a removed event).
     Removed,
+    /// The source-wide stop (`eof_scope = "source"`): its next record is at or after the
+    /// timestamp of an end-of-stream record found in some split.
+    SourceStop,
 }
 
 impl FinishReason {
     /// Every reason, in a fixed order (the index of each in per-reason counters).
-    pub const ALL: [FinishReason; 4] = [
+    pub const ALL: [FinishReason; 5] = [
         FinishReason::StoppingOffset,
         FinishReason::EofRecord,
         FinishReason::Empty,
         FinishReason::Removed,
+        FinishReason::SourceStop,
     ];
 
     /// The reason as the state file and metrics spell it.
@@ -70,6 +80,7 @@ impl FinishReason {
             FinishReason::EofRecord => "eof_record",
             FinishReason::Empty => "empty",
             FinishReason::Removed => "removed",
+            FinishReason::SourceStop => "source_stop",
         }
     }
 }
@@ -126,6 +137,11 @@ pub trait Source: Send + Sync + 'static {
     /// Reader `index` of `parallelism`.
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader>;
 
+    /// What its readers' event time does (pacing, a source-wide stop); `None`: nothing.
+    fn event_time(&self) -> Option<super::event_time::EventTimeOptions> {
+        None
+    }
+
     /// The settings its state depends on, stored with every checkpoint (`None`: nothing to check).
     fn settings_fingerprint(&self) -> Option<serde_json::Value> {
         None
@@ -176,4 +192,6 @@ pub struct ReaderContext {
     pub parallelism: usize,
     /// Counters of this reader's fetch hand-off, shared with the job's statistics.
     pub fetch_stats: Arc<super::fetcher::FetchStats>,
+    /// The job's event-time clock, when the source asked for one ([`Source::event_time`]).
+    pub event_time: Option<Arc<super::event_time::EventTimeClock>>,
 }

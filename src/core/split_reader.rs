@@ -14,6 +14,9 @@ pub struct RecordsWithSplitIds<E> {
     pub records: Vec<(SplitId, Vec<E>)>,
     /// Splits finished by this fetch, after the records above.
     pub finished: Vec<(SplitId, FinishReason)>,
+    /// Splits whose fetch reached the end of their log after the records above (for event
+    /// time: a caught-up split holds no one back, see [`crate::event_time`]).
+    pub caught_up: Vec<SplitId>,
 }
 
 impl<E> Default for RecordsWithSplitIds<E> {
@@ -21,13 +24,14 @@ impl<E> Default for RecordsWithSplitIds<E> {
         RecordsWithSplitIds {
             records: Vec::new(),
             finished: Vec::new(),
+            caught_up: Vec::new(),
         }
     }
 }
 
 impl<E> RecordsWithSplitIds<E> {
     pub fn is_empty(&self) -> bool {
-        self.finished.is_empty() && self.records.iter().all(|(_, r)| r.is_empty())
+        self.finished.is_empty() && self.caught_up.is_empty() && self.records.iter().all(|(_, r)| r.is_empty())
     }
 
     pub fn record_count(&self) -> usize {

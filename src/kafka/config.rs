@@ -14,7 +14,7 @@ use super::offsets::{parse_topic_partition, CommittedReset, StartingOffsets, Sto
 use super::{KafkaSource, KafkaSourceSettings, Subscription};
 use crate::connector::values::{duration_at, keyword, one_of, properties, single_entry, time_value, PropertyValue};
 use crate::connector::{JobConfig, SourceConnector, SourceContext};
-use crate::core::Sink;
+use crate::core::{EventTimeOptions, Sink};
 use crate::error::{Error, Result};
 use crate::format::config::{avro, value_format, AvroConfig, RawAvro};
 use crate::format::DecodeErrorPolicy;
@@ -54,6 +54,19 @@ pub struct RawKafkaSource {
     /// Emit the record that matched `eof` too.
     #[serde(default)]
     pub eof_emit_marker: bool,
+    /// What an `eof` match ends: "partition" (default: its own partition) or "source" (every
+    /// partition, at the marker's timestamp: each record before it is emitted, none at or after
+    /// it, exact across skewed partitions; kept across a restart).
+    pub eof_scope: Option<String>,
+    /// Replay at event time: each record is emitted when (its timestamp - the first record's) /
+    /// `replay_speed` has passed since the replay started, all partitions on one clock (1.0 is
+    /// real time, 60.0 plays an hour in a minute). Absent: as fast as possible.
+    pub replay_speed: Option<f64>,
+    /// With `replay_speed` or `eof_scope = "source"` on a live topic: how far behind the wall
+    /// clock the next record of a partition that is at the end of its log may be stamped
+    /// (producer clock skew plus the time from produce to fetch). Such a partition holds the
+    /// others back only for records newer than that. Default "2s".
+    pub caught_up_grace: Option<String>,
     /// How often to look for new partitions, e.g. "5m"; "0" disables. Default: off when the source
     /// is bounded or has `eof`, else "5m". Not allowed with bounded stopping offsets.
     pub partition_discovery_interval: Option<String>,
@@ -90,6 +103,7 @@ pub struct KafkaSourceConfig {
     pub avro: Option<AvroConfig>,
     pub eof: Option<String>,
     pub eof_emit_marker: bool,
+    pub event_time: EventTimeOptions,
     pub decode_errors: DecodeErrorPolicy,
     pub dead_letter_topic: Option<String>,
 }
@@ -218,6 +232,31 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
     if raw.bootstrap_servers.trim().is_empty() {
         return Err(Error::config("source.bootstrap_servers", "must not be empty"));
     }
+    let source_wide_stop = keyword(
+        "source.eof_scope",
+        raw.eof_scope.as_deref(),
+        false,
+        &[("partition", false), ("source", true)],
+    )?;
+    if source_wide_stop && raw.eof.is_none() {
+        return Err(Error::config(
+            "source.eof_scope",
+            "\"source\" needs an end-of-stream expression: set source.eof",
+        ));
+    }
+    if let Some(speed) = raw.replay_speed {
+        if !(speed.is_finite() && speed > 0.0) {
+            return Err(Error::config(
+                "source.replay_speed",
+                format!("must be a number above 0 (1.0 is real time, 60.0 plays an hour in a minute), not {speed}"),
+            ));
+        }
+    }
+    let event_time = EventTimeOptions {
+        speed: raw.replay_speed,
+        source_wide_stop,
+        idle_grace: duration_at("source.caught_up_grace", raw.caught_up_grace.as_deref().unwrap_or("2s"))?,
+    };
     let mut settings = KafkaSourceSettings::new(raw.bootstrap_servers, subscription);
     settings.starting = starting;
     settings.stopping = stopping;
@@ -241,6 +280,7 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
         avro,
         eof: raw.eof,
         eof_emit_marker: raw.eof_emit_marker,
+        event_time,
         decode_errors,
         dead_letter_topic: raw.dead_letter_topic,
     })
@@ -346,6 +386,16 @@ impl SourceConnector for KafkaSourceConfig {
             None => String::new(),
         };
         lines.push(format!("  format {}{eof}", self.format));
+        if self.event_time.source_wide_stop {
+            lines.push(
+                "  the first end-of-stream record of any partition ends every partition at its timestamp".to_string(),
+            );
+        }
+        if let Some(speed) = self.event_time.speed {
+            lines.push(format!(
+                "  replayed at {speed}x event time, all partitions on one clock"
+            ));
+        }
         if let Some(avro) = &self.avro {
             lines.push(format!("  avro {avro}"));
         }
@@ -412,6 +462,7 @@ impl SourceConnector for KafkaSourceConfig {
             builder = builder.eof_evaluator(Arc::new(expression));
         }
         let mut source = builder.build()?;
+        source.event_time = self.event_time.clone();
         source.queue_capacity = ctx.job.queue_capacity;
         source.keep_decoded = keep_decoded;
         source.metrics = metrics;

@@ -23,7 +23,8 @@ use regex::Regex;
 use tracing::{debug, info, warn};
 
 use crate::core::{
-    Boundedness, EofOnRecordEvaluator, FetcherMode, ReaderContext, ReaderOptions, Source, SourceReaderBase,
+    Boundedness, EofOnRecordEvaluator, EventTimeOptions, FetcherMode, ReaderContext, ReaderOptions, Source,
+    SourceReaderBase,
 };
 use crate::error::{Error, Result};
 use crate::format::DecodeErrorPolicy;
@@ -149,6 +150,8 @@ pub struct KafkaSource {
     pub keep_decoded: bool,
     /// Where its metrics go (no-op handles unless the daemon registered them).
     pub metrics: KafkaMetrics,
+    /// Pacing and a source-wide stop (inactive by default).
+    pub event_time: EventTimeOptions,
 }
 
 impl KafkaSource {
@@ -310,6 +313,11 @@ impl KafkaSourceBuilder {
             max_batch_records: 4096,
             keep_decoded: true,
             metrics: KafkaMetrics::noop(),
+            event_time: EventTimeOptions {
+                speed: None,
+                source_wide_stop: false,
+                idle_grace: Duration::from_secs(2),
+            },
         })
     }
 }
@@ -323,6 +331,10 @@ impl Source for KafkaSource {
 
     fn kind(&self) -> &'static str {
         "kafka"
+    }
+
+    fn event_time(&self) -> Option<EventTimeOptions> {
+        Some(self.event_time.clone())
     }
 
     fn boundedness(&self) -> Boundedness {
@@ -360,6 +372,7 @@ impl Source for KafkaSource {
         options.eof = self.eof.clone();
         options.eof_emit_marker = self.eof_emit_marker;
         options.stats = context.fetch_stats;
+        options.event_time = context.event_time;
         let settings = Arc::clone(&self.settings);
         let max_batch = self.max_batch_records;
         let metrics = self.metrics.clone();

@@ -51,6 +51,11 @@ impl SourceSplit for KafkaPartitionSplit {
         self.stop_offset.map(|stop| (stop - self.next_offset).max(0) as u64)
     }
 
+    fn rewind_to(&mut self, position: i64) -> bool {
+        self.next_offset = position;
+        true
+    }
+
     fn describe(&self) -> String {
         match self.stop_offset {
             Some(stop) => format!("next_offset {}, stop_offset {stop}", self.next_offset),

@@ -250,12 +250,15 @@ impl SplitReader for KafkaPartitionSplitReader {
         let mut groups: Vec<(SplitId, Vec<Record>)> = Vec::new();
         let mut count = 0;
         let mut eof = false;
+        // splits whose fetch reached the end of the log, with no record after that in this fetch
+        let mut caught_up: Vec<SplitId> = Vec::new();
         let mut idle = false;
         let mut timeout = POLL_TIMEOUT;
         let mut to_finish: Vec<(Arc<str>, i32)> = Vec::new();
         let mut failure: Option<Error> = None;
         let mut out_of_range = false;
         while count < self.max_batch_records && failure.is_none() && !out_of_range {
+            let caught_up = &mut caught_up;
             let (splits, last_hit, consumer_errors, partition_errors) = (
                 &mut self.splits,
                 &mut self.last_hit,
@@ -270,6 +273,9 @@ impl SplitReader for KafkaPartitionSplitReader {
                             return; // a split removed a moment ago
                         };
                         let split = &mut splits[index];
+                        if !caught_up.is_empty() {
+                            caught_up.retain(|id| *id != split.id);
+                        }
                         if split.stop.is_some_and(|stop| m.offset >= stop) {
                             to_finish.push((split.topic.clone(), split.partition));
                             return;
@@ -302,7 +308,12 @@ impl SplitReader for KafkaPartitionSplitReader {
                             to_finish.push((split.topic.clone(), split.partition));
                         }
                     }
-                    Event::PartitionEof { .. } => eof = true,
+                    Event::PartitionEof { topic, partition } => {
+                        eof = true;
+                        if let Some(index) = index_in(splits, last_hit, topic, partition) {
+                            caught_up.push(splits[index].id.clone());
+                        }
+                    }
                     Event::Error {
                         code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET,
                         ..
@@ -400,6 +411,7 @@ impl SplitReader for KafkaPartitionSplitReader {
         }
         batch.records = groups;
         batch.finished = finished;
+        batch.caught_up = caught_up;
         Ok(batch)
     }
 

@@ -45,6 +45,8 @@ const DESCRIPTIONS: &[(&str, &str, &str)] = &[
     ("tidegate_eof_evaluation_errors_total", "counter", "end-of-stream evaluations that failed (no match)"),
     ("tidegate_decode_errors_skipped_total", "counter", "undecodable records skipped"),
     ("tidegate_decode_errors_dead_lettered_total", "counter", "undecodable records sent to the dead-letter topic"),
+    ("tidegate_replay_event_time_seconds", "gauge", "event time replayed to: the largest record timestamp emitted (with replay_speed or eof_scope = \"source\")"),
+    ("tidegate_replay_late_records_total", "counter", "records emitted at once because they were older than one already emitted of their partition"),
     ("tidegate_periodic_events", "gauge", "events assigned by the periodic source"),
     ("tidegate_periodic_fires_total", "counter", "records the periodic source fired"),
     ("tidegate_periodic_supplier_failures_total", "counter", "supplier reads that failed (the old events kept firing)"),
@@ -101,6 +103,12 @@ impl Metrics {
         self.last_checkpoint
             .set(s.last_checkpoint_ms.load(Ordering::Relaxed) as f64 / 1000.0);
         self.expected.set(s.expected_records.load(Ordering::Relaxed) as f64);
+        if let Some(clock) = s.event_time.get() {
+            if let Some(t) = clock.replayed_to() {
+                metrics::gauge!("tidegate_replay_event_time_seconds").set(t as f64 / 1000.0);
+            }
+            metrics::counter!("tidegate_replay_late_records_total").absolute(clock.late_records());
+        }
         let readers = s.readers.lock().unwrap_or_else(|p| p.into_inner());
         for reason in crate::core::FinishReason::ALL {
             let finished: u64 = readers.iter().map(|r| r.finished(reason)).sum();

@@ -192,6 +192,11 @@ impl TestKafka {
         c.create().expect("producer")
     }
 
+    /// A producer kept open, for tests that produce while a job runs.
+    pub fn live_producer(&self) -> LiveProducer {
+        LiveProducer(self.producer(&[("linger.ms", "0")]))
+    }
+
     /// Produce records and wait until all are acknowledged.
     pub fn produce(&self, topic: &str, records: &[TestRecord]) {
         let producer = self.producer(&[]);
@@ -360,6 +365,19 @@ impl TestKafka {
     }
 }
 
+/// A producer kept open ([`TestKafka::live_producer`]).
+pub struct LiveProducer(ThreadedProducer<DefaultProducerContext>);
+
+impl LiveProducer {
+    pub fn send(&self, topic: &str, record: &TestRecord) {
+        send(&self.0, topic, record);
+    }
+
+    pub fn flush(&self) {
+        self.0.flush(Duration::from_secs(30)).expect("flush");
+    }
+}
+
 fn send(producer: &ThreadedProducer<DefaultProducerContext>, topic: &str, r: &TestRecord) {
     let mut headers = OwnedHeaders::new();
     for (k, v) in &r.headers {
@@ -451,4 +469,12 @@ pub fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> 
         assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Milliseconds since the epoch, now (a record timestamp "as it happens").
+pub fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64
 }

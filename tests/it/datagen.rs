@@ -186,14 +186,26 @@ fn a_generator_that_fails_fails_the_job_with_its_cause() {
     let kafka = TestKafka::get();
     let topic = kafka.create_topic("gen-fail", 1);
     let dir = JobDir::new();
+    // record 0 (which validation generates) is fine; a later one draws the bad time
+    let config = dir.config(&datagen_config(&kafka, &topic, 50, 1, "timestamp = \"when\"").replace(
+        "[source.fields]",
+        "[source.fields]\nwhen = { choice = [\"2026-11-27T09:30:00Z\", \"not a time\"] }",
+    ));
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 1, "{log}");
+    assert!(
+        log.contains("generating record") && !log.contains("generating record 0") && log.contains("not a time"),
+        "{log}"
+    );
+    // a generator that cannot make its first record is a config error, found before running
     let config = dir.config(&datagen_config(&kafka, &topic, 10, 1, "timestamp = \"when\"").replace(
         "[source.fields]",
         "[source.fields]\nwhen = { choice = [\"not a time\"] }",
     ));
     let (code, log) = run(&config, &[], MINUTE);
-    assert_eq!(code, 1, "{log}");
+    assert_eq!(code, 2, "{log}");
     assert!(
-        log.contains("generating record 0") && log.contains("not a time"),
+        log.contains("source.timestamp") && log.contains("generating record 0"),
         "{log}"
     );
 }

@@ -6,6 +6,7 @@ mod common;
 mod daemon;
 mod daemon_util;
 mod datagen;
+mod event_time;
 mod exactly_once;
 mod examples;
 mod faults;

@@ -50,6 +50,9 @@ pub struct RawKafkaSink {
     /// How long a checkpoint waits for every send to be acknowledged.
     #[serde(default = "sixty_seconds")]
     pub flush_timeout: String,
+    /// The timestamp of each written record: "source" (default: the one it was read with) or
+    /// "now" (when it is written: for a paced replay into a topic a live system reads).
+    pub timestamps: Option<String>,
     /// librdkafka producer properties, passed through.
     #[serde(default)]
     pub properties: BTreeMap<String, PropertyValue>,
@@ -125,6 +128,12 @@ impl SinkConnector for KafkaSinkConfig {
         settings.properties = properties;
         settings.flush_timeout = duration_at("sink.flush_timeout", &raw.flush_timeout)?;
         settings.delivery = delivery;
+        settings.stamp_now = keyword(
+            "sink.timestamps",
+            raw.timestamps.as_deref(),
+            false,
+            &[("source", false), ("now", true)],
+        )?;
         settings.transaction_timeout = duration_at("sink.transaction_timeout", &raw.transaction_timeout)?;
         // librdkafka checks properties only when a client is created (the transactional id is
         // the job's, set at build; any id checks the same properties)
@@ -177,6 +186,9 @@ impl SinkConnector for KafkaSinkConfig {
             lines.push(format!(
                 "  the topic is created if missing: {partitions} partitions, replication factor {replication}"
             ));
+        }
+        if s.stamp_now {
+            lines.push("  records are stamped with the time they are written".to_string());
         }
         if !s.properties.is_empty() {
             let props: Vec<String> = crate::kafka::client::redacted(&s.properties)

@@ -85,6 +85,8 @@ pub struct KafkaSinkSettings {
     /// librdkafka's `transaction.timeout.ms`: an open transaction older than this is aborted by
     /// the broker, so it must outlast a checkpoint interval.
     pub transaction_timeout: Duration,
+    /// Stamp records with the time they are written, not their source timestamp.
+    pub stamp_now: bool,
 }
 
 impl KafkaSinkSettings {
@@ -99,6 +101,7 @@ impl KafkaSinkSettings {
             delivery: Delivery::AtLeastOnce,
             transactional_id: None,
             transaction_timeout: Duration::from_secs(60),
+            stamp_now: false,
         }
     }
 }
@@ -217,7 +220,9 @@ impl KafkaSink {
         if let Some(v) = record.value.as_deref() {
             message = message.payload(v);
         }
-        if let Some(ts) = record.timestamp {
+        if self.settings.stamp_now {
+            message = message.timestamp(crate::core::event_time::wall_millis());
+        } else if let Some(ts) = record.timestamp {
             message = message.timestamp(ts);
         }
         if let Some(p) = partition {
@@ -261,7 +266,7 @@ impl KafkaSink {
             let slice = deadline
                 .saturating_duration_since(std::time::Instant::now())
                 .min(Duration::from_millis(500));
-            let result = self.producer.flush(slice);
+            let result = flush_now(&self.producer, slice);
             self.check_failure()?;
             match result {
                 Ok(()) => return Ok(()),
@@ -272,6 +277,22 @@ impl KafkaSink {
                 Err(_) => {}
             }
         }
+    }
+}
+
+/// librdkafka's `rd_kafka_flush` with the whole timeout: it sends lingering messages at once and
+/// returns within 10 ms of the last acknowledgement. rust-rdkafka's `flush` calls it with no
+/// timeout and then polls the main queue for up to 100 ms; the `ThreadedProducer`'s own thread
+/// takes the delivery reports from that queue first, so every flush (every checkpoint) lasted
+/// 100 ms, and a paced replay stalled that long at each checkpoint.
+fn flush_now(producer: &ThreadedProducer<DeliveryContext>, timeout: Duration) -> std::result::Result<(), KafkaError> {
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: the producer's handle is valid for as long as `producer` lives; rd_kafka_flush is
+    // thread-safe (the poll thread may serve delivery reports meanwhile).
+    let code = unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), ms) };
+    match code {
+        rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => Ok(()),
+        code => Err(KafkaError::Flush(code.into())),
     }
 }
 

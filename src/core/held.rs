@@ -1,0 +1,217 @@
+//! The records one reader has evaluated but holds back for event time (pacing, a source-wide
+//! stop), per split in fetch order, released oldest first as the shared [`EventTimeClock`]
+//! allows. Held records are not yet emitted: a checkpoint's split state is rewound to the first
+//! of them, so a restart reads them again.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::watch;
+
+use super::emitter::{ReaderOutput, RecordPosition};
+use super::event_time::{EventTimeClock, Release};
+use super::reader::AvailabilityFuture;
+use super::source::SplitId;
+
+/// Held records per split above which the split's fetching pauses (resumed below half): memory
+/// stays bounded while a paced replay waits, or a split runs ahead of the others.
+pub(crate) const PAUSE_ABOVE: usize = 8192;
+/// Records released per poll at most, so commands and checkpoints are not kept waiting.
+const RELEASE_PER_POLL: usize = 4096;
+
+struct Held<T> {
+    record: T,
+    timestamp: i64,
+    /// The end-of-stream record itself (kept with `eof_emit_marker`): it goes out at the stop.
+    marker: bool,
+}
+
+/// What [`HeldRecords::release`] did.
+#[derive(Default)]
+pub(crate) struct Released {
+    pub(crate) count: usize,
+    /// Splits that reached the source-wide stop, with the position of their first record at or
+    /// after it (their later held records are dropped).
+    pub(crate) stopped: Vec<(SplitId, Option<i64>)>,
+}
+
+pub(crate) struct HeldRecords<T> {
+    clock: Arc<EventTimeClock>,
+    version: watch::Receiver<u64>,
+    held: HashMap<SplitId, VecDeque<Held<T>>>,
+    last_emitted: HashMap<SplitId, i64>,
+    paused: HashSet<SplitId>,
+    wake_at: Option<Instant>,
+}
+
+impl<T: RecordPosition> HeldRecords<T> {
+    pub(crate) fn new(clock: Arc<EventTimeClock>) -> Self {
+        HeldRecords {
+            version: clock.subscribe(),
+            clock,
+            held: HashMap::new(),
+            last_emitted: HashMap::new(),
+            paused: HashSet::new(),
+            wake_at: None,
+        }
+    }
+
+    pub(crate) fn clock(&self) -> &Arc<EventTimeClock> {
+        &self.clock
+    }
+
+    /// Hold `records` of split `id`, just evaluated; `marker`: the split ended at an
+    /// end-of-stream record at this timestamp (the last of `records` if it was kept).
+    pub(crate) fn hold(&mut self, id: &SplitId, records: Vec<T>, marker: Option<Option<i64>>, marker_kept: bool) {
+        let queue = self.held.entry(id.clone()).or_default();
+        let mut previous = queue
+            .back()
+            .map(|h| h.timestamp)
+            .or_else(|| self.last_emitted.get(id).copied())
+            .unwrap_or(i64::MIN);
+        let (mut low, mut high) = (i64::MAX, i64::MIN);
+        let n = records.len();
+        for (i, record) in records.into_iter().enumerate() {
+            // a record without a timestamp keeps its place behind the one before it
+            let timestamp = record.timestamp().unwrap_or(previous);
+            previous = timestamp;
+            low = low.min(timestamp);
+            high = high.max(timestamp);
+            queue.push_back(Held {
+                record,
+                timestamp,
+                marker: marker_kept && marker.is_some() && i + 1 == n,
+            });
+        }
+        if let Some(Some(t)) = marker {
+            low = low.min(t);
+            high = high.max(t);
+        }
+        if queue.is_empty() {
+            self.held.remove(id);
+        }
+        if low <= high && low != i64::MIN {
+            self.clock.observe(id, low, high);
+        }
+        if let Some(Some(t)) = marker {
+            self.clock.found_stop(t);
+        }
+    }
+
+    /// Release what the clock allows into `output`, oldest first across this reader's splits.
+    pub(crate) fn release(&mut self, output: &mut ReaderOutput<T>) -> Released {
+        let mut done = Released::default();
+        let now = Instant::now();
+        self.wake_at = None;
+        while done.count < RELEASE_PER_POLL {
+            let Some((id, timestamp, marker)) = self
+                .held
+                .iter()
+                .filter_map(|(id, q)| q.front().map(|h| (id, h.timestamp, h.marker)))
+                .min_by_key(|(_, t, _)| *t)
+                .map(|(id, t, m)| (id.clone(), t, m))
+            else {
+                break;
+            };
+            match self.clock.release(&id, timestamp, now, marker) {
+                Release::Now => {
+                    let Some(queue) = self.held.get_mut(&id) else { break };
+                    let Some(h) = queue.pop_front() else { break };
+                    if queue.is_empty() {
+                        self.held.remove(&id);
+                    }
+                    let last = self.last_emitted.entry(id).or_insert(i64::MIN);
+                    let late = h.timestamp < *last;
+                    *last = (*last).max(h.timestamp);
+                    self.clock.emitted(h.timestamp, late);
+                    output.collect_unevaluated(h.record);
+                    done.count += 1;
+                }
+                Release::At(at) => {
+                    self.wake_at = Some(at);
+                    break;
+                }
+                Release::Wait(at) => {
+                    self.wake_at = at;
+                    break;
+                }
+                Release::Drop => {
+                    // the split ends at its first record at or after the stop; what follows goes too
+                    let queue = self.held.remove(&id);
+                    let at = queue.and_then(|mut q| q.pop_front()).and_then(|h| h.record.position());
+                    done.stopped.push((id, at));
+                }
+            }
+        }
+        done
+    }
+
+    /// Position of the first held record of `id`: where its progress stands for a checkpoint.
+    pub(crate) fn first_position(&self, id: &SplitId) -> Option<i64> {
+        self.held.get(id)?.front()?.record.position()
+    }
+
+    pub(crate) fn holds(&self, id: &SplitId) -> bool {
+        self.held.contains_key(id)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// Drop what a removed split held.
+    pub(crate) fn forget(&mut self, id: &SplitId) {
+        self.held.remove(id);
+        self.paused.remove(id);
+    }
+
+    /// Splits to pause (holding too much) and to resume (drained, or ended). A split that may be
+    /// holding the others back (its watermark the lowest) is never paused, so alignment cannot
+    /// deadlock.
+    pub(crate) fn flow_control(&mut self) -> (Vec<SplitId>, Vec<SplitId>) {
+        let mut pause = Vec::new();
+        let mut resume = Vec::new();
+        for (id, queue) in &self.held {
+            if queue.len() > PAUSE_ABOVE && !self.paused.contains(id) && !self.clock.is_slowest(id) {
+                pause.push(id.clone());
+            }
+        }
+        for id in &self.paused {
+            let len = self.held.get(id).map_or(0, VecDeque::len);
+            if len < PAUSE_ABOVE / 2 || self.clock.is_slowest(id) {
+                resume.push(id.clone());
+            }
+        }
+        for id in &pause {
+            self.paused.insert(id.clone());
+        }
+        for id in &resume {
+            self.paused.remove(id);
+        }
+        (pause, resume)
+    }
+
+    /// Note the clock's current version: [`HeldRecords::changed`] waits for a newer one.
+    pub(crate) fn mark_seen(&mut self) {
+        self.version.borrow_and_update();
+    }
+
+    /// Completes when the clock changes or the next held record is due.
+    pub(crate) fn changed(&self) -> AvailabilityFuture {
+        let mut version = self.version.clone();
+        let wake_at = self.wake_at;
+        Box::pin(async move {
+            let sleep = async {
+                match wake_at {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = version.changed() => {}
+                _ = sleep => {}
+            }
+        })
+    }
+}
