@@ -311,7 +311,7 @@ fn a_graceful_stop_resumes_with_no_gap_and_no_duplicate() {
     };
     let mut source = NumberSequenceSource::new(0, 100_000, 3);
     source.batch_size = 100;
-    let job = Job::new(source, JobOptions::new("stop", 3))
+    let job = Job::new(source, JobOptions::new("test", 3))
         .with_state(StateStore::open(&path).unwrap())
         .with_stop_signal(rx);
     let report = job.run_blocking(Box::new(sink)).expect("stops cleanly");

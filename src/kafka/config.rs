@@ -380,17 +380,21 @@ impl SourceConnector for KafkaSourceConfig {
             format!("source kafka {}, {}", s.bootstrap_servers, s.subscription),
             format!("  starting_offsets {}; stopping_offsets {}", s.starting, s.stopping),
         ];
+        let written = if self.eof_emit_marker {
+            "written too"
+        } else {
+            "not written"
+        };
         let eof = match &self.eof {
-            Some(e) if self.eof_emit_marker => format!("; a partition ends at the record where {e} (written too)"),
-            Some(e) => format!("; a partition ends at the record where {e} (not written)"),
+            Some(e) if self.event_time.source_wide_stop => {
+                format!(
+                    "; the first record where {e}, in any partition, ends every partition at its timestamp ({written})"
+                )
+            }
+            Some(e) => format!("; a partition ends at the record where {e} ({written})"),
             None => String::new(),
         };
         lines.push(format!("  format {}{eof}", self.format));
-        if self.event_time.source_wide_stop {
-            lines.push(
-                "  the first end-of-stream record of any partition ends every partition at its timestamp".to_string(),
-            );
-        }
         if let Some(speed) = self.event_time.speed {
             lines.push(format!(
                 "  replayed at {speed}x event time, all partitions on one clock"

@@ -267,4 +267,37 @@ fn the_trading_day_seed_and_replay_configs() {
     seqs.sort_unstable();
     assert_eq!(seqs, (0..20_000).collect::<Vec<_>>());
     assert_eq!(log.matches("eof_record at").count(), 3, "{log}");
+
+    // the same day paced at 3600x into a topic: 6.5 hours of trades in about 6.5 seconds
+    let live = kafka.unique_topic("trades-live");
+    let started = std::time::Instant::now();
+    let (code, log) = run(
+        std::path::Path::new(&format!("{root}/config/trading-day-replay-paced.toml")),
+        &[
+            "--set",
+            &format!("source.bootstrap_servers={}", kafka.bootstrap),
+            "--set",
+            &format!("source.topics=[\"{topic}\"]"),
+            "--set",
+            &format!("sink.bootstrap_servers={}", kafka.bootstrap),
+            "--set",
+            &format!("sink.topic={live}"),
+            "--set",
+            &format!("job.name={live}"),
+            "--set",
+            &state("paced.state"),
+        ],
+        MINUTE,
+    );
+    let took = started.elapsed();
+    assert_eq!(code, 0, "{log}");
+    let out = kafka.read_all(&live);
+    assert_eq!(out.len(), 20_000, "every trade");
+    assert!(out
+        .iter()
+        .all(|r| String::from_utf8_lossy(r.value.as_deref().unwrap()).contains("\"TRADE\"")));
+    assert!(
+        took >= std::time::Duration::from_secs(6),
+        "6.5 hours at 3600x took {took:?}"
+    );
 }
