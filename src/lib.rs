@@ -20,3 +20,5 @@ pub mod periodic;
 pub mod progress;
 pub mod record;
 pub mod sink;
+#[cfg(feature = "testing")]
+pub mod testing;

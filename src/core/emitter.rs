@@ -95,7 +95,7 @@ impl<T: RecordPosition> ReaderOutput<T> {
         }
     }
 
-    /// Whether the evaluator matched since the last [`ReaderOutput::take_end_of_split`].
+    /// Whether the evaluator matched since the last `take_end_of_split`.
     pub fn is_end_of_split(&self) -> bool {
         self.ended_at.is_some()
     }

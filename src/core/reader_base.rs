@@ -2,7 +2,7 @@
 //! owns the fetcher manager and the element queue, emits fetched batches through the source's
 //! [`RecordEmitter`], keeps per-split progress and finishing reasons, and applies the
 //! end-of-stream evaluator. With event time (pacing, a source-wide stop) it evaluates records
-//! as they arrive and holds them back until the job's clock releases them ([`HeldRecords`]).
+//! as they arrive and holds them back until the job's clock releases them (the `held` module).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
@@ -24,86 +23,19 @@ pub struct TestKafka {
     pub properties: Vec<(String, String)>,
 }
 
-enum Broker {
-    External(String),
-    Container(
-        #[allow(dead_code)]
-        Box<testcontainers_modules::testcontainers::Container<testcontainers_modules::kafka::apache::Kafka>>,
-        String,
-    ),
-}
-
-static BROKER: OnceLock<Broker> = OnceLock::new();
-static CONTAINER_ID: OnceLock<String> = OnceLock::new();
-
-extern "C" fn remove_container() {
-    if let Some(id) = CONTAINER_ID.get() {
-        let _ = std::process::Command::new("docker")
-            .args(["rm", "-f", "-v", id])
-            .output();
-    }
-}
-
-fn docker_reachable() -> bool {
-    std::env::var_os("DOCKER_HOST").is_some() || std::path::Path::new("/var/run/docker.sock").exists()
-}
-
 impl TestKafka {
-    /// `KAFKA_BOOTSTRAP_SERVERS` if set; else a Kafka container when Docker is reachable; else a
-    /// failure that says how to start the local broker.
+    /// The tests' broker, from [`tidegate::testing::Kafka::get`]: `KAFKA_BOOTSTRAP_SERVERS` if
+    /// set, else a Kafka container (`TIDEGATE_KAFKA_IMAGE`) when Docker answers; else a failure
+    /// that says how to start the local broker.
     pub fn get() -> TestKafka {
-        let broker = BROKER.get_or_init(|| {
-            if let Ok(servers) = std::env::var("KAFKA_BOOTSTRAP_SERVERS") {
-                if !servers.trim().is_empty() {
-                    eprintln!("tidegate tests: the Kafka broker at {servers} (KAFKA_BOOTSTRAP_SERVERS)");
-                    return Broker::External(servers);
-                }
-            }
-            if docker_reachable() {
-                use testcontainers_modules::testcontainers::runners::SyncRunner;
-                use testcontainers_modules::testcontainers::ImageExt;
-                // TIDEGATE_KAFKA_IMAGE picks the image (`scripts/docker images` builds one where
-                // no registry answers); by default the module's official image
-                let kafka = testcontainers_modules::kafka::apache::Kafka::default();
-                let mut image = "the module's default image".to_string();
-                let request: testcontainers_modules::testcontainers::ContainerRequest<_> =
-                    match std::env::var("TIDEGATE_KAFKA_IMAGE") {
-                        Ok(wanted) if !wanted.trim().is_empty() => {
-                            let (name, tag) = wanted.rsplit_once(':').unwrap_or((wanted.as_str(), "latest"));
-                            image = wanted.clone();
-                            kafka.with_name(name).with_tag(tag)
-                        }
-                        _ => kafka.into(),
-                    };
-                let request = request.with_label("tidegate.test", "1");
-                let container = request.start().expect("starting a Kafka container with testcontainers");
-                let port = container
-                    .get_host_port_ipv4(testcontainers_modules::kafka::apache::KAFKA_PORT)
-                    .expect("the container's Kafka port");
-                let bootstrap = format!("127.0.0.1:{port}");
-                eprintln!(
-                    "tidegate tests: Kafka container {} ({image}) at {bootstrap}",
-                    container.id()
-                );
-                // a static is never dropped: remove the container when the test binary exits
-                // (also after failed tests; `scripts/docker test` sweeps by label after a kill)
-                let _ = CONTAINER_ID.set(container.id().to_string());
-                // SAFETY: registers a plain `extern "C"` function, called once at process exit.
-                unsafe {
-                    libc::atexit(remove_container);
-                }
-                return Broker::Container(Box::new(container), bootstrap);
-            }
-            panic!(
-                "no Kafka broker for the integration tests: start the local one with \
+        match tidegate::testing::Kafka::get() {
+            Ok(kafka) => TestKafka::at(kafka.bootstrap()),
+            Err(e) => panic!(
+                "no Kafka broker for the integration tests ({e}): start the local one with \
                  `scripts/kafka start` and export KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 \
                  (or make a Docker engine reachable for testcontainers)"
-            );
-        });
-        let bootstrap = match broker {
-            Broker::External(s) | Broker::Container(_, s) => s.clone(),
-        };
-        TestKafka::at(&bootstrap)
+            ),
+        }
     }
 
     /// The broker at `bootstrap`, with no client properties.

@@ -136,8 +136,15 @@ fn a_source_wide_stop_on_a_live_tail_is_exact_to_the_record() {
     let kafka = TestKafka::get();
     let topic = kafka.create_topic("source-stop-live", 3);
     let dir = JobDir::new();
-    // unbounded: only the close ends it
-    let cfg = dir.config(&config(&kafka, &topic, 3, SOURCE_STOP, FILE_SINK));
+    // unbounded: only the close ends it; a grace well above this machine's produce-to-fetch time
+    // even when CI loads it
+    let cfg = dir.config(&config(
+        &kafka,
+        &topic,
+        3,
+        &format!("{SOURCE_STOP}\ncaught_up_grace = \"5s\""),
+        FILE_SINK,
+    ));
     let daemon = Daemon::start(&cfg, &[]);
     wait_until("the readers to start", MINUTE, || {
         daemon.log_text().contains("splits assigned")

@@ -13,6 +13,7 @@ mod faults;
 mod formats;
 mod instances;
 mod kafka_source;
+mod kubernetes;
 mod own_broker;
 mod periodic;
 mod plan;

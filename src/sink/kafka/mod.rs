@@ -1,7 +1,7 @@
 //! The `kafka` sink: an idempotent producer (`acks=all`) with many sends in flight. At least once
 //! (default): a checkpoint waits until every send before it is acknowledged. Exactly once: the
 //! records of each checkpoint go out in one Kafka transaction, committed after the checkpoint is
-//! in the state file ([`transaction`] says how a restart knows whether it was). The first failed
+//! in the state file (its `transaction` module says how a restart knows whether it was). The first failed
 //! delivery fails the job.
 
 pub mod config;
