@@ -47,14 +47,21 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
         mut commands: mpsc::UnboundedReceiver<ReaderCommand<S>>,
     ) {
         let result = self.drive(&mut reader, &mut commands).await;
-        let close = tokio::task::block_in_place(|| reader.close());
-        let outcome = result.and_then(|finished| close.map(|_| finished));
-        match outcome {
+        match result {
             Ok(Some(splits)) => {
+                // its final state is taken and nothing more is read: the final checkpoint need
+                // not wait for the fetchers to shut down (a consumer's close takes a while)
                 let _ = self.events.send((self.index, ReaderEvent::Finished { splits }));
+                if let Err(e) = tokio::task::block_in_place(|| reader.close()) {
+                    warn!(reader = self.index, error = %e, "closing the reader failed after it finished");
+                }
             }
-            Ok(None) => return,
+            Ok(None) => {
+                let _ = tokio::task::block_in_place(|| reader.close());
+                return;
+            }
             Err(e) => {
+                let _ = tokio::task::block_in_place(|| reader.close());
                 let _ = self.events.send((self.index, ReaderEvent::Failed(e)));
                 return;
             }

@@ -7,6 +7,7 @@
 //! consumer. Each message is lent to a callback as a [`MessageView`] and destroyed right after it.
 
 use std::ffi::CStr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::bindings as rd;
@@ -78,6 +79,30 @@ pub enum Event<'a> {
 pub struct ConsumerQueue {
     queue: *mut rd::rd_kafka_queue_t,
     buffer: Vec<*mut rd::rd_kafka_message_t>,
+    /// The same queue for [`QueueWaker`]s, cleared before the queue is released.
+    shared: Arc<Mutex<Option<QueuePtr>>>,
+}
+
+struct QueuePtr(*mut rd::rd_kafka_queue_t);
+
+// SAFETY: rd_kafka_queue_yield is thread-safe; the pointer is only used under the mutex, while
+// the owning ConsumerQueue has not released the queue.
+unsafe impl Send for QueuePtr {}
+
+/// Cuts a blocked [`ConsumerQueue::read`] short from another thread (a fetcher that must see a
+/// new task, its shutdown above all, now rather than at the end of its poll timeout). Does
+/// nothing once the queue is gone.
+#[derive(Clone)]
+pub struct QueueWaker(Arc<Mutex<Option<QueuePtr>>>);
+
+impl QueueWaker {
+    pub fn wake(&self) {
+        let guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(q) = guard.as_ref() {
+            // SAFETY: the queue is alive while it is in the mutex (see ConsumerQueue's Drop).
+            unsafe { rd::rd_kafka_queue_yield(q.0) }
+        }
+    }
 }
 
 // SAFETY: librdkafka queues are thread-safe; the pointer is only used by the thread that owns
@@ -95,7 +120,13 @@ impl ConsumerQueue {
         (!queue.is_null()).then(|| ConsumerQueue {
             queue,
             buffer: vec![std::ptr::null_mut(); batch.max(1)],
+            shared: Arc::new(Mutex::new(Some(QueuePtr(queue)))),
         })
+    }
+
+    /// A waker for reads of this queue.
+    pub fn waker(&self) -> QueueWaker {
+        QueueWaker(Arc::clone(&self.shared))
     }
 
     /// Up to `max` events (at most the buffer's size), waiting up to `timeout` for the first; each
@@ -120,6 +151,8 @@ impl ConsumerQueue {
 
 impl Drop for ConsumerQueue {
     fn drop(&mut self) {
+        // no waker may use the queue from here on
+        self.shared.lock().unwrap_or_else(|p| p.into_inner()).take();
         // SAFETY: the queue reference obtained in `new`, released once.
         unsafe { rd::rd_kafka_queue_destroy(self.queue) }
     }

@@ -481,6 +481,11 @@ impl SplitReader for KafkaPartitionSplitReader {
         Ok(())
     }
 
+    fn wake_up_handle(&self) -> Option<crate::core::split_reader::WakeUpHandle> {
+        let waker = self.queue.waker();
+        Some(Arc::new(move || waker.wake()))
+    }
+
     fn pause_or_resume_splits(&mut self, pause: &[SplitId], resume: &[SplitId]) -> Result<()> {
         let collect = |ids: &[SplitId]| {
             let mut tpl = TopicPartitionList::new();

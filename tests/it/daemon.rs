@@ -491,3 +491,47 @@ fn a_closed_pipe_ends_the_output_quietly() {
         );
     }
 }
+
+/// Stop latency measured in milliseconds: run alone (`scripts/test` runs `punctual::` serially).
+mod punctual {
+    use super::*;
+
+    /// From the market-close record acknowledged by the broker to the daemon's exit, on a live
+    /// tail: the split finishing, the final checkpoint (state file and sink) and the exit.
+    #[test]
+    fn a_live_tail_exits_within_150ms_of_its_marker() {
+        let kafka = TestKafka::get();
+        let topic = kafka.create_topic("stop-latency", 1);
+        let mut latencies = Vec::new();
+        for round in 0..5 {
+            let dir = JobDir::new();
+            let config = dir.config(&super::replay_config(
+                &kafka,
+                &topic,
+                FILE_SINK,
+                "eof = 'value == \"CLOSE\"'\nstarting_offsets = \"latest\"",
+            ));
+            let daemon = Daemon::start(&config, &[]);
+            wait_until("the reader to be assigned", MINUTE, || {
+                daemon.log_text().contains("splits assigned")
+            });
+            // trades while it tails, then the close
+            kafka.produce(&topic, &[TestRecord::to(0, format!("trade {round}"))]);
+            wait_until("the trade written", MINUTE, || line_count(&dir.path("out.jsonl")) >= 1);
+            let producer = kafka.live_producer();
+            producer.send(&topic, &TestRecord::to(0, "CLOSE"));
+            producer.flush();
+            let acked = std::time::Instant::now();
+            let (status, log) = daemon.wait(MINUTE);
+            latencies.push(acked.elapsed().as_secs_f64() * 1000.0);
+            assert_eq!(status.code(), Some(0), "{log}");
+        }
+        latencies.sort_by(f64::total_cmp);
+        let median = latencies[latencies.len() / 2];
+        println!(
+            "stop latency (marker acknowledged to exit), 5 rounds: median {median:.0} ms, worst {:.0} ms",
+            latencies[latencies.len() - 1]
+        );
+        assert!(median <= 150.0, "median stop latency {median:.0} ms: {latencies:?}");
+    }
+}
