@@ -184,19 +184,20 @@ impl EventTimeClock {
         self.watermark(split, wall_millis()) >= stop
     }
 
-    /// Whether split `id` may be what holds the others back: no other split's watermark is
-    /// lower. Such a split must keep fetching.
-    pub fn is_slowest(&self, id: &SplitId) -> bool {
+    /// Whether split `id` may be what holds the others back (alignment without pacing, and no
+    /// other split's watermark is lower): it must keep fetching, or every split would wait.
+    /// With pacing, records wait for their time, not for this split: any split may pause.
+    pub fn holds_others_back(&self, id: &SplitId) -> bool {
+        if !self.options.source_wide_stop || self.options.speed.is_some() {
+            return false;
+        }
         let state = self.lock();
         let now_wall = wall_millis();
         let Some(mine) = state.splits.get(id).map(|s| self.watermark(s, now_wall)) else {
             return false;
         };
-        state
-            .splits
-            .iter()
-            .filter(|(other, _)| *other != id)
-            .all(|(_, s)| self.watermark(s, now_wall) >= mine)
+        let mut others = state.splits.iter().filter(|(other, _)| *other != id).peekable();
+        others.peek().is_some() && others.all(|(_, s)| self.watermark(s, now_wall) >= mine)
     }
 
     /// A split's watermark: no record it evaluates from now on is older (in-order partitions).
@@ -409,6 +410,25 @@ mod tests {
         c.found_stop(wall - 10_000);
         assert!(c.is_past_stop(&b));
         assert!(!c.is_past_stop(&a), "a is not caught up");
+    }
+
+    #[test]
+    fn only_the_lowest_split_of_an_unpaced_alignment_holds_others_back() {
+        let (a, b) = (id("a"), id("b"));
+        let aligned = clock(None, true);
+        aligned.register(&a);
+        assert!(!aligned.holds_others_back(&a), "alone, it holds no one back");
+        aligned.register(&b);
+        aligned.observe(&a, 100, 100);
+        aligned.observe(&b, 200, 200);
+        assert!(aligned.holds_others_back(&a));
+        assert!(!aligned.holds_others_back(&b));
+        // paced, records wait for their time: any split may pause
+        let paced = clock(Some(1.0), true);
+        paced.register(&a);
+        paced.register(&b);
+        paced.observe(&a, 100, 100);
+        assert!(!paced.holds_others_back(&a));
     }
 
     #[test]

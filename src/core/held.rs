@@ -166,20 +166,20 @@ impl<T: RecordPosition> HeldRecords<T> {
         self.paused.remove(id);
     }
 
-    /// Splits to pause (holding too much) and to resume (drained, or ended). A split that may be
-    /// holding the others back (its watermark the lowest) is never paused, so alignment cannot
-    /// deadlock.
+    /// Splits to pause (holding too much) and to resume (drained, or ended). A split the others
+    /// wait for ([`EventTimeClock::holds_others_back`]) is never paused, so alignment cannot
+    /// deadlock; with pacing every split pauses, so a slow replay never buffers a topic.
     pub(crate) fn flow_control(&mut self) -> (Vec<SplitId>, Vec<SplitId>) {
         let mut pause = Vec::new();
         let mut resume = Vec::new();
         for (id, queue) in &self.held {
-            if queue.len() > PAUSE_ABOVE && !self.paused.contains(id) && !self.clock.is_slowest(id) {
+            if queue.len() > PAUSE_ABOVE && !self.paused.contains(id) && !self.clock.holds_others_back(id) {
                 pause.push(id.clone());
             }
         }
         for id in &self.paused {
             let len = self.held.get(id).map_or(0, VecDeque::len);
-            if len < PAUSE_ABOVE / 2 || self.clock.is_slowest(id) {
+            if len < PAUSE_ABOVE / 2 || self.clock.holds_others_back(id) {
                 resume.push(id.clone());
             }
         }
@@ -213,5 +213,77 @@ impl<T: RecordPosition> HeldRecords<T> {
                 _ = sleep => {}
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event_time::EventTimeOptions;
+    use std::time::Duration;
+
+    /// A record that is its own timestamp and position.
+    #[derive(Debug)]
+    struct At(i64);
+
+    impl RecordPosition for At {
+        fn position(&self) -> Option<i64> {
+            Some(self.0)
+        }
+        fn timestamp(&self) -> Option<i64> {
+            Some(self.0)
+        }
+    }
+
+    fn held(speed: Option<f64>, source_wide_stop: bool) -> HeldRecords<At> {
+        HeldRecords::new(Arc::new(EventTimeClock::new(EventTimeOptions {
+            speed,
+            source_wide_stop,
+            idle_grace: Duration::from_secs(2),
+        })))
+    }
+
+    #[test]
+    fn a_slow_paced_split_pauses_its_fetch_and_resumes_when_drained() {
+        let mut h = held(Some(1.0), false);
+        let id: SplitId = Arc::from("only");
+        h.clock().register(&id);
+        // an hour of records, one a second: at real time, only the first is due now
+        h.hold(&id, (0..3600).map(|s| At(s * 1000)).collect(), None, false);
+        h.hold(&id, (3600..10_000).map(|s| At(s * 1000)).collect(), None, false);
+        let mut out = ReaderOutput::new(None, false);
+        assert_eq!(h.release(&mut out).count, 1);
+        assert_eq!(
+            h.first_position(&id),
+            Some(1000),
+            "the checkpoint stands before the held"
+        );
+        let (pause, resume) = h.flow_control();
+        assert_eq!(
+            (pause, resume),
+            (vec![id.clone()], vec![]),
+            "alone and paced, it pauses"
+        );
+        // drained below half the limit: resumed
+        h.held.get_mut(&id).unwrap().truncate(100);
+        assert_eq!(h.flow_control(), (vec![], vec![id.clone()]));
+    }
+
+    #[test]
+    fn the_source_wide_stop_drops_a_split_at_its_first_record_at_or_after_it() {
+        let mut h = held(None, true);
+        let (a, b): (SplitId, SplitId) = (Arc::from("a"), Arc::from("b"));
+        h.clock().register(&a);
+        h.clock().register(&b);
+        h.hold(&a, vec![At(10), At(20), At(30), At(40)], None, false);
+        // b ends at its marker at 25 (the marker not kept)
+        h.hold(&b, vec![At(5)], Some(Some(25)), false);
+        h.clock().remove(&b);
+        let mut out = ReaderOutput::new(None, false);
+        let released = h.release(&mut out);
+        let got: Vec<i64> = out.take_records().iter().map(|r| r.0).collect();
+        assert_eq!(got, vec![5, 10, 20]);
+        assert_eq!(released.stopped, vec![(a.clone(), Some(30))]);
+        assert!(h.is_empty());
     }
 }
