@@ -195,8 +195,14 @@ impl KafkaSink {
     }
 
     /// A Kafka error of a call, as the job's error (a fencing names the other process's job).
+    /// A producer in a fatal state answers every call with the generic `Fatal`; the cause is
+    /// librdkafka's fatal error (a fencing, when another process took over).
     fn kafka_error(&self, context: String, e: KafkaError) -> Error {
-        match e.rdkafka_error_code() {
+        let code = match e.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::Fatal) => self.producer.client().fatal_error().map(|(code, _)| code),
+            code => code,
+        };
+        match code {
             Some(code) if transaction::is_fencing(code) => self.fenced(),
             _ => crate::error::kafka(context, e),
         }
