@@ -67,7 +67,8 @@ impl Schedule {
     }
 
     /// After a restart at `now`, given the last fire before it: the missed instants the policy
-    /// replays (at most `limit`), and the next regular instant (at or after `now`).
+    /// replays (at most `limit`, the fires the event has left: the earliest), and the next
+    /// regular instant (at or after `now`).
     pub fn resume(&self, last_fire: i64, now: i64, policy: CatchUp, limit: u64) -> (Vec<i64>, i64) {
         let next_regular = if self.wall_time {
             self.wall_at_or_after(now.max(last_fire + 1))
@@ -90,10 +91,11 @@ impl Schedule {
             CatchUp::Skip => Vec::new(),
             CatchUp::FireOnce if missed_count > 0 => vec![next_regular - self.period_ms],
             CatchUp::FireOnce => Vec::new(),
+            // every missed instant in order, as many as the event has fires left: an event with a
+            // count fires consecutive instants, however long the restart took
             CatchUp::All => {
                 let n = (missed_count.max(0) as u64).min(limit);
-                let start = next_regular - n as i64 * self.period_ms;
-                (0..n as i64).map(|k| start + k * self.period_ms).collect()
+                (0..n as i64).map(|k| first_missed + k * self.period_ms).collect()
             }
         };
         (missed, next_regular)
@@ -148,9 +150,10 @@ mod tests {
             s.resume(10 * S, 14 * S + 500, CatchUp::All, 100),
             (vec![11 * S, 12 * S, 13 * S, 14 * S], 15 * S)
         );
+        // two fires left: the first two missed, so the event's instants stay consecutive
         assert_eq!(
             s.resume(10 * S, 14 * S + 500, CatchUp::All, 2),
-            (vec![13 * S, 14 * S], 15 * S)
+            (vec![11 * S, 12 * S], 15 * S)
         );
         // nothing missed
         assert_eq!(s.resume(10 * S, 10 * S + 200, CatchUp::All, 100), (vec![], 11 * S));

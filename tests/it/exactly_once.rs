@@ -298,7 +298,8 @@ interval = "100ms"
         assert_eq!(instants.len(), 40, "event {id}: {} distinct fires", instants.len());
         assert!(
             instants.windows(2).all(|w| w[1] - w[0] == 25),
-            "event {id}: an instant missing: {instants:?}"
+            "event {id}: an instant missing: {instants:?}\ncrashed run:\n{}\nrestart:\n{log}",
+            String::from_utf8_lossy(&crashed.stderr)
         );
     }
     assert!(fires.values().all(|n| *n == 1), "an instant fired twice: {fires:?}");
