@@ -72,24 +72,34 @@ pub fn run(args: RunArgs) -> Result<()> {
         Some(s) => s.load::<serde_json::Value>()?.is_some(),
         None => false,
     };
-    let source_ctx = SourceContext {
-        job: &config.job,
-        sink_prints_values: config.sink.prints_values(),
-        sink_topic: config.sink.topic(),
-    };
-    let end_marker = config.source.end_marker(&source_ctx)?;
-    let sink = config.sink.build(SinkContext {
-        job: &config.job,
-        resuming,
-        end_marker,
-    })?;
-    let sink = config.source.wrap_sink(sink)?;
+    let sink = sink_of(&config, resuming)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("tidegate")
         .build()
         .map_err(|e| Error::io("starting the async runtime", e))?;
     runtime.block_on(run_config(&config, store, sink, args.no_progress, resuming))
+}
+
+/// What the configured source is built with.
+pub fn source_context(config: &Config) -> SourceContext<'_> {
+    SourceContext {
+        job: &config.job,
+        sink_prints_values: config.sink.prints_values(),
+        sink_topic: config.sink.topic(),
+    }
+}
+
+/// The configured sink, as the source wants it (its end marker written at the end of input,
+/// undecodable records diverted to a dead-letter topic); `resuming`: a state file is restored.
+pub fn sink_of(config: &Config, resuming: bool) -> Result<Box<dyn Sink<Record>>> {
+    let end_marker = config.source.end_marker(&source_context(config))?;
+    let sink = config.sink.build(SinkContext {
+        job: &config.job,
+        resuming,
+        end_marker,
+    })?;
+    config.source.wrap_sink(sink)
 }
 
 async fn run_config(
@@ -113,11 +123,7 @@ async fn run_config(
     options.max_duration = config.job.max_duration;
     info!(job = %config.job.name, source = config.source.kind(), parallelism = config.job.parallelism, resuming, "starting");
 
-    let source_ctx = SourceContext {
-        job: &config.job,
-        sink_prints_values: config.sink.prints_values(),
-        sink_topic: config.sink.topic(),
-    };
+    let source_ctx = source_context(config);
     let job = RunJob {
         sink,
         options,
@@ -289,12 +295,7 @@ pub fn plan(args: PlanArgs) -> Result<()> {
             ),
         ));
     };
-    let ctx = SourceContext {
-        job: &config.job,
-        sink_prints_values: config.sink.prints_values(),
-        sink_topic: config.sink.topic(),
-    };
-    let source = kafka.build(&ctx)?;
+    let source = kafka.build(&source_context(&config))?;
     let state_path = args.state.clone().or_else(|| config.checkpoint.path.clone());
     // only read: a running job may hold the state file's lock
     let restored = match &state_path {

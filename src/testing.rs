@@ -43,7 +43,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 
-use crate::connector::{JobFuture, SinkContext, SourceContext, SourceVisitor};
+use crate::connector::{JobFuture, SourceVisitor};
 use crate::core::{CollectSink, Job, JobOptions, Sink, Source, SourceSplit, StateStore};
 use crate::error::{Error, Result};
 use crate::kafka::offsets::StoppingOffsets;
@@ -226,18 +226,8 @@ fn run_config_file(path: &Path) -> Result<JobSummary> {
         Some(s) => s.load::<serde_json::Value>()?.is_some(),
         None => false,
     };
-    let source_ctx = SourceContext {
-        job: &config.job,
-        sink_prints_values: config.sink.prints_values(),
-        sink_topic: config.sink.topic(),
-    };
-    let end_marker = config.source.end_marker(&source_ctx)?;
-    let sink = config.sink.build(SinkContext {
-        job: &config.job,
-        resuming,
-        end_marker,
-    })?;
-    let sink = config.source.wrap_sink(sink)?;
+    let sink = crate::daemon::sink_of(&config, resuming)?;
+    let source_ctx = crate::daemon::source_context(&config);
     let mut options = JobOptions::new(config.job.name.clone(), config.job.parallelism);
     options.checkpoint_interval = Some(config.checkpoint.interval);
     options.max_duration = config.job.max_duration;

@@ -8,6 +8,7 @@ pub mod consumer;
 mod discovery;
 pub mod emitter;
 pub mod enumerator;
+mod live_split;
 pub mod offsets;
 pub mod plan;
 pub mod split;

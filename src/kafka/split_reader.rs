@@ -14,11 +14,12 @@ use tracing::{debug, warn};
 use super::batch_queue::{ConsumerQueue, Event};
 use super::client::TracingContext;
 use super::consumer::{consumer_config, PartitionErrors};
+use super::live_split::{index_in, LiveSplit};
 use super::split::KafkaPartitionSplit;
 use super::KafkaSourceSettings;
 use crate::core::{FinishReason, RecordsWithSplitIds, SourceSplit, SplitId, SplitReader, SplitsChange};
 use crate::error::{Error, Result};
-use crate::metrics::{KafkaMetrics, PartitionMetrics};
+use crate::metrics::KafkaMetrics;
 use crate::record::Record;
 
 /// How long one `fetch` waits for the first record: bounds how late split changes are seen.
@@ -28,35 +29,6 @@ const POSITION_CHECK_EVERY: Duration = Duration::from_millis(500);
 /// How long a split may fetch nothing, while its partition has records past its position, before
 /// its fetch is restarted (see [`KafkaPartitionSplitReader::restart_stalled_fetches`]).
 const STALL_AFTER: Duration = Duration::from_secs(15);
-
-struct LiveSplit {
-    id: SplitId,
-    topic: Arc<str>,
-    partition: i32,
-    /// Exclusive; `None` for unbounded.
-    stop: Option<i64>,
-    /// The offset after the last record handed over.
-    position: i64,
-    metrics: PartitionMetrics,
-    /// Index of this split's records in the batch being built.
-    slot: Option<usize>,
-    fetched_records: u64,
-    fetched_bytes: u64,
-    last_timestamp: Option<i64>,
-    /// When the split last moved (records, or its position past markers).
-    progress_at: Instant,
-}
-
-/// The index of a live split, trying the last hit first.
-fn index_in(splits: &[LiveSplit], last_hit: &mut usize, topic: &str, partition: i32) -> Option<usize> {
-    let hit = |s: &LiveSplit| s.partition == partition && &*s.topic == topic;
-    if splits.get(*last_hit).is_some_and(hit) {
-        return Some(*last_hit);
-    }
-    let i = splits.iter().position(hit)?;
-    *last_hit = i;
-    Some(i)
-}
 
 /// Reads the splits of one fetcher with one consumer.
 pub struct KafkaPartitionSplitReader {

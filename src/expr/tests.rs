@@ -1,0 +1,140 @@
+//! Tests of the end-of-stream expressions: compile-time checks, evaluation over records.
+
+use super::*;
+use crate::record::Header;
+use serde_json::json;
+
+fn record(value: serde_json::Value) -> Record {
+    Record {
+        topic: Some(Arc::from("trades")),
+        partition: Some(2),
+        offset: Some(41),
+        timestamp: Some(1_700_000_000_000),
+        key: Some(b"AAPL".to_vec()),
+        value: Some(serde_json::to_vec(&value).unwrap()),
+        decoded: Some(value),
+        format: ValueFormat::Json,
+        headers: vec![Header {
+            key: "source".into(),
+            value: Some(b"nyse".to_vec()),
+        }],
+        dead_letter: None,
+    }
+}
+
+#[test]
+fn matches_on_value_fields_and_metadata() {
+    let close = record(json!({"type": "MARKET_CLOSE", "price": 10.5, "size": 3}));
+    let trade = record(json!({"type": "TRADE", "price": 10.5, "size": 3}));
+    let e = RecordExpression::compile(r#"value.type == "MARKET_CLOSE""#).unwrap();
+    assert_eq!(e.evaluate(&close), Ok(true));
+    assert_eq!(e.evaluate(&trade), Ok(false));
+    for (expr, expected) in [
+        ("offset == 41 && partition == 2", true),
+        ("topic == 'trades' && key == 'AAPL'", true),
+        ("headers.source == 'nyse'", true),
+        ("value.size > 2 && value.price > 10.0", true),
+        ("timestamp >= 1700000000000", true),
+        ("has(value.missing)", false),
+    ] {
+        let e = RecordExpression::compile(expr).unwrap();
+        assert_eq!(e.evaluate(&close), Ok(expected), "{expr}");
+    }
+}
+
+#[test]
+fn only_the_selected_fields_of_value_are_needed() {
+    let fields = |e: &str| RecordExpression::compile(e).unwrap().value_fields;
+    assert_eq!(fields(r#"value.type == "X""#), Some(vec!["type".to_string()]));
+    assert_eq!(
+        fields("has(value.a) && value.b > 1 || offset > 3"),
+        Some(vec!["a".to_string(), "b".to_string()])
+    );
+    assert_eq!(fields("size(value) > 2"), None);
+    assert_eq!(fields("value == {'a': 1}"), None);
+    assert_eq!(fields("[1, 2].exists(value, value > 1)"), None);
+    // and evaluating through them gives the same answers as the whole value
+    let r = record(json!({"type": "MARKET_CLOSE", "a": 1, "b": 2, "c": [1, 2, 3]}));
+    for (e, want) in [
+        (r#"value.type == "MARKET_CLOSE""#, true),
+        ("has(value.a) && value.b > 1", true),
+        ("has(value.zzz)", false),
+        ("size(value) == 4", true),
+        ("size(value.c) == 3", true),
+    ] {
+        assert_eq!(RecordExpression::compile(e).unwrap().evaluate(&r), Ok(want), "{e}");
+    }
+}
+
+#[test]
+fn a_failing_evaluation_is_no_match_and_counted() {
+    let e = RecordExpression::compile("value.missing == 1").unwrap();
+    let r = record(json!({"type": "TRADE"}));
+    assert!(e.evaluate(&r).is_err());
+    assert!(!e.is_end_of_stream(&r));
+    assert_eq!(e.errors(), 1);
+}
+
+#[test]
+fn a_repeated_header_is_a_list_as_in_the_envelope() {
+    let mut r = record(json!({}));
+    r.headers = vec![
+        Header {
+            key: "tag".into(),
+            value: Some(b"a".to_vec()),
+        },
+        Header {
+            key: "tag".into(),
+            value: Some(b"b".to_vec()),
+        },
+        Header {
+            key: "one".into(),
+            value: Some(b"x".to_vec()),
+        },
+    ];
+    for (expr, want) in [
+        ("headers.tag == ['a', 'b']", true),
+        ("'b' in headers.tag", true),
+        ("headers.one == 'x'", true),
+    ] {
+        assert_eq!(
+            RecordExpression::compile(expr).unwrap().evaluate(&r),
+            Ok(want),
+            "{expr}"
+        );
+    }
+}
+
+#[test]
+fn unknown_functions_and_non_conditions_are_compile_errors() {
+    for (expr, says) in [
+        ("foo(value)", "unknown function foo"),
+        ("value.i + 1", "gives a number"),
+        ("offset * 2", "gives a number"),
+        ("'text'", "gives text"),
+        ("size(value.c)", "gives a number"),
+        ("offset > 1 ? 'a' : 'b'", "gives text"),
+    ] {
+        let err = RecordExpression::compile(expr).unwrap_err();
+        assert!(err.contains(says), "{expr}: {err}");
+    }
+    // conditions, or values known only when evaluated, compile
+    for expr in [
+        "value.flag",
+        "value.type.startsWith('MARKET')",
+        "has(value.a) && !value.b",
+        "value.list.exists(x, x > 1)",
+        "offset in [1, 2]",
+        "size(value.c) > 2",
+    ] {
+        assert!(RecordExpression::compile(expr).is_ok(), "{expr}");
+    }
+}
+
+#[test]
+fn compile_errors_say_where_and_unknown_variables_are_named() {
+    let err = RecordExpression::compile("value.type == ").unwrap_err();
+    assert!(err.contains("1:"), "{err}");
+    let err = RecordExpression::compile("vaule.type == 'X'").unwrap_err();
+    assert!(err.contains("vaule"), "{err}");
+}
