@@ -293,7 +293,8 @@ impl SourceConnector for DatagenConfig {
 
     fn build(&self, ctx: &SourceContext<'_>) -> Result<DataGeneratorSource> {
         let mut generator = self.generator.clone();
-        generator.keep_decoded = ctx.sink_prints_values;
+        // a JSON value is printed from its bytes; an Avro one from the generated JSON
+        generator.keep_decoded = ctx.sink_prints_values && generator.format == ValueFormat::Avro;
         generator.encoder =
             crate::format::encoder_for(generator.format, self.avro.as_ref(), "source.avro", ctx.sink_topic)?;
         let settings = DatagenSettings {

@@ -53,7 +53,7 @@ pub struct TemplateGenerator {
     pub headers: Vec<(String, TextTemplate)>,
     /// The field holding the record timestamp (epoch ms, or RFC 3339 text).
     pub timestamp_field: Option<String>,
-    /// Keep the generated JSON beside the bytes (for sinks that print it).
+    /// Keep the generated JSON beside the encoded bytes (for sinks that print Avro values).
     pub keep_decoded: bool,
     /// Encodes values for `avro`.
     pub encoder: Option<crate::format::EncoderHandle>,

@@ -2,6 +2,8 @@
 //! `topic`, `partition`, `offset` and `timestamp`, compiled once and evaluated per record
 //! (FLIP-208's `EofOnRecordEvaluator`, written as an expression).
 
+mod direct;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,6 +27,8 @@ pub struct RecordExpression {
     /// The fields of `value` the expression selects, when it only ever uses `value.<field>`:
     /// then only those are converted to CEL, not the whole value (most of the evaluation cost).
     value_fields: Option<Vec<String>>,
+    /// The expression as a direct check, when it is a simple one (`value.type == "X"`).
+    direct: Option<direct::DirectCheck>,
     /// Evaluations that failed (a missing map key, a non-boolean result); they count as "no match".
     errors: AtomicU64,
     /// The metric the failures are counted in.
@@ -79,11 +83,13 @@ impl RecordExpression {
             ));
         }
         let value_fields = selected_fields(program.expression(), "value");
+        let direct = direct::DirectCheck::compile(&program.expression().expr);
         Ok(RecordExpression {
             source: source.to_string(),
             program,
             env,
             value_fields,
+            direct,
             errors: AtomicU64::new(0),
             failures: metrics::Counter::noop(),
         })
@@ -111,6 +117,21 @@ impl RecordExpression {
 
     /// Evaluate against `record`: `Ok(true)` only for a boolean `true` result.
     pub fn evaluate(&self, record: &Record) -> Result<bool, String> {
+        if let (Some(direct), Some(serde_json::Value::Object(object))) = (&self.direct, &record.decoded) {
+            if let Some(result) = direct.evaluate(object) {
+                return Ok(result);
+            }
+        }
+        self.evaluate_with_cel(record)
+    }
+
+    /// Whether the expression has a direct form (it is evaluated without CEL where it decides).
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// Evaluate with the CEL program alone.
+    fn evaluate_with_cel(&self, record: &Record) -> Result<bool, String> {
         let resolver = RecordVariables {
             record,
             value_fields: self.value_fields.as_deref(),

@@ -138,3 +138,77 @@ fn compile_errors_say_where_and_unknown_variables_are_named() {
     let err = RecordExpression::compile("vaule.type == 'X'").unwrap_err();
     assert!(err.contains("vaule"), "{err}");
 }
+
+#[test]
+fn direct_checks_agree_with_cel_on_generated_records() {
+    use rand::{Rng, SeedableRng};
+    let direct = [
+        r#"value.type == "MARKET_CLOSE""#,
+        r#""MARKET_CLOSE" == value.type"#,
+        r#"value.type != "TRADE""#,
+        r#"has(value.type) && value.type == "MARKET_CLOSE""#,
+        r#"value.type == "MARKET_CLOSE" || value.n == 3"#,
+        r#"!(value.flag == true) && value.n != -1"#,
+        "has(value.n) || has(value.flag)",
+        r#"value.type == "" && !has(value.n)"#,
+    ];
+    // left to CEL entirely: other operators, literals that compare across types, other variables
+    let cel_only = [
+        "value.n == 3.0",
+        "value.n > 2",
+        r#"value.type.startsWith("MARKET")"#,
+        r#"key == "AAPL""#,
+        "value.flag",
+        "value.n == null",
+    ];
+    let pool = [
+        None,
+        Some(json!("MARKET_CLOSE")),
+        Some(json!("TRADE")),
+        Some(json!("")),
+        Some(json!(3)),
+        Some(json!(3.0)),
+        Some(json!(-1)),
+        Some(json!(18446744073709551615u64)),
+        Some(json!(true)),
+        Some(json!(false)),
+        Some(json!(null)),
+        Some(json!([3])),
+        Some(json!({"type": "MARKET_CLOSE"})),
+    ];
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let records: Vec<Record> = (0..400)
+        .map(|i| {
+            if i % 50 == 0 {
+                return record(json!(["not", "an", "object"]));
+            }
+            let mut object = serde_json::Map::new();
+            for field in ["type", "n", "flag"] {
+                if let Some(v) = &pool[rng.random_range(0..pool.len())] {
+                    object.insert(field.to_string(), v.clone());
+                }
+            }
+            record(serde_json::Value::Object(object))
+        })
+        .collect();
+    for (source, expect_direct) in direct
+        .iter()
+        .map(|s| (s, true))
+        .chain(cel_only.iter().map(|s| (s, false)))
+    {
+        let e = RecordExpression::compile(source).unwrap();
+        assert_eq!(e.is_direct(), expect_direct, "{source}");
+        let (mut decided, mut matched) = (0, 0);
+        for r in &records {
+            let cel = e.evaluate_with_cel(r);
+            assert_eq!(e.evaluate(r), cel, "{source} on {:?}", r.decoded);
+            decided += usize::from(cel.is_ok());
+            matched += usize::from(cel == Ok(true));
+        }
+        // the generated records reach both outcomes and the failures, so the comparison means something
+        assert!(
+            matched > 0 && decided > matched && decided < records.len() || !expect_direct,
+            "{source}: {matched} matched, {decided} decided"
+        );
+    }
+}

@@ -115,10 +115,10 @@ impl ValueDecoder for JsonDecoder {
     }
 }
 
-/// `json` when nothing needs the whole value: the document is still checked in full, but only
-/// the top-level fields the end-of-stream expression selects are built; the rest is skipped
-/// without allocating. (Used when the sink never prints values and the expression only uses
-/// `value.<field>`.)
+/// `json` when nothing needs the whole value: the document is still checked in full (grammar and
+/// UTF-8), but only the top-level fields the end-of-stream expression selects are built; the rest
+/// is skipped without allocating. (Used when the expression only uses `value.<field>`, or there is
+/// none: the JSON-lines envelope prints the value's own bytes, and the Kafka sink writes them.)
 pub struct JsonFieldsDecoder {
     fields: Vec<String>,
 }
@@ -162,6 +162,10 @@ impl ValueDecoder for JsonFieldsDecoder {
     }
     fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<serde_json::Value>, DecodeError> {
         use serde::de::DeserializeSeed;
+        // serde_json checks the UTF-8 of the strings it builds, not of those it skips
+        if let Err(e) = std::str::from_utf8(bytes) {
+            return Err(DecodeError::Invalid(format!("not valid JSON: not UTF-8 ({e})")));
+        }
         let mut de = serde_json::Deserializer::from_slice(bytes);
         match SelectedFields(&self.fields)
             .deserialize(&mut de)
@@ -275,6 +279,10 @@ mod tests {
         assert_eq!(v, Some(serde_json::json!({"type": "X", "n": 3})));
         assert!(d.decode(br#"{"type":"X","skip":{"deep":[1,2,}"#).is_err());
         assert!(d.decode(br#"{"type":"X"} trailing"#).is_err());
+        // a skipped string is checked too
+        let mut bad = br#"{"type":"X","skip":"ab"}"#.to_vec();
+        bad[20] = 0xff;
+        assert!(d.decode(&bad).unwrap_err().to_string().contains("UTF-8"));
         assert_eq!(d.decode(b"[1,2]").unwrap(), Some(serde_json::json!([1, 2])));
     }
 

@@ -430,7 +430,9 @@ impl SourceConnector for KafkaSourceConfig {
     }
 
     fn build(&self, ctx: &SourceContext<'_>) -> Result<KafkaSource> {
-        let keep_decoded = ctx.sink_prints_values;
+        // the envelope prints a JSON value as its bytes (checked in full by the decoder): only
+        // Avro values are printed from their decoded form
+        let keep_decoded = ctx.sink_prints_values && self.format == ValueFormat::Avro;
         let metrics = KafkaMetrics::register();
         let expression = self
             .eof
@@ -439,14 +441,14 @@ impl SourceConnector for KafkaSourceConfig {
             .transpose()
             .map_err(|e| Error::config("source.eof", e))?
             .map(|e| e.counting_failures_in(metrics.eof_evaluation_errors.clone()));
-        let decoder = match (
-            self.format,
-            keep_decoded,
-            expression.as_ref().and_then(|e| e.value_fields()),
-        ) {
-            // nothing prints the value and the expression reads a few fields: decode just those
-            (ValueFormat::Json, false, Some(fields)) => {
-                let fields = fields.to_vec();
+        // JSON: decode only the fields the expression selects (none without an expression) when
+        // it uses the value only that way; the document is still checked in full
+        let fields = match &expression {
+            None => Some(Vec::new()),
+            Some(e) => e.value_fields().map(<[String]>::to_vec),
+        };
+        let decoder = match (self.format, fields) {
+            (ValueFormat::Json, Some(fields)) => {
                 let factory: crate::format::DecoderFactory = Arc::new(move || {
                     Ok(Box::new(crate::format::JsonFieldsDecoder::new(fields.clone()))
                         as Box<dyn crate::format::ValueDecoder>)

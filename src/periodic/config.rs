@@ -16,6 +16,7 @@ use crate::connector::values::{duration_at, keyword, positive};
 use crate::connector::{JobConfig, ReferenceSection, SourceConnector, SourceContext};
 use crate::error::{Error, Result};
 use crate::format::config::{produced_format, RawAvro};
+use crate::record::ValueFormat;
 
 /// `[source]` with `type = "periodic"`: events fired on wall-time or fixed-rate schedules, from
 /// inline `events` or a supplier `file` re-read every `discover_interval`.
@@ -146,7 +147,8 @@ impl SourceConnector for PeriodicConfig {
 
     fn build(&self, ctx: &SourceContext<'_>) -> Result<PeriodicSource> {
         let mut settings = self.settings.clone();
-        settings.keep_decoded = ctx.sink_prints_values;
+        // a JSON value is printed from its bytes; an Avro one from the generated JSON
+        settings.keep_decoded = ctx.sink_prints_values && settings.format == ValueFormat::Avro;
         settings.instance = ctx.job.instance;
         settings.encoder =
             crate::format::encoder_for(settings.format, settings.avro.as_ref(), "source.avro", ctx.sink_topic)?;

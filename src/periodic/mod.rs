@@ -72,7 +72,7 @@ pub struct PeriodicSettings {
     pub avro: Option<crate::format::AvroConfig>,
     /// Encodes values for `avro` (set by the daemon, which knows the sink's topic).
     pub encoder: Option<crate::format::EncoderHandle>,
-    /// Keep the JSON beside the bytes (for sinks that print it).
+    /// Keep the JSON beside the encoded bytes (for sinks that print Avro values).
     pub keep_decoded: bool,
     /// This process's share when the job runs as several instances.
     pub instance: crate::core::Instance,

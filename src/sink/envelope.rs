@@ -1,8 +1,9 @@
 //! The JSON-lines envelope of the file and stdout sinks:
 //! `{"topic","partition","offset","timestamp","key","value","headers"}`.
 //!
-//! `value` is the parsed JSON for `json`, the decoded Avro as JSON for `avro`, a string for
-//! `string`, base64 for `bytes`. Keys and header values are strings when they are UTF-8, else
+//! `value` is the JSON for `json` (its own bytes, as written, when on one line; else parsed and
+//! written compactly), the decoded Avro as JSON for `avro`, a string for `string`, base64 for
+//! `bytes`. Keys and header values are strings when they are UTF-8, else
 //! `{"base64": "…"}`; a header name that repeats maps to an array of its values.
 
 use std::io::Write;
@@ -82,34 +83,46 @@ impl Serialize for Headers<'_> {
     }
 }
 
-#[derive(Serialize)]
-struct Envelope<'a> {
-    topic: Option<&'a str>,
-    partition: Option<i32>,
-    offset: Option<i64>,
-    timestamp: Option<i64>,
-    key: Option<Binary<'a>>,
-    value: Value<'a>,
-    headers: Headers<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a str>,
+/// Write one record as a JSON line.
+///
+/// Written field by field rather than derived: a JSON value is copied as its producer wrote it
+/// (the decoder has checked it in full), which serde cannot splice into its output without
+/// parsing it again; only a value spread over several lines is parsed and written compactly.
+pub fn write_line<W: Write>(out: &mut W, record: &Record) -> std::io::Result<()> {
+    out.write_all(b"{\"topic\":")?;
+    json(out, &record.topic.as_deref())?;
+    out.write_all(b",\"partition\":")?;
+    json(out, &record.partition)?;
+    out.write_all(b",\"offset\":")?;
+    json(out, &record.offset)?;
+    out.write_all(b",\"timestamp\":")?;
+    json(out, &record.timestamp)?;
+    out.write_all(b",\"key\":")?;
+    json(out, &record.key.as_deref().map(Binary))?;
+    out.write_all(b",\"value\":")?;
+    match (&record.value, record.format, &record.dead_letter) {
+        (Some(bytes), ValueFormat::Json, None) if !bytes.iter().any(|b| matches!(b, b'\n' | b'\r')) => {
+            out.write_all(bytes)?
+        }
+        (Some(bytes), ValueFormat::Json, None) => match serde_json::from_slice::<serde_json::Value>(bytes) {
+            Ok(value) => json(out, &value)?,
+            // not JSON after all (it was never decoded): as bytes, like any other value
+            Err(_) => json(out, &base64::engine::general_purpose::STANDARD.encode(bytes))?,
+        },
+        _ => json(out, &Value(record))?,
+    }
+    out.write_all(b",\"headers\":")?;
+    json(out, &Headers(&record.headers))?;
+    if let Some(error) = &record.dead_letter {
+        out.write_all(b",\"error\":")?;
+        json(out, error)?;
+    }
+    out.write_all(b"}\n")
 }
 
-/// Write one record as a JSON line.
-pub fn write_line<W: Write>(out: &mut W, record: &Record) -> std::io::Result<()> {
-    let envelope = Envelope {
-        topic: record.topic.as_deref(),
-        partition: record.partition,
-        offset: record.offset,
-        timestamp: record.timestamp,
-        key: record.key.as_deref().map(Binary),
-        value: Value(record),
-        headers: Headers(&record.headers),
-        error: record.dead_letter.as_deref(),
-    };
-    // serde_json hands back the writer's own error (a closed pipe stays a BrokenPipe)
-    serde_json::to_writer(&mut *out, &envelope).map_err(std::io::Error::from)?;
-    out.write_all(b"\n")
+/// One JSON value; serde_json hands back the writer's own error (a closed pipe stays a BrokenPipe).
+fn json<W: Write, T: Serialize + ?Sized>(out: &mut W, value: &T) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, value).map_err(std::io::Error::from)
 }
 
 #[cfg(test)]
@@ -161,7 +174,21 @@ mod tests {
             json!({"topic": "t", "partition": 1, "offset": 7, "timestamp": 99, "key": "k", "value": {"a": 1},
                    "headers": {"h": "x", "dup": ["1", null], "bin": {"base64": "/w=="}}})
         );
+        // a JSON value is copied as written (order and spacing kept), one on several lines compacted
         r.decoded = None;
+        r.value = Some(br#"{"z": 1, "a": [1.50, "x"]}"#.to_vec());
+        let mut buf = Vec::new();
+        write_line(&mut buf, &r).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert!(
+            text.contains(r#","value":{"z": 1, "a": [1.50, "x"]},"headers":"#),
+            "{text}"
+        );
+        r.value = Some(b"{\n  \"z\": 1,\r\n  \"a\": \"x\"\n}".to_vec());
+        let mut buf = Vec::new();
+        write_line(&mut buf, &r).unwrap();
+        assert_eq!(buf.iter().filter(|b| **b == b'\n').count(), 1);
+        assert_eq!(line(&r)["value"], json!({"z": 1, "a": "x"}));
         r.format = ValueFormat::String;
         r.value = Some(b"hello".to_vec());
         assert_eq!(line(&r)["value"], json!("hello"));
