@@ -147,6 +147,9 @@ pub struct KafkaSource {
     pub fetcher_mode: FetcherMode,
     pub queue_capacity: usize,
     pub max_batch_records: usize,
+    /// A fetch's batch stops growing at this many bytes (values, keys and the records' own
+    /// size), so large records do not make large batches: the queue holds `queue_capacity` of them.
+    pub max_batch_bytes: usize,
     /// Records keep their decoded value for the sink (false for sinks that never print it).
     pub keep_decoded: bool,
     /// Where its metrics go (no-op handles unless the daemon registered them).
@@ -312,6 +315,7 @@ impl KafkaSourceBuilder {
             fetcher_mode: self.fetcher_mode,
             queue_capacity: crate::core::queue::DEFAULT_CAPACITY,
             max_batch_records: 4096,
+            max_batch_bytes: 1 << 20,
             keep_decoded: true,
             metrics: KafkaMetrics::noop(),
             event_time: EventTimeOptions {
@@ -375,9 +379,12 @@ impl Source for KafkaSource {
         options.stats = context.fetch_stats;
         options.event_time = context.event_time;
         let settings = Arc::clone(&self.settings);
-        let max_batch = self.max_batch_records;
+        let limit = split_reader::BatchLimit {
+            records: self.max_batch_records.max(1),
+            bytes: self.max_batch_bytes.max(1),
+        };
         let metrics = self.metrics.clone();
-        let factory = Box::new(move || KafkaPartitionSplitReader::new(&settings, index, max_batch, metrics.clone()));
+        let factory = Box::new(move || KafkaPartitionSplitReader::new(&settings, index, limit, metrics.clone()));
         let emitter =
             emitter::KafkaRecordEmitter::new((self.decoder)()?, self.decode_errors, self.metrics.reader(index))
                 .keep_decoded(self.keep_decoded);

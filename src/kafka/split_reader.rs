@@ -30,6 +30,31 @@ const POSITION_CHECK_EVERY: Duration = Duration::from_millis(500);
 /// its fetch is restarted (see [`KafkaPartitionSplitReader::restart_stalled_fetches`]).
 const STALL_AFTER: Duration = Duration::from_secs(15);
 
+/// How large one fetch's batch may grow.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLimit {
+    pub records: usize,
+    /// Keys, values and the records themselves ([`RECORD_SIZE`] each).
+    pub bytes: usize,
+}
+
+/// What a record costs beside its key and value.
+const RECORD_SIZE: usize = std::mem::size_of::<Record>();
+
+impl BatchLimit {
+    /// How many records the next read may take, with `count` records of `bytes` in the batch: the
+    /// rest of the record bound, and of the byte bound at the sizes seen so far (a first read
+    /// takes 256, so a batch overshoots the byte bound by one read at most).
+    pub fn read_size(&self, count: usize, bytes: usize) -> usize {
+        let rest = self.records - count;
+        let fit = match count {
+            0 => 256,
+            _ => (self.bytes.saturating_sub(bytes) / (bytes / count).max(1)).max(1),
+        };
+        rest.min(fit)
+    }
+}
+
 /// Reads the splits of one fetcher with one consumer.
 pub struct KafkaPartitionSplitReader {
     /// Declared before the consumer, so it is released first.
@@ -40,7 +65,7 @@ pub struct KafkaPartitionSplitReader {
     splits: Vec<LiveSplit>,
     last_hit: usize,
     finished: Vec<(SplitId, FinishReason)>,
-    max_batch_records: usize,
+    limit: BatchLimit,
     last_position_check: Instant,
     metrics: KafkaMetrics,
     /// Errors librdkafka keeps reporting for a split's partition (not authorized, gone).
@@ -52,13 +77,13 @@ impl KafkaPartitionSplitReader {
     pub fn new(
         settings: &KafkaSourceSettings,
         reader_index: usize,
-        max_batch_records: usize,
+        limit: BatchLimit,
         metrics: KafkaMetrics,
     ) -> Result<Self> {
         let consumer: BaseConsumer<TracingContext> = consumer_config(settings, reader_index)
             .create_with_context(TracingContext::new(format!("reader-{reader_index}")))
             .map_err(|e| crate::error::kafka("creating a reader's consumer", e))?;
-        let queue = ConsumerQueue::new(&consumer, max_batch_records.max(1))
+        let queue = ConsumerQueue::new(&consumer, limit.records)
             .ok_or_else(|| Error::runtime("creating a reader's consumer", "librdkafka gave no consumer queue"))?;
         Ok(KafkaPartitionSplitReader {
             queue,
@@ -66,7 +91,7 @@ impl KafkaPartitionSplitReader {
             splits: Vec::new(),
             last_hit: 0,
             finished: Vec::new(),
-            max_batch_records: max_batch_records.max(1),
+            limit,
             last_position_check: Instant::now(),
             metrics,
             partition_errors: PartitionErrors {
@@ -221,6 +246,7 @@ impl SplitReader for KafkaPartitionSplitReader {
         }
         let mut groups: Vec<(SplitId, Vec<Record>)> = Vec::new();
         let mut count = 0;
+        let mut bytes = 0;
         let mut eof = false;
         // splits whose fetch reached the end of the log, with no record after that in this fetch
         let mut caught_up: Vec<SplitId> = Vec::new();
@@ -229,7 +255,8 @@ impl SplitReader for KafkaPartitionSplitReader {
         let mut to_finish: Vec<(Arc<str>, i32)> = Vec::new();
         let mut failure: Option<Error> = None;
         let mut out_of_range = false;
-        while count < self.max_batch_records && failure.is_none() && !out_of_range {
+        while count < self.limit.records && bytes < self.limit.bytes && failure.is_none() && !out_of_range {
+            let want = self.limit.read_size(count, bytes);
             let caught_up = &mut caught_up;
             let (splits, last_hit, consumer_errors, partition_errors) = (
                 &mut self.splits,
@@ -237,97 +264,97 @@ impl SplitReader for KafkaPartitionSplitReader {
                 &self.metrics.consumer_errors,
                 &mut self.partition_errors,
             );
-            let read = self
-                .queue
-                .read(timeout, self.max_batch_records - count, |event| match event {
-                    Event::Message(m) => {
-                        let Some(index) = index_in(splits, last_hit, m.topic, m.partition) else {
-                            return; // a split removed a moment ago
-                        };
-                        let split = &mut splits[index];
-                        if !caught_up.is_empty() {
-                            caught_up.retain(|id| *id != split.id);
+            let read = self.queue.read(timeout, want, |event| match event {
+                Event::Message(m) => {
+                    let Some(index) = index_in(splits, last_hit, m.topic, m.partition) else {
+                        return; // a split removed a moment ago
+                    };
+                    let split = &mut splits[index];
+                    if !caught_up.is_empty() {
+                        caught_up.retain(|id| *id != split.id);
+                    }
+                    if split.stop.is_some_and(|stop| m.offset >= stop) {
+                        to_finish.push((split.topic.clone(), split.partition));
+                        return;
+                    }
+                    let record = Record {
+                        topic: Some(Arc::clone(&split.topic)),
+                        partition: Some(m.partition),
+                        offset: Some(m.offset),
+                        timestamp: m.timestamp,
+                        key: m.key.map(<[u8]>::to_vec),
+                        value: m.payload.map(<[u8]>::to_vec),
+                        headers: m.headers(),
+                        ..Record::default()
+                    };
+                    split.position = m.offset + 1;
+                    split.fetched_records += 1;
+                    let size = m.key.map_or(0, <[u8]>::len) + m.payload.map_or(0, <[u8]>::len);
+                    split.fetched_bytes += size as u64;
+                    bytes += size + RECORD_SIZE;
+                    split.last_timestamp = record.timestamp;
+                    let slot = match split.slot {
+                        Some(slot) => slot,
+                        None => {
+                            groups.push((split.id.clone(), Vec::with_capacity(1024)));
+                            split.slot = Some(groups.len() - 1);
+                            groups.len() - 1
                         }
-                        if split.stop.is_some_and(|stop| m.offset >= stop) {
-                            to_finish.push((split.topic.clone(), split.partition));
-                            return;
-                        }
-                        let record = Record {
-                            topic: Some(Arc::clone(&split.topic)),
-                            partition: Some(m.partition),
-                            offset: Some(m.offset),
-                            timestamp: m.timestamp,
-                            key: m.key.map(<[u8]>::to_vec),
-                            value: m.payload.map(<[u8]>::to_vec),
-                            headers: m.headers(),
-                            ..Record::default()
-                        };
-                        split.position = m.offset + 1;
-                        split.fetched_records += 1;
-                        split.fetched_bytes += (m.key.map_or(0, <[u8]>::len) + m.payload.map_or(0, <[u8]>::len)) as u64;
-                        split.last_timestamp = record.timestamp;
-                        let slot = match split.slot {
-                            Some(slot) => slot,
-                            None => {
-                                groups.push((split.id.clone(), Vec::with_capacity(1024)));
-                                split.slot = Some(groups.len() - 1);
-                                groups.len() - 1
-                            }
-                        };
-                        groups[slot].1.push(record);
-                        count += 1;
-                        if split.stop.is_some_and(|stop| split.position >= stop) {
-                            to_finish.push((split.topic.clone(), split.partition));
-                        }
+                    };
+                    groups[slot].1.push(record);
+                    count += 1;
+                    if split.stop.is_some_and(|stop| split.position >= stop) {
+                        to_finish.push((split.topic.clone(), split.partition));
                     }
-                    Event::PartitionEof { topic, partition } => {
-                        eof = true;
-                        if let Some(index) = index_in(splits, last_hit, topic, partition) {
-                            caught_up.push(splits[index].id.clone());
-                        }
+                }
+                Event::PartitionEof { topic, partition } => {
+                    eof = true;
+                    if let Some(index) = index_in(splits, last_hit, topic, partition) {
+                        caught_up.push(splits[index].id.clone());
                     }
-                    Event::Error {
-                        code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET,
-                        ..
-                    } => {
-                        out_of_range = true;
+                }
+                Event::Error {
+                    code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET,
+                    ..
+                } => {
+                    out_of_range = true;
+                }
+                Event::Error {
+                    code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__FATAL,
+                    message,
+                    topic,
+                    partition,
+                } => {
+                    failure.get_or_insert(Error::runtime(
+                        format!("consuming {topic}:{partition}"),
+                        format!("fatal consumer error: {message}"),
+                    ));
+                }
+                Event::Error {
+                    code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__AUTHENTICATION,
+                    message,
+                    ..
+                } => {
+                    failure.get_or_insert(Error::runtime(
+                        "kafka (reader)",
+                        format!("authentication failed: {message}"),
+                    ));
+                }
+                Event::Error {
+                    code,
+                    message,
+                    topic,
+                    partition,
+                } => {
+                    consumer_errors.increment(1);
+                    if PartitionErrors::is_persistent(code) && !topic.is_empty() {
+                        partition_errors.seen(topic, partition, &message);
+                    } else {
+                        // transient: librdkafka retries broker failures by itself
+                        debug!(topic, partition, error = %message, "consumer error");
                     }
-                    Event::Error {
-                        code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__FATAL,
-                        message,
-                        topic,
-                        partition,
-                    } => {
-                        failure.get_or_insert(Error::runtime(
-                            format!("consuming {topic}:{partition}"),
-                            format!("fatal consumer error: {message}"),
-                        ));
-                    }
-                    Event::Error {
-                        code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__AUTHENTICATION,
-                        message,
-                        ..
-                    } => {
-                        failure.get_or_insert(Error::runtime(
-                            "kafka (reader)",
-                            format!("authentication failed: {message}"),
-                        ));
-                    }
-                    Event::Error {
-                        code,
-                        message,
-                        topic,
-                        partition,
-                    } => {
-                        consumer_errors.increment(1);
-                        if PartitionErrors::is_persistent(code) && !topic.is_empty() {
-                            partition_errors.seen(topic, partition, &message);
-                        } else {
-                            // transient: librdkafka retries broker failures by itself
-                            debug!(topic, partition, error = %message, "consumer error");
-                        }
-                    }
-                });
+                }
+            });
             timeout = Duration::ZERO;
             if read == 0 {
                 idle = count == 0;

@@ -172,3 +172,62 @@ fn a_broker_going_down_and_coming_back_loses_nothing() {
         "the outage happened mid-read ({during} records before the broker returned)"
     );
 }
+
+#[test]
+fn a_fetch_batch_is_bounded_in_bytes_as_well_as_records() {
+    use super::split::KafkaPartitionSplit;
+    use super::split_reader::{BatchLimit, KafkaPartitionSplitReader};
+    use crate::core::{SplitReader, SplitsChange};
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("mock-large", 1, 1).expect("topic");
+    let servers = cluster.bootstrap_servers();
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &servers)
+        .create()
+        .expect("producer");
+    let value = vec![b'x'; 1000];
+    for _ in 0..3_000 {
+        producer
+            .send(BaseRecord::<(), _>::to("mock-large").payload(&value).partition(0))
+            .expect("send");
+    }
+    producer.flush(Duration::from_secs(10)).expect("flush");
+    let settings = super::KafkaSourceSettings::new(&servers, super::Subscription::Topics(vec!["mock-large".into()]));
+    let limit = BatchLimit {
+        records: 4096,
+        bytes: 500_000,
+    };
+    let mut reader = KafkaPartitionSplitReader::new(&settings, 0, limit, super::KafkaMetrics::noop()).expect("reader");
+    reader
+        .handle_splits_changes(SplitsChange::Add(vec![KafkaPartitionSplit::new(
+            "mock-large",
+            0,
+            0,
+            Some(3_000),
+        )]))
+        .expect("assign");
+    let (mut total, mut largest) = (0, 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while total < 3_000 && std::time::Instant::now() < deadline {
+        let batch = reader.fetch().expect("fetch");
+        let n: usize = batch.records.iter().map(|(_, r)| r.len()).sum();
+        total += n;
+        largest = largest.max(n);
+    }
+    assert_eq!(total, 3_000);
+    // a record costs its 1,000 bytes and a Record: the batch stops at 500 KB (the first read takes
+    // 256 records, later ones what fits at the sizes seen), overshooting by one record at most
+    let per_record = 1_000 + std::mem::size_of::<Record>();
+    assert!(
+        largest > 100,
+        "batches of {largest} records: too small to mean anything"
+    );
+    assert!(
+        largest * per_record <= 500_000 + per_record,
+        "a batch of {largest} records ({} bytes)",
+        largest * per_record
+    );
+    assert_eq!(limit.read_size(0, 0), 256);
+    assert_eq!(limit.read_size(100, 100 * 6_000), 1);
+    assert_eq!(limit.read_size(10, 10 * 1_000), 490);
+}

@@ -180,10 +180,19 @@ impl KafkaSink {
         {
             return Err(e);
         }
-        match self.failure.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            Some((_, Some(code))) if transaction::is_fencing(*code) => Err(self.fenced()),
-            Some((message, _)) => Err(Error::runtime("kafka sink", message)),
-            None => Ok(()),
+        let Some((message, code)) = self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
+            return Ok(());
+        };
+        // a producer in a fatal state purges its queue, so its deliveries fail as "purged": the
+        // cause is librdkafka's fatal error (a fencing, when another process took over)
+        match (self.producer.client().fatal_error(), code) {
+            (Some((fatal, _)), _) if transaction::is_fencing(fatal) => Err(self.fenced()),
+            (Some((_, reason)), _) => Err(Error::runtime(
+                "kafka sink",
+                format!("fatal producer error: {reason} ({message})"),
+            )),
+            (None, Some(code)) if transaction::is_fencing(code) => Err(self.fenced()),
+            (None, _) => Err(Error::runtime("kafka sink", message)),
         }
     }
 
