@@ -35,7 +35,9 @@ impl std::fmt::Display for ValueFormat {
 /// One record header; Kafka allows repeated names and null values.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
+    /// The header's name.
     pub key: String,
+    /// Its value; `None` for a null header value.
     pub value: Option<Vec<u8>>,
 }
 
@@ -44,17 +46,23 @@ pub struct Header {
 pub struct Record {
     /// The topic it was read from (Kafka source), if any.
     pub topic: Option<Arc<str>>,
+    /// The partition it was read from (Kafka source), if any.
     pub partition: Option<i32>,
     /// Its offset in the partition (Kafka source) or its index (data generator).
     pub offset: Option<i64>,
     /// Milliseconds since the epoch.
     pub timestamp: Option<i64>,
+    /// The key's bytes; `None` for a record without a key.
     pub key: Option<Vec<u8>>,
     /// The value as it is (or will be) stored in Kafka.
     pub value: Option<Vec<u8>>,
-    /// The decoded value for `json` and `avro`; `None` for `bytes` and `string`.
+    /// The decoded value for `json` and `avro` (the whole value in records a
+    /// `tidegate::testing::Replay` collects; in the daemon only what the end-of-stream expression
+    /// reads, kept for the sink only when it prints Avro); `None` for `bytes` and `string`.
     pub decoded: Option<serde_json::Value>,
+    /// How `value` is to be read and rendered.
     pub format: ValueFormat,
+    /// Its headers, in order (a name may repeat).
     pub headers: Vec<Header>,
     /// Set when the record could not be decoded and goes to the dead-letter topic instead.
     pub dead_letter: Option<String>,

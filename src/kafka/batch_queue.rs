@@ -1,4 +1,5 @@
-//! Batched reads from librdkafka's consumer queue (`rd_kafka_consume_batch_queue`).
+//! Batched reads from librdkafka's consumer queue (`rd_kafka_consume_batch_queue`), and how large
+//! one fetch's batch may grow ([`BatchLimit`]).
 //!
 //! Hand-rolled over rdkafka's raw bindings because rust-rdkafka's `BaseConsumer::poll` takes one
 //! event per call, with a clock read and an `Arc` allocation per message; on the replay hot path
@@ -209,4 +210,29 @@ unsafe fn view(m: &rd::rd_kafka_message_t) -> Event<'_> {
         payload: bytes(m.payload, m.len),
         headers,
     })
+}
+
+/// How large one fetch's batch may grow.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLimit {
+    pub records: usize,
+    /// Keys, values and the records themselves ([`RECORD_SIZE`] each).
+    pub bytes: usize,
+}
+
+/// What a record costs beside its key and value.
+pub(super) const RECORD_SIZE: usize = std::mem::size_of::<crate::record::Record>();
+
+impl BatchLimit {
+    /// How many records the next read may take, with `count` records of `bytes` in the batch: the
+    /// rest of the record bound, and of the byte bound at the sizes seen so far (a first read
+    /// takes 256, so a batch overshoots the byte bound by one read at most).
+    pub fn read_size(&self, count: usize, bytes: usize) -> usize {
+        let rest = self.records - count;
+        let fit = match count {
+            0 => 256,
+            _ => (self.bytes.saturating_sub(bytes) / (bytes / count).max(1)).max(1),
+        };
+        rest.min(fit)
+    }
 }

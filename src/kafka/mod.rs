@@ -379,7 +379,7 @@ impl Source for KafkaSource {
         options.stats = context.fetch_stats;
         options.event_time = context.event_time;
         let settings = Arc::clone(&self.settings);
-        let limit = split_reader::BatchLimit {
+        let limit = batch_queue::BatchLimit {
             records: self.max_batch_records.max(1),
             bytes: self.max_batch_bytes.max(1),
         };

@@ -11,7 +11,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, warn};
 
-use super::batch_queue::{ConsumerQueue, Event};
+use super::batch_queue::{BatchLimit, ConsumerQueue, Event, RECORD_SIZE};
 use super::client::TracingContext;
 use super::consumer::{consumer_config, PartitionErrors};
 use super::live_split::{index_in, LiveSplit};
@@ -29,31 +29,6 @@ const POSITION_CHECK_EVERY: Duration = Duration::from_millis(500);
 /// How long a split may fetch nothing, while its partition has records past its position, before
 /// its fetch is restarted (see [`KafkaPartitionSplitReader::restart_stalled_fetches`]).
 const STALL_AFTER: Duration = Duration::from_secs(15);
-
-/// How large one fetch's batch may grow.
-#[derive(Debug, Clone, Copy)]
-pub struct BatchLimit {
-    pub records: usize,
-    /// Keys, values and the records themselves ([`RECORD_SIZE`] each).
-    pub bytes: usize,
-}
-
-/// What a record costs beside its key and value.
-const RECORD_SIZE: usize = std::mem::size_of::<Record>();
-
-impl BatchLimit {
-    /// How many records the next read may take, with `count` records of `bytes` in the batch: the
-    /// rest of the record bound, and of the byte bound at the sizes seen so far (a first read
-    /// takes 256, so a batch overshoots the byte bound by one read at most).
-    pub fn read_size(&self, count: usize, bytes: usize) -> usize {
-        let rest = self.records - count;
-        let fit = match count {
-            0 => 256,
-            _ => (self.bytes.saturating_sub(bytes) / (bytes / count).max(1)).max(1),
-        };
-        rest.min(fit)
-    }
-}
 
 /// Reads the splits of one fetcher with one consumer.
 pub struct KafkaPartitionSplitReader {

@@ -175,8 +175,9 @@ fn a_broker_going_down_and_coming_back_loses_nothing() {
 
 #[test]
 fn a_fetch_batch_is_bounded_in_bytes_as_well_as_records() {
+    use super::batch_queue::BatchLimit;
     use super::split::KafkaPartitionSplit;
-    use super::split_reader::{BatchLimit, KafkaPartitionSplitReader};
+    use super::split_reader::KafkaPartitionSplitReader;
     use crate::core::{SplitReader, SplitsChange};
     let cluster = MockCluster::new(1).expect("mock cluster");
     cluster.create_topic("mock-large", 1, 1).expect("topic");
