@@ -216,7 +216,7 @@ unsafe fn view(m: &rd::rd_kafka_message_t) -> Event<'_> {
 #[derive(Debug, Clone, Copy)]
 pub struct BatchLimit {
     pub records: usize,
-    /// Keys, values and the records themselves ([`RECORD_SIZE`] each).
+    /// Keys, values and the records themselves (the size of a `Record` each).
     pub bytes: usize,
 }
 
