@@ -231,7 +231,11 @@ impl SplitReader for KafkaPartitionSplitReader {
         let mut failure: Option<Error> = None;
         let mut out_of_range = false;
         while count < self.limit.records && bytes < self.limit.bytes && failure.is_none() && !out_of_range {
-            let want = self.limit.read_size(count, bytes);
+            // librdkafka's batch read waits until it has all it was asked for or its timeout: the
+            // first read asks for one record (waiting up to POLL_TIMEOUT for it), the next ones,
+            // without waiting, for what is there, so a record on a live tail (a market-close
+            // marker) goes on at once, not up to POLL_TIMEOUT later
+            let want = if timeout.is_zero() { self.limit.read_size(count, bytes) } else { 1 };
             let caught_up = &mut caught_up;
             let (splits, last_hit, consumer_errors, partition_errors) = (
                 &mut self.splits,
