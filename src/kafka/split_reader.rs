@@ -235,7 +235,11 @@ impl SplitReader for KafkaPartitionSplitReader {
             // first read asks for one record (waiting up to POLL_TIMEOUT for it), the next ones,
             // without waiting, for what is there, so a record on a live tail (a market-close
             // marker) goes on at once, not up to POLL_TIMEOUT later
-            let want = if timeout.is_zero() { self.limit.read_size(count, bytes) } else { 1 };
+            let want = if timeout.is_zero() {
+                self.limit.read_size(count, bytes)
+            } else {
+                1
+            };
             let caught_up = &mut caught_up;
             let (splits, last_hit, consumer_errors, partition_errors) = (
                 &mut self.splits,
