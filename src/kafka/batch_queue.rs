@@ -225,8 +225,8 @@ pub(super) const RECORD_SIZE: usize = std::mem::size_of::<crate::record::Record>
 
 impl BatchLimit {
     /// How many records the next read may take, with `count` records of `bytes` in the batch: the
-    /// rest of the record bound, and of the byte bound at the sizes seen so far (a first read
-    /// takes 256, so a batch overshoots the byte bound by one read at most).
+    /// rest of the record bound, and of the byte bound at the sizes seen so far (256 while there
+    /// is no size to go by, so a batch overshoots the byte bound by one read at most).
     pub fn read_size(&self, count: usize, bytes: usize) -> usize {
         let rest = self.records - count;
         let fit = match count {
