@@ -4,12 +4,15 @@
 
 pub mod avro;
 pub mod config;
+mod json;
+mod json_scan;
 
 use std::sync::Arc;
 
 use crate::error::Result;
 use crate::record::ValueFormat;
 pub use config::AvroConfig;
+pub use json::{JsonDecoder, JsonFieldsDecoder};
 
 /// What happens to a record whose value cannot be decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -58,6 +61,9 @@ pub trait ValueDecoder: Send {
     fn format(&self) -> ValueFormat;
     /// The decoded value for structured formats, `None` for `bytes` and `string`.
     fn decode(&mut self, bytes: &[u8]) -> Result<Option<serde_json::Value>, DecodeError>;
+    /// Takes back a value this decoder returned and nobody needs any more, so the next `decode`
+    /// can reuse its allocations (the trading-day path decodes the same field of every record).
+    fn recycle(&mut self, _value: serde_json::Value) {}
 }
 
 /// Encodes generated JSON values for a format that is not JSON itself (Avro).
@@ -98,83 +104,6 @@ impl ValueDecoder for StringDecoder {
         std::str::from_utf8(bytes)
             .map(|_| None)
             .map_err(|e| DecodeError::Invalid(format!("not valid UTF-8: {e}")))
-    }
-}
-
-/// `json`: one JSON document.
-pub struct JsonDecoder;
-
-impl ValueDecoder for JsonDecoder {
-    fn format(&self) -> ValueFormat {
-        ValueFormat::Json
-    }
-    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<serde_json::Value>, DecodeError> {
-        serde_json::from_slice(bytes)
-            .map(Some)
-            .map_err(|e| DecodeError::Invalid(format!("not valid JSON: {e}")))
-    }
-}
-
-/// `json` when nothing needs the whole value: the document is still checked in full (grammar and
-/// UTF-8), but only the top-level fields the end-of-stream expression selects are built; the rest
-/// is skipped without allocating. (Used when the expression only uses `value.<field>`, or there is
-/// none: the JSON-lines envelope prints the value's own bytes, and the Kafka sink writes them.)
-pub struct JsonFieldsDecoder {
-    fields: Vec<String>,
-}
-
-impl JsonFieldsDecoder {
-    pub fn new(fields: Vec<String>) -> Self {
-        JsonFieldsDecoder { fields }
-    }
-}
-
-struct SelectedFields<'f>(&'f [String]);
-
-impl<'de> serde::de::DeserializeSeed<'de> for SelectedFields<'_> {
-    type Value = serde_json::Value;
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for SelectedFields<'_> {
-    type Value = serde_json::Value;
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
-        let mut out = serde_json::Map::new();
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if self.0.iter().any(|f| f == key.as_ref()) {
-                out.insert(key.into_owned(), map.next_value()?);
-            } else {
-                map.next_value::<serde::de::IgnoredAny>()?;
-            }
-        }
-        Ok(serde_json::Value::Object(out))
-    }
-}
-
-impl ValueDecoder for JsonFieldsDecoder {
-    fn format(&self) -> ValueFormat {
-        ValueFormat::Json
-    }
-    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<serde_json::Value>, DecodeError> {
-        use serde::de::DeserializeSeed;
-        // serde_json checks the UTF-8 of the strings it builds, not of those it skips
-        if let Err(e) = std::str::from_utf8(bytes) {
-            return Err(DecodeError::Invalid(format!("not valid JSON: not UTF-8 ({e})")));
-        }
-        let mut de = serde_json::Deserializer::from_slice(bytes);
-        match SelectedFields(&self.fields)
-            .deserialize(&mut de)
-            .and_then(|v| de.end().map(|_| v))
-        {
-            Ok(v) => Ok(Some(v)),
-            // not an object (an array, a number…): the whole value, or the error, as usual
-            Err(_) => JsonDecoder.decode(bytes),
-        }
     }
 }
 
@@ -269,22 +198,6 @@ pub fn encoder_for(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_fields_decoder_keeps_only_the_selected_fields_and_still_validates() {
-        let mut d = JsonFieldsDecoder::new(vec!["type".into(), "n".into()]);
-        let v = d
-            .decode(br#"{"type":"X","skip":{"deep":[1,2,{"a":"b\u00e9"}]},"n":3,"s":"t"}"#)
-            .unwrap();
-        assert_eq!(v, Some(serde_json::json!({"type": "X", "n": 3})));
-        assert!(d.decode(br#"{"type":"X","skip":{"deep":[1,2,}"#).is_err());
-        assert!(d.decode(br#"{"type":"X"} trailing"#).is_err());
-        // a skipped string is checked too
-        let mut bad = br#"{"type":"X","skip":"ab"}"#.to_vec();
-        bad[20] = 0xff;
-        assert!(d.decode(&bad).unwrap_err().to_string().contains("UTF-8"));
-        assert_eq!(d.decode(b"[1,2]").unwrap(), Some(serde_json::json!([1, 2])));
-    }
 
     #[test]
     fn decoders_accept_their_format_and_reject_others() {

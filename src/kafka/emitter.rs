@@ -16,8 +16,8 @@ pub struct KafkaRecordEmitter {
     policy: DecodeErrorPolicy,
     metrics: ReaderMetrics,
     emitted: u64,
-    /// Keep the decoded value for the sink (file and stdout print it); otherwise it is dropped
-    /// once the end-of-stream expression has seen it, on this thread, where it was allocated.
+    /// Keep the decoded value for the sink (file and stdout print it); otherwise it goes back to
+    /// the decoder once the end-of-stream expression has seen it.
     keep_decoded: bool,
 }
 
@@ -99,8 +99,9 @@ impl RecordEmitter<Record, Record, KafkaPartitionSplit> for KafkaRecordEmitter {
         let structured = record.decoded.is_some();
         output.collect(record);
         if structured && !self.keep_decoded {
-            if let Some(last) = output.last_mut() {
-                last.decoded = None;
+            // back to the decoder, whose next record reuses its allocations
+            if let Some(decoded) = output.last_mut().and_then(|last| last.decoded.take()) {
+                self.decoder.recycle(decoded);
             }
         }
         split.next_offset = offset + 1;
