@@ -41,6 +41,10 @@ pub struct KafkaPartitionSplitReader {
     last_hit: usize,
     finished: Vec<(SplitId, FinishReason)>,
     limit: BatchLimit,
+    /// The room a split's records get in the next batch: the most one split had in the last, so a
+    /// steady replay allocates each batch's vector once instead of growing it by doubling (each
+    /// doubling copies every record fetched so far).
+    group_capacity: usize,
     last_position_check: Instant,
     metrics: KafkaMetrics,
     /// Errors librdkafka keeps reporting for a split's partition (not authorized, gone).
@@ -67,6 +71,7 @@ impl KafkaPartitionSplitReader {
             last_hit: 0,
             finished: Vec::new(),
             limit,
+            group_capacity: 64,
             last_position_check: Instant::now(),
             metrics,
             partition_errors: PartitionErrors {
@@ -241,11 +246,12 @@ impl SplitReader for KafkaPartitionSplitReader {
                 1
             };
             let caught_up = &mut caught_up;
-            let (splits, last_hit, consumer_errors, partition_errors) = (
+            let (splits, last_hit, consumer_errors, partition_errors, group_capacity) = (
                 &mut self.splits,
                 &mut self.last_hit,
                 &self.metrics.consumer_errors,
                 &mut self.partition_errors,
+                &self.group_capacity,
             );
             let read = self.queue.read(timeout, want, |event| match event {
                 Event::Message(m) => {
@@ -279,7 +285,7 @@ impl SplitReader for KafkaPartitionSplitReader {
                     let slot = match split.slot {
                         Some(slot) => slot,
                         None => {
-                            groups.push((split.id.clone(), Vec::with_capacity(1024)));
+                            groups.push((split.id.clone(), Vec::with_capacity(*group_capacity)));
                             split.slot = Some(groups.len() - 1);
                             groups.len() - 1
                         }
@@ -390,6 +396,9 @@ impl SplitReader for KafkaPartitionSplitReader {
         if eof || idle || self.last_position_check.elapsed() >= POSITION_CHECK_EVERY {
             self.check_positions(&mut finished)?;
             self.restart_stalled_fetches();
+        }
+        if let Some(most) = groups.iter().map(|(_, records)| records.len()).max() {
+            self.group_capacity = most.clamp(16, self.limit.records);
         }
         batch.records = groups;
         batch.finished = finished;

@@ -101,7 +101,7 @@ pub fn write_line<W: Write>(out: &mut W, record: &Record) -> std::io::Result<()>
     json(out, &record.key.as_deref().map(Binary))?;
     out.write_all(b",\"value\":")?;
     match (&record.value, record.format, &record.dead_letter) {
-        (Some(bytes), ValueFormat::Json, None) if !bytes.iter().any(|b| matches!(b, b'\n' | b'\r')) => {
+        (Some(bytes), ValueFormat::Json, None) if memchr::memchr2(b'\n', b'\r', bytes).is_none() => {
             out.write_all(bytes)?
         }
         (Some(bytes), ValueFormat::Json, None) => match serde_json::from_slice::<serde_json::Value>(bytes) {
@@ -111,8 +111,12 @@ pub fn write_line<W: Write>(out: &mut W, record: &Record) -> std::io::Result<()>
         },
         _ => json(out, &Value(record))?,
     }
-    out.write_all(b",\"headers\":")?;
-    json(out, &Headers(&record.headers))?;
+    if record.headers.is_empty() {
+        out.write_all(b",\"headers\":{}")?;
+    } else {
+        out.write_all(b",\"headers\":")?;
+        json(out, &Headers(&record.headers))?;
+    }
     if let Some(error) = &record.dead_letter {
         out.write_all(b",\"error\":")?;
         json(out, error)?;
@@ -200,5 +204,7 @@ mod tests {
         assert_eq!(l["key"], json!({"base64": "/g=="}));
         r.value = None;
         assert_eq!(line(&r)["value"], json!(null));
+        r.headers.clear();
+        assert_eq!(line(&r)["headers"], json!({}));
     }
 }
