@@ -22,7 +22,7 @@ pub(crate) enum Scan {
 /// Where a wanted field's value is in the document.
 pub(crate) type Span = std::ops::Range<usize>;
 
-/// Scans `bytes`, which must be valid UTF-8, and sets `found[i]` to where the value of the
+/// Scans `bytes` (checking their UTF-8 too) and sets `found[i]` to where the value of the
 /// top-level field `wanted[i]` is (untouched where absent). `stack` is scratch space for the
 /// nesting of skipped values, reused across calls.
 pub(crate) fn scan_fields(bytes: &[u8], wanted: &[String], found: &mut [Option<Span>], stack: &mut Vec<u8>) -> Scan {
@@ -116,17 +116,28 @@ impl Scanner<'_> {
         }
     }
 
-    /// A string from its opening quote; whether it has escapes.
+    /// A string from its opening quote; whether it has escapes. Its bytes must be UTF-8 (checked
+    /// here, where a string has any byte over 0x7f: outside strings the grammar allows none).
     fn string(&mut self) -> Option<bool> {
         self.eat(b'"')?;
+        let start = self.i;
         let mut escaped = false;
+        let mut seen = 0u64; // every byte skipped, or-ed together: bit 7 set for a non-ASCII one
         loop {
-            self.skip_plain_words();
-            while !STRING_STOP[*self.b.get(self.i)? as usize] {
+            seen |= self.skip_plain_words();
+            loop {
+                let byte = *self.b.get(self.i)?;
+                if STRING_STOP[byte as usize] {
+                    break;
+                }
+                seen |= u64::from(byte);
                 self.i += 1;
             }
             match self.b[self.i] {
                 b'"' => {
+                    if seen & 0x80 != 0 {
+                        std::str::from_utf8(&self.b[start..self.i]).ok()?;
+                    }
                     self.i += 1;
                     return Some(escaped);
                 }
@@ -151,13 +162,15 @@ impl Scanner<'_> {
     }
 
     /// Skips string bytes eight at a time while none of them is a quote, a backslash or a
-    /// control character (serde_json's `skip_to_escape` does the same).
-    fn skip_plain_words(&mut self) {
+    /// control character (serde_json's `skip_to_escape` does the same); returns the skipped
+    /// words or-ed together, in each byte's high bit whether any was non-ASCII.
+    fn skip_plain_words(&mut self) -> u64 {
         const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
         const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
         const QUOTE: u64 = u64::from_ne_bytes([b'"'; 8]);
         const BACKSLASH: u64 = u64::from_ne_bytes([b'\\'; 8]);
         const SPACE: u64 = u64::from_ne_bytes([0x20; 8]);
+        let mut seen = 0;
         while let Some(chunk) = self.b.get(self.i..self.i + 8) {
             let mut word = [0u8; 8];
             word.copy_from_slice(chunk);
@@ -168,9 +181,16 @@ impl Scanner<'_> {
             let backslash = (v ^ BACKSLASH).wrapping_sub(ONES) & !(v ^ BACKSLASH);
             let control = v.wrapping_sub(SPACE) & !v;
             if (quote | backslash | control) & HIGH != 0 {
-                return;
+                break;
             }
+            seen |= v;
             self.i += 8;
+        }
+        // one bit per word is enough for the caller: fold the high bits down to bit 7
+        if seen & HIGH != 0 {
+            0x80
+        } else {
+            0
         }
     }
 
