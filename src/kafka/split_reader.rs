@@ -398,7 +398,7 @@ impl SplitReader for KafkaPartitionSplitReader {
             self.restart_stalled_fetches();
         }
         if let Some(most) = groups.iter().map(|(_, records)| records.len()).max() {
-            self.group_capacity = most.clamp(16, self.limit.records);
+            self.group_capacity = most.max(16).min(self.limit.records);
         }
         batch.records = groups;
         batch.finished = finished;
