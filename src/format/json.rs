@@ -26,9 +26,9 @@ impl ValueDecoder for JsonDecoder {
 /// is skipped without allocating. (Used when the expression only uses `value.<field>`, or there is
 /// none: the JSON-lines envelope prints the value's own bytes, and the Kafka sink writes them.)
 ///
-/// A document [`scan_fields`] answers for is decoded from the spans it lends, into the map of the
-/// previous record when it came back through [`ValueDecoder::recycle`]; anything else goes the
-/// way serde_json decides, so the result is serde_json's either way.
+/// A document the scan (`format::json_scan`) answers for is decoded from the spans it lends, into
+/// the map of the previous record when it came back through [`ValueDecoder::recycle`]; anything
+/// else goes the way serde_json decides, so the result is serde_json's either way.
 pub struct JsonFieldsDecoder {
     fields: Vec<String>,
     found: Vec<Option<Span>>,
