@@ -41,9 +41,7 @@ pub struct KafkaPartitionSplitReader {
     last_hit: usize,
     finished: Vec<(SplitId, FinishReason)>,
     limit: BatchLimit,
-    /// The room a split's records get in the next batch: the most one split had in the last, so a
-    /// steady replay allocates each batch's vector once instead of growing it by doubling (each
-    /// doubling copies every record fetched so far).
+    /// Room for a split's records in the next batch: the most one split had in the last (no doubling).
     group_capacity: usize,
     last_position_check: Instant,
     metrics: KafkaMetrics,
@@ -236,10 +234,9 @@ impl SplitReader for KafkaPartitionSplitReader {
         let mut failure: Option<Error> = None;
         let mut out_of_range = false;
         while count < self.limit.records && bytes < self.limit.bytes && failure.is_none() && !out_of_range {
-            // librdkafka's batch read waits until it has all it was asked for or its timeout: the
-            // first read asks for one record (waiting up to POLL_TIMEOUT for it), the next ones,
-            // without waiting, for what is there, so a record on a live tail (a market-close
-            // marker) goes on at once, not up to POLL_TIMEOUT later
+            // librdkafka's batch read waits until it has all it was asked for or its timeout: the first
+            // read asks for one record (waiting up to POLL_TIMEOUT), the next ones, without waiting, for
+            // what is there, so a live tail's record (a market-close marker) goes on at once
             let want = if timeout.is_zero() {
                 self.limit.read_size(count, bytes)
             } else {
