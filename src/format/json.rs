@@ -56,18 +56,21 @@ impl JsonFieldsDecoder {
                 continue;
             };
             let raw = &bytes[span];
-            let plain = raw.len() >= 2 && raw[0] == b'"' && !raw.contains(&b'\\');
-            match map.get_mut(field) {
+            // a string without escapes is its own text (its UTF-8 checked by the scan)
+            let text = match raw {
+                [b'"', inner @ .., b'"'] if !inner.contains(&b'\\') => Some(std::str::from_utf8(inner).ok()?),
+                _ => None,
+            };
+            match (map.get_mut(field), text) {
                 // the same field as a string again: refilled in place
-                Some(Value::String(s)) if plain => {
+                (Some(Value::String(s)), Some(text)) => {
                     s.clear();
-                    s.push_str(std::str::from_utf8(&raw[1..raw.len() - 1]).ok()?);
+                    s.push_str(text);
                 }
-                slot => {
-                    let value = if plain {
-                        Value::String(std::str::from_utf8(&raw[1..raw.len() - 1]).ok()?.to_owned())
-                    } else {
-                        serde_json::from_slice(raw).ok()?
+                (slot, text) => {
+                    let value = match text {
+                        Some(text) => Value::String(text.to_owned()),
+                        None => serde_json::from_slice(raw).ok()?,
                     };
                     match slot {
                         Some(slot) => *slot = value,
