@@ -17,6 +17,7 @@ use super::failpoint;
 use super::job::JobOptions;
 use super::reader::ReaderRequest;
 use super::reader_driver::ReaderEvent;
+use super::{rt, sim};
 use super::sink::SinkMessage;
 use super::sink::SinkState;
 use super::sink_driver::SinkEvent;
@@ -85,6 +86,8 @@ impl<S: Source> Coordinator<S> {
             tokio::select! {
                 biased;
                 event = self.sink_events.recv() => match event {
+                    // (a point here would sit between the sink's answer and its handling: the
+                    // sink waits for the coordinator anyway)
                     Some(SinkEvent::Prepared { id, state }) => self.checkpoint_prepared(id, state).await?,
                     Some(SinkEvent::Committed(id)) => self.checkpoint_committed(id).await?,
                     Some(SinkEvent::Closed) => return Ok(self.stopping),
@@ -94,6 +97,7 @@ impl<S: Source> Coordinator<S> {
                 event = events.recv() => {
                     // the job keeps a sender, so the channel stays open
                     let Some((reader, event)) = event else { continue };
+                    sim::point("coordinator.reader_event").await;
                     self.handle_reader_event(reader, event).await?;
                     self.take_back_undeliverable()?;
                 }
@@ -104,6 +108,7 @@ impl<S: Source> Coordinator<S> {
                     }
                 }
                 _ = tick(&mut ticker), if self.pending.is_none() && self.final_id.is_none() && !self.stopping => {
+                    sim::point("coordinator.trigger").await;
                     self.trigger_checkpoint()?;
                 }
                 _ = sleep_until(deadline), if !self.stopping => {
@@ -242,6 +247,7 @@ impl<S: Source> Coordinator<S> {
         }
         p.barrier_sent = true;
         let id = p.id;
+        sim::point("coordinator.barrier").await;
         if self.sink.send(SinkMessage::Barrier(id)).await.is_err() {
             return Err(self.sink_failure());
         }
@@ -300,15 +306,15 @@ impl<S: Source> Coordinator<S> {
         if let Some(store) = &self.store {
             let store = Arc::clone(store);
             let bytes = super::state::encode(&checkpoint)?;
-            let written = tokio::task::spawn_blocking(move || store.write_encoded(&bytes))
-                .await
-                .map_err(|e| Error::runtime("checkpoint", e))?;
+            sim::point("checkpoint.before_state").await;
+            let written = rt::unblock(move || store.write_encoded(&bytes)).await?;
             if let Err(e) = written {
                 self.stats.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
                 return Err(e);
             }
         }
         failpoint::hit("checkpoint.after_state");
+        sim::point("checkpoint.after_state").await;
         match &self.commits {
             Some(commits) => {
                 if let Some(p) = self.pending.as_mut() {

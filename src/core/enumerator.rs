@@ -218,7 +218,7 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
         let task = tokio::spawn(async move {
             tokio::time::sleep(initial_delay).await;
             loop {
-                let joined = tokio::task::spawn_blocking(move || {
+                let joined = super::rt::unblock(move || {
                     let result = callable();
                     (callable, result)
                 })
@@ -226,7 +226,7 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
                 let (returned, result) = match joined {
                     Ok(pair) => pair,
                     Err(e) => {
-                        let _ = results.send(Err(Error::runtime("enumerator call", e)));
+                        let _ = results.send(Err(e));
                         return;
                     }
                 };

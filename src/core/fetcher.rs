@@ -1,17 +1,19 @@
 //! Split fetchers on OS threads and their manager (Flink's `SplitFetcher` and
 //! `SplitFetcherManager`): each fetcher drives one blocking [`SplitReader`] and puts its batches
-//! into the reader's bounded [`ElementQueue`].
+//! into the reader's bounded [`ElementQueue`]. (Under a simulation, a fetcher is a task: see
+//! [`crate::rt`].)
 
-use std::collections::{HashMap, HashSet};
-use std::panic::AssertUnwindSafe;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
-use tracing::{debug, error, info_span};
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tracing::{debug, error, info_span, Instrument};
 
 use super::queue::ElementQueue;
+use super::rt::{self, CatchUnwind, Worker};
+use super::sim;
 use super::source::{FinishReason, SourceSplit, SplitId};
 use super::split_reader::{RecordsWithSplitIds, SplitReader, SplitsChange, WakeUpHandle};
 use crate::error::{Error, Result};
@@ -62,11 +64,11 @@ enum FetcherTask<S> {
 }
 
 struct FetcherHandle<S> {
-    tasks: Sender<FetcherTask<S>>,
-    /// Raised to interrupt this fetcher's blocked `put`.
+    tasks: UnboundedSender<FetcherTask<S>>,
+    /// Raised to interrupt this fetcher's waiting `put`.
     put_wake: Arc<AtomicBool>,
     fetch_wake: Option<WakeUpHandle>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<Worker>,
     splits: HashSet<SplitId>,
 }
 
@@ -88,8 +90,10 @@ pub struct SplitFetcherManager<R: SplitReader> {
     factory: SplitReaderFactory<R>,
     mode: FetcherMode,
     queue: Arc<ElementQueue<Batch<R>>>,
-    fetchers: HashMap<usize, FetcherHandle<R::Split>>,
-    split_fetcher: HashMap<SplitId, usize>,
+    // ordered maps: the order fetchers are told things in is the same in every run (a seeded
+    // simulation replays exactly)
+    fetchers: BTreeMap<usize, FetcherHandle<R::Split>>,
+    split_fetcher: BTreeMap<SplitId, usize>,
     next_fetcher: usize,
     error: Arc<Mutex<Option<Error>>>,
     stats: Arc<FetchStats>,
@@ -108,8 +112,8 @@ impl<R: SplitReader> SplitFetcherManager<R> {
             factory,
             mode,
             queue,
-            fetchers: HashMap::new(),
-            split_fetcher: HashMap::new(),
+            fetchers: BTreeMap::new(),
+            split_fetcher: BTreeMap::new(),
             next_fetcher: 0,
             error: Arc::new(Mutex::new(None)),
             stats,
@@ -161,7 +165,7 @@ impl<R: SplitReader> SplitFetcherManager<R> {
 
     /// Stop fetching these splits; records of theirs still queued are the reader's to drop.
     pub fn remove_splits(&mut self, ids: &[SplitId]) {
-        let mut by_fetcher: HashMap<usize, Vec<SplitId>> = HashMap::new();
+        let mut by_fetcher: BTreeMap<usize, Vec<SplitId>> = BTreeMap::new();
         for id in ids {
             if let Some(f) = self.split_fetcher.remove(id) {
                 by_fetcher.entry(f).or_default().push(id.clone());
@@ -211,7 +215,7 @@ impl<R: SplitReader> SplitFetcherManager<R> {
             let done = h.thread.as_ref().is_none_or(|t| t.is_finished());
             if done {
                 if let Some(t) = h.thread.take() {
-                    let _ = t.join();
+                    t.join();
                 }
             }
             !done
@@ -223,7 +227,7 @@ impl<R: SplitReader> SplitFetcherManager<R> {
         self.next_fetcher += 1;
         let reader = (self.factory)()?;
         let fetch_wake = reader.wake_up_handle();
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::unbounded_channel();
         let put_wake = Arc::new(AtomicBool::new(false));
         let fetcher = SplitFetcher {
             reader,
@@ -236,29 +240,25 @@ impl<R: SplitReader> SplitFetcherManager<R> {
         let error = Arc::clone(&self.error);
         let queue = Arc::clone(&self.queue);
         let reader_index = self.reader_index;
-        let thread = std::thread::Builder::new()
-            .name(format!("fetcher-{reader_index}-{id}"))
-            .spawn(move || {
-                let span = info_span!("fetcher", reader = reader_index, fetcher = id);
-                let _entered = span.enter();
-                let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| fetcher.run()));
-                let failure = match outcome {
-                    Ok(Ok(())) => None,
-                    Ok(Err(e)) => Some(e),
-                    Err(panic) => Some(Error::runtime(
-                        format!("fetcher {id} of reader {reader_index}"),
-                        panic_message(&panic),
-                    )),
-                };
-                if let Some(e) = failure {
-                    error!(error = %e, "fetcher failed");
-                    let mut slot = error.lock().unwrap_or_else(|p| p.into_inner());
-                    slot.get_or_insert(e);
-                }
-                // the reader re-checks its splits and errors when a fetcher ends
-                queue.notify_available();
-            })
-            .map_err(|e| Error::io("cannot start a fetcher thread", e))?;
+        let span = info_span!("fetcher", reader = reader_index, fetcher = id);
+        let work = async move {
+            let failure = match CatchUnwind(Box::pin(fetcher.run())).await {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e),
+                Err(panic) => Some(Error::runtime(
+                    format!("fetcher {id} of reader {reader_index}"),
+                    panic_message(&panic),
+                )),
+            };
+            if let Some(e) = failure {
+                error!(error = %e, "fetcher failed");
+                let mut slot = error.lock().unwrap_or_else(|p| p.into_inner());
+                slot.get_or_insert(e);
+            }
+            // the reader re-checks its splits and errors when a fetcher ends
+            queue.notify_available();
+        };
+        let thread = rt::spawn_worker(format!("fetcher-{reader_index}-{id}"), work.instrument(span))?;
         self.fetchers.insert(
             id,
             FetcherHandle {
@@ -275,9 +275,9 @@ impl<R: SplitReader> SplitFetcherManager<R> {
     /// Shut every fetcher down and wait for the threads.
     pub fn close(&mut self) {
         self.signal_shutdown();
-        for (_, mut h) in self.fetchers.drain() {
+        for (_, mut h) in std::mem::take(&mut self.fetchers) {
             if let Some(t) = h.thread.take() {
-                let _ = t.join();
+                t.join();
             }
         }
     }
@@ -310,7 +310,7 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 /// One fetcher thread's loop (Flink's `SplitFetcher.runOnce`): apply tasks, fetch, hand over.
 struct SplitFetcher<R: SplitReader> {
     reader: R,
-    tasks: Receiver<FetcherTask<R::Split>>,
+    tasks: UnboundedReceiver<FetcherTask<R::Split>>,
     queue: Arc<ElementQueue<Batch<R>>>,
     put_wake: Arc<AtomicBool>,
     stats: Arc<FetchStats>,
@@ -318,7 +318,7 @@ struct SplitFetcher<R: SplitReader> {
 }
 
 impl<R: SplitReader> SplitFetcher<R> {
-    fn run(mut self) -> Result<()> {
+    async fn run(mut self) -> Result<()> {
         let mut assigned: HashSet<SplitId> = HashSet::new();
         let mut pending: Option<Batch<R>> = None;
         let mut had_splits = false;
@@ -332,9 +332,9 @@ impl<R: SplitReader> SplitFetcher<R> {
                     return Ok(());
                 }
                 let task = if idle {
-                    match self.tasks.recv() {
-                        Ok(t) => t,
-                        Err(_) => return self.reader.close(),
+                    match self.tasks.recv().await {
+                        Some(t) => t,
+                        None => return self.reader.close(),
                     }
                 } else {
                     match self.tasks.try_recv() {
@@ -343,6 +343,7 @@ impl<R: SplitReader> SplitFetcher<R> {
                         Err(TryRecvError::Disconnected) => return self.reader.close(),
                     }
                 };
+                sim::point("fetcher.task").await;
                 match task {
                     FetcherTask::Change(SplitsChange::Add(splits)) => {
                         had_splits = true;
@@ -371,12 +372,14 @@ impl<R: SplitReader> SplitFetcher<R> {
             }
 
             if let Some(batch) = pending.take() {
-                if let Err(back) = self.queue.put(batch, &self.put_wake) {
+                sim::point("fetcher.put").await;
+                if let Err(back) = self.queue.put(batch, &self.put_wake).await {
                     pending = Some(back); // woken: look at the tasks, then try again
                 }
                 continue;
             }
 
+            sim::point("fetcher.fetch").await;
             let batch = self.reader.fetch()?;
             for (id, _) in &batch.finished {
                 assigned.remove(id);

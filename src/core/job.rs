@@ -1,6 +1,7 @@
 //! The job runtime (Flink's `SourceCoordinator` and the `SourceOperator` tasks, in one process):
 //! one coordinator task hosting the enumerator and the checkpoints, `parallelism` reader tasks,
-//! and a sink thread, wired by channels.
+//! and a sink thread, wired by channels. (Under a simulation, see [`crate::sim`], all of it
+//! runs on one thread.)
 //!
 //! Checkpoint k (aligned barriers, at-least-once):
 //! 1. the coordinator snapshots the enumerator, then sends `TriggerCheckpoint(k)` to every reader
@@ -27,6 +28,7 @@ use super::enumerator::{EnumeratorContext, SplitEnumerator};
 use super::event_time::EventTimeClock;
 use super::fetcher::FetchStats;
 use super::reader_driver::{ReaderDriver, ReaderEvent};
+use super::rt;
 use super::sink::Sink;
 use super::sink_driver::{run_sink, SinkChannels};
 use super::source::{ReaderContext, Source};
@@ -123,7 +125,8 @@ impl<S: Source> Job<S> {
     }
 
     /// Run to the end of input, or until stopped; then a final checkpoint.
-    /// Needs a multi-threaded tokio runtime (readers close their fetchers with `block_in_place`).
+    /// On a multi-threaded tokio runtime readers close their fetchers with `block_in_place`; on
+    /// a current-thread runtime they close them in place.
     pub async fn run(self, sink: Box<dyn Sink<S::Output>>) -> Result<JobReport<S::Split>> {
         if self.options.parallelism == 0 {
             return Err(Error::config("job.parallelism", "must be at least 1"));
@@ -145,10 +148,10 @@ impl<S: Source> Job<S> {
             events: sink_events_tx,
             commits: commits_rx,
         };
-        let sink_thread = std::thread::Builder::new()
-            .name("sink".into())
-            .spawn(move || run_sink(sink, channels, sink_stats))
-            .map_err(|e| Error::io("cannot start the sink thread", e))?;
+        let sink_thread = rt::spawn_worker(
+            "sink".into(),
+            run_sink(sink, channels, sink_stats).instrument(info_span!("sink")),
+        )?;
 
         // one clock for all readers (pacing, a source-wide stop), with the stop a state kept
         let event_time = self
@@ -284,8 +287,7 @@ impl<S: Source> Job<S> {
         if let Err(e) = enumerator.close() {
             warn!(error = %e, "closing the enumerator failed");
         }
-        let sink_result = tokio::task::spawn_blocking(move || sink_thread.join()).await;
-        if !matches!(sink_result, Ok(Ok(()))) {
+        if !sink_thread.wait().await {
             warn!("the sink thread ended abnormally");
         }
         let stopped = outcome?;
@@ -317,12 +319,11 @@ async fn recover_sink<S: Source>(
     latest: Option<SourceCheckpoint<S>>,
 ) -> Result<(Box<dyn Sink<S::Output>>, Restored<S>)> {
     let next_checkpoint_id = latest.as_ref().map_or(1, |cp| cp.checkpoint_id + 1);
-    let (sink, latest, committed) = tokio::task::spawn_blocking(move || {
+    let (sink, latest, committed) = rt::unblock(move || {
         let committed = sink.recover(latest.as_ref().map(|cp| (cp.checkpoint_id, cp.sink.as_ref())));
         (sink, latest, committed)
     })
-    .await
-    .map_err(|e| Error::runtime("recovering the sink", e))?;
+    .await?;
     let checkpoint = match (latest, committed?) {
         (Some(cp), false) => {
             let previous = cp.previous.map(|b| *b);

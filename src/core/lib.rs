@@ -17,6 +17,8 @@ pub mod queue;
 pub mod reader;
 pub mod reader_base;
 mod reader_driver;
+mod rt;
+pub mod sim;
 pub mod sink;
 mod sink_driver;
 pub mod source;

@@ -1,10 +1,10 @@
 //! The bounded hand-off between fetcher threads and the reader task (Flink's
-//! `FutureCompletingBlockingQueue`): `put` blocks a fetcher while the queue is full (the
-//! backpressure), `poll` never blocks, and an availability future wakes the reader.
+//! `FutureCompletingBlockingQueue`): `put` waits while the queue is full (the backpressure),
+//! `poll` never blocks, and an availability future wakes the reader.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
@@ -13,11 +13,11 @@ use super::reader::AvailabilityFuture;
 /// The default capacity in batches, as in Flink (`source.reader.element.queue.capacity` = 2).
 pub const DEFAULT_CAPACITY: usize = 2;
 
-/// A bounded queue of batches with a blocking, interruptible `put` and an async availability
-/// signal: Flink's `FutureCompletingBlockingQueue` under a shorter name.
+/// A bounded queue of batches with an interruptible `put` that waits for room and an async
+/// availability signal: Flink's `FutureCompletingBlockingQueue` under a shorter name.
 pub struct ElementQueue<B> {
     items: Mutex<VecDeque<B>>,
-    not_full: Condvar,
+    not_full: Notify,
     capacity: usize,
     available: Arc<Notify>,
     pushed: AtomicU64,
@@ -28,7 +28,7 @@ impl<B> ElementQueue<B> {
     pub fn new(capacity: usize) -> Self {
         ElementQueue {
             items: Mutex::new(VecDeque::with_capacity(capacity.max(1))),
-            not_full: Condvar::new(),
+            not_full: Notify::new(),
             capacity: capacity.max(1),
             available: Arc::new(Notify::new()),
             pushed: AtomicU64::new(0),
@@ -42,30 +42,36 @@ impl<B> ElementQueue<B> {
         self.items.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Block until there is room, then append. Returns the batch back, without enqueuing it, if
+    /// Wait until there is room, then append. Returns the batch back, without enqueuing it, if
     /// `wake` is raised (see [`ElementQueue::wake_up_putting`]) before there is room.
-    pub fn put(&self, batch: B, wake: &AtomicBool) -> Result<(), B> {
-        let mut items = self.lock();
+    pub async fn put(&self, batch: B, wake: &AtomicBool) -> Result<(), B> {
         loop {
-            if wake.swap(false, Ordering::AcqRel) {
-                return Err(batch);
+            // registered before the check, so a poll between the check and the wait wakes it
+            let room = self.not_full.notified();
+            let mut room = std::pin::pin!(room);
+            room.as_mut().enable();
+            {
+                let mut items = self.lock();
+                if wake.swap(false, Ordering::AcqRel) {
+                    return Err(batch);
+                }
+                if items.len() < self.capacity {
+                    items.push_back(batch);
+                    self.pushed.fetch_add(1, Ordering::Relaxed);
+                    drop(items);
+                    self.available.notify_one();
+                    return Ok(());
+                }
             }
-            if items.len() < self.capacity {
-                items.push_back(batch);
-                self.pushed.fetch_add(1, Ordering::Relaxed);
-                drop(items);
-                self.available.notify_one();
-                return Ok(());
-            }
-            items = self.not_full.wait(items).unwrap_or_else(|p| p.into_inner());
+            room.await;
         }
     }
 
-    /// Interrupt a fetcher blocked in `put` with this `wake` flag (or its next `put`).
+    /// Interrupt a fetcher waiting in `put` with this `wake` flag (or its next `put`).
     pub fn wake_up_putting(&self, wake: &AtomicBool) {
         let _items = self.lock();
         wake.store(true, Ordering::Release);
-        self.not_full.notify_all();
+        self.not_full.notify_waiters();
     }
 
     /// Take the oldest batch, if any; never blocks.
@@ -75,7 +81,7 @@ impl<B> ElementQueue<B> {
         if batch.is_some() {
             self.popped.fetch_add(1, Ordering::Relaxed);
             drop(items);
-            self.not_full.notify_all();
+            self.not_full.notify_waiters();
         }
         batch
     }
@@ -97,7 +103,7 @@ impl<B> ElementQueue<B> {
         let mut items = self.lock();
         items.retain_mut(|b| keep(b));
         drop(items);
-        self.not_full.notify_all();
+        self.not_full.notify_waiters();
     }
 
     /// Wake the reader without a batch (a fetcher failed or went idle).
@@ -126,18 +132,19 @@ impl<B> ElementQueue<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rt::block_on;
     use std::time::Duration;
 
     #[test]
     fn put_blocks_when_full_until_a_poll() {
         let q = Arc::new(ElementQueue::new(2));
         let wake = AtomicBool::new(false);
-        q.put(1, &wake).unwrap();
-        q.put(2, &wake).unwrap();
+        block_on(q.put(1, &wake)).unwrap();
+        block_on(q.put(2, &wake)).unwrap();
         let q2 = Arc::clone(&q);
         let t = std::thread::spawn(move || {
             let wake = AtomicBool::new(false);
-            q2.put(3, &wake).unwrap();
+            block_on(q2.put(3, &wake)).unwrap();
         });
         // the third put cannot complete while the queue holds two batches
         std::thread::sleep(Duration::from_millis(50));
@@ -154,9 +161,9 @@ mod tests {
     fn wake_up_interrupts_a_blocked_put_and_returns_the_batch() {
         let q = Arc::new(ElementQueue::new(1));
         let wake = Arc::new(AtomicBool::new(false));
-        q.put(1, &wake).unwrap();
+        block_on(q.put(1, &wake)).unwrap();
         let (q2, w2) = (Arc::clone(&q), Arc::clone(&wake));
-        let t = std::thread::spawn(move || q2.put(2, &w2));
+        let t = std::thread::spawn(move || block_on(q2.put(2, &w2)));
         q.wake_up_putting(&wake);
         assert_eq!(t.join().unwrap(), Err(2));
         assert_eq!(q.len(), 1);
@@ -165,7 +172,7 @@ mod tests {
     #[tokio::test]
     async fn availability_is_not_lost_when_signalled_before_waiting() {
         let q = ElementQueue::new(2);
-        q.put(7, &AtomicBool::new(false)).unwrap();
+        q.put(7, &AtomicBool::new(false)).await.unwrap();
         tokio::time::timeout(Duration::from_secs(5), q.available())
             .await
             .expect("stored signal completes the future");

@@ -10,6 +10,7 @@ use tracing::{debug, warn};
 use super::checkpoint::{JobStats, FINAL_SNAPSHOT};
 use super::enumerator::ReaderCommand;
 use super::reader::{InputStatus, ReaderRequest, SourceReader};
+use super::{rt, sim};
 use super::sink::SinkMessage;
 use super::source::{SourceSplit, SplitSnapshot};
 use crate::error::{Error, Result};
@@ -47,21 +48,22 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
         mut commands: mpsc::UnboundedReceiver<ReaderCommand<S>>,
     ) {
         let result = self.drive(&mut reader, &mut commands).await;
+        sim::point("reader.end").await;
         match result {
             Ok(Some(splits)) => {
                 // its final state is taken and nothing more is read: the final checkpoint need
                 // not wait for the fetchers to shut down (a consumer's close takes a while)
                 let _ = self.events.send((self.index, ReaderEvent::Finished { splits }));
-                if let Err(e) = tokio::task::block_in_place(|| reader.close()) {
+                if let Err(e) = rt::block_here(|| reader.close()) {
                     warn!(reader = self.index, error = %e, "closing the reader failed after it finished");
                 }
             }
             Ok(None) => {
-                let _ = tokio::task::block_in_place(|| reader.close());
+                let _ = rt::block_here(|| reader.close());
                 return;
             }
             Err(e) => {
-                let _ = tokio::task::block_in_place(|| reader.close());
+                let _ = rt::block_here(|| reader.close());
                 let _ = self.events.send((self.index, ReaderEvent::Failed(e)));
                 return;
             }
@@ -71,7 +73,7 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
         drop(self.sink);
         while let Some(command) = commands.recv().await {
             if let ReaderCommand::CheckpointComplete(id) = command {
-                if let Err(e) = tokio::task::block_in_place(|| reader.notify_checkpoint_complete(id)) {
+                if let Err(e) = rt::block_here(|| reader.notify_checkpoint_complete(id)) {
                     warn!(reader = self.index, error = %e, "after-checkpoint action failed");
                 }
             }
@@ -113,6 +115,7 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
             }
             match status {
                 InputStatus::MoreAvailable => {
+                    sim::point("reader.poll").await;
                     status = reader.poll_next(&mut output)?;
                     for request in reader.take_requests() {
                         self.send(ReaderEvent::Request(request));
@@ -126,6 +129,7 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
                             reader: self.index,
                             records,
                         };
+                        sim::point("reader.emit").await;
                         if self.sink.send(message).await.is_err() {
                             return Ok(None);
                         }
@@ -165,6 +169,7 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
         reader: &mut R,
         command: ReaderCommand<S>,
     ) -> Result<Flow> {
+        sim::point("reader.command").await;
         match command {
             ReaderCommand::AddSplits(splits) => reader.add_splits(splits)?,
             ReaderCommand::NoMoreSplits => reader.notify_no_more_splits(),
@@ -181,6 +186,7 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
                 if self.sink.send(barrier).await.is_err() {
                     return Ok(Flow::Gone);
                 }
+                sim::point("reader.ack").await;
                 self.send(ReaderEvent::CheckpointAck { id, splits });
             }
             ReaderCommand::CheckpointComplete(id) => reader.notify_checkpoint_complete(id)?,

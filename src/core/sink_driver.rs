@@ -1,5 +1,5 @@
-//! The sink driver: the sink's own thread, taking records and barriers in order from the
-//! readers' channel. At a barrier it prepares the sink's commit and tells the coordinator; a
+//! The sink driver: the sink's own thread (a task under a simulation), taking records and
+//! barriers in order from the readers' channel. At a barrier it prepares the sink's commit and tells the coordinator; a
 //! transactional sink then waits for the coordinator's go (the state file is written) before it
 //! commits and takes the records after the barrier, which belong to the next transaction.
 
@@ -7,10 +7,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tracing::info_span;
 
 use super::checkpoint::JobStats;
 use super::failpoint;
+use super::sim;
 use super::sink::{Sink, SinkMessage, SinkState};
 use crate::error::Error;
 
@@ -35,12 +35,27 @@ pub(crate) struct SinkChannels<T> {
     pub(crate) commits: mpsc::UnboundedReceiver<u64>,
 }
 
-pub(crate) fn run_sink<T: 'static>(mut sink: Box<dyn Sink<T>>, mut channels: SinkChannels<T>, stats: Arc<JobStats>) {
-    let span = info_span!("sink");
-    let _entered = span.enter();
+/// The sink's loop: returns when the job ends or fails (the coordinator hears which).
+pub(crate) async fn run_sink<T: 'static>(sink: Box<dyn Sink<T>>, channels: SinkChannels<T>, stats: Arc<JobStats>) {
+    let events = channels.events.clone();
+    match drive(sink, channels, stats).await {
+        Ok(Some(event)) => {
+            let _ = events.send(event);
+        }
+        Ok(None) => {}
+        Err(e) => {
+            let _ = events.send(SinkEvent::Failed(e));
+        }
+    }
+}
+
+async fn drive<T: 'static>(
+    mut sink: Box<dyn Sink<T>>,
+    mut channels: SinkChannels<T>,
+    stats: Arc<JobStats>,
+) -> Result<Option<SinkEvent>, Error> {
     let transactional = sink.is_transactional();
     let events = channels.events.clone();
-    let outcome = (|| -> Result<Option<SinkEvent>, Error> {
         let mut held = Alignment::default();
         let mut diverted = 0;
         let mut write = |sink: &mut Box<dyn Sink<T>>, records: Vec<T>| -> Result<(), Error> {
@@ -54,7 +69,8 @@ pub(crate) fn run_sink<T: 'static>(mut sink: Box<dyn Sink<T>>, mut channels: Sin
             failpoint::hit("sink.after_write");
             Ok(())
         };
-        while let Some(message) = channels.messages.blocking_recv() {
+        while let Some(message) = channels.messages.recv().await {
+            sim::point("sink.message").await;
             match message {
                 SinkMessage::Records { reader, records } => {
                     if let Some(records) = held.hold(reader, records) {
@@ -77,13 +93,16 @@ pub(crate) fn run_sink<T: 'static>(mut sink: Box<dyn Sink<T>>, mut channels: Sin
                     failpoint::hit("checkpoint.before_prepare");
                     let state = sink.prepare_commit(id)?;
                     failpoint::hit("checkpoint.after_prepare");
+                    sim::point("checkpoint.after_prepare").await;
                     let _ = events.send(SinkEvent::Prepared { id, state });
                     if transactional {
                         // no record after the barrier may enter this transaction: wait for the go
-                        match channels.commits.blocking_recv() {
+                        match channels.commits.recv().await {
                             Some(go) if go == id => {
+                                sim::point("sink.commit").await;
                                 sink.commit(id)?;
                                 failpoint::hit("checkpoint.after_commit");
+                                sim::point("checkpoint.after_commit").await;
                                 let _ = events.send(SinkEvent::Committed(id));
                             }
                             // the job failed before the state file was written: the transaction
@@ -109,16 +128,6 @@ pub(crate) fn run_sink<T: 'static>(mut sink: Box<dyn Sink<T>>, mut channels: Sin
             }
         }
         Ok(None)
-    })();
-    match outcome {
-        Ok(Some(event)) => {
-            let _ = events.send(event);
-        }
-        Ok(None) => {}
-        Err(e) => {
-            let _ = events.send(SinkEvent::Failed(e));
-        }
-    }
 }
 
 /// Barrier alignment (Flink's `CheckpointBarrierHandler`, for one input per reader): the

@@ -128,7 +128,11 @@ impl StateStore {
 
     fn write_inner(&self, bytes: &[u8], crash: Option<CrashPoint>) -> Result<()> {
         let ctx = |what: &str| format!("writing state file {}: {what}", self.path.display());
+        let crashed = || Error::runtime(ctx("interrupted"), "the simulated process crashed");
         let result = (|| -> Result<()> {
+            if crate::sim::sync_point("state.write") {
+                return Err(crashed());
+            }
             let mut file = File::create(&self.temp).map_err(|e| Error::io(ctx("create temp file"), e))?;
             if crash == Some(CrashPoint::DuringTempWrite) {
                 file.write_all(&bytes[..bytes.len() / 2])
@@ -140,6 +144,9 @@ impl StateStore {
             file.sync_all().map_err(|e| Error::io(ctx("fsync temp file"), e))?;
             drop(file);
             crate::failpoint::hit("state.before_rename");
+            if crate::sim::sync_point("state.before_rename") {
+                return Err(crashed());
+            }
             if crash == Some(CrashPoint::BeforeRename) {
                 return Ok(());
             }
