@@ -42,6 +42,8 @@ pub use split_reader::{RecordsWithSplitIds, SplitReader, SplitsChange};
 pub use state::StateStore;
 
 #[cfg(test)]
+mod simulation;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod two_phase_tests;

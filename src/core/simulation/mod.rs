@@ -1,0 +1,273 @@
+//! The deterministic simulation of the runtime (tests only): the whole job — enumerator,
+//! readers, split fetchers, the queue, the coordinator, the sink driver and the state file — on
+//! the number-sequence source, under a schedule drawn from one seed: random delays and yields at
+//! every hand-over, random checkpoint timing, a stop signal, a second one (which exits at once, a
+//! crash), a crash at any step, and a restore at a random parallelism. After every run the output
+//! a restart would see must be exactly what the state file covers; at the end, exactly the input.
+//! A failure names its seed, and the seed replays it (see `tests`).
+
+mod check;
+mod sinks;
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use self::check::{Range, SinkKind};
+use self::sinks::{Disk, SharedDisk, TransactionalSink, TruncatingSink};
+use crate::fetcher::FetcherMode;
+use crate::job::{Job, JobOptions};
+use crate::number_sequence::{split_range, NumberSequenceSource};
+use crate::sim::{Schedule, Simulation, SplitMix64, Trace};
+use crate::sink::Sink;
+use crate::state::StateStore;
+use crate::EofOnRecordEvaluator;
+
+/// Virtual time a run may take before it counts as hung.
+const RUN_LIMIT: Duration = Duration::from_secs(3600);
+
+/// One seed's plan: the input, the job's settings, and how each run is disrupted.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) count: u64,
+    pub(crate) splits: usize,
+    pub(crate) batch_size: usize,
+    pub(crate) queue_capacity: usize,
+    pub(crate) fetcher_mode: FetcherMode,
+    pub(crate) sink: SinkKind,
+    pub(crate) sink_capacity: usize,
+    pub(crate) markers: Vec<u64>,
+    pub(crate) checkpoint_interval: Option<Duration>,
+    pub(crate) runs: Vec<RunPlan>,
+}
+
+/// How one run (one simulated process) goes.
+#[derive(Debug, Clone)]
+pub(crate) struct RunPlan {
+    pub(crate) parallelism: usize,
+    pub(crate) schedule: Schedule,
+}
+
+impl Plan {
+    /// Everything from the seed.
+    pub(crate) fn of(seed: u64) -> Plan {
+        let mut rng = SplitMix64(seed);
+        let count = if rng.chance(30) { 0 } else { rng.range(1, 600) };
+        let splits = rng.range(1, 6) as usize;
+        let batch_size = rng.range(1, 64) as usize;
+        let markers = if rng.chance(300) && count > 0 {
+            (0..rng.range(1, 3)).map(|_| rng.range(0, count - 1)).collect()
+        } else {
+            Vec::new()
+        };
+        let checkpoint_interval = if rng.chance(100) {
+            None
+        } else {
+            Some(Duration::from_micros(rng.range(200, 20_000)))
+        };
+        // about the steps one uninterrupted run takes, to place stops and crashes inside it
+        let budget = 10 * (count / batch_size as u64 + splits as u64) + 60;
+        let disrupted = rng.range(0, 4);
+        let mut runs = Vec::new();
+        for i in 0..=disrupted {
+            let mut schedule = Schedule {
+                seed: rng.next(),
+                yield_per_mille: rng.range(0, 300) as u32,
+                delay_per_mille: rng.range(0, 200) as u32,
+                max_delay: Duration::from_micros(rng.range(1, 5_000)),
+                crash_at: None,
+                stop_at: None,
+            };
+            if i < disrupted {
+                match rng.range(0, 9) {
+                    // a stop (a first SIGTERM): a final checkpoint, then the next run
+                    0..=2 => schedule.stop_at = Some(rng.range(1, budget)),
+                    // a second signal during the stop: an exit at once, a crash
+                    3 => {
+                        let stop = rng.range(1, budget);
+                        schedule.stop_at = Some(stop);
+                        schedule.crash_at = Some(stop + rng.range(1, budget / 4 + 1));
+                    }
+                    // a crash at any step
+                    _ => schedule.crash_at = Some(rng.range(1, budget)),
+                }
+            }
+            runs.push(RunPlan {
+                parallelism: rng.range(1, 4) as usize,
+                schedule,
+            });
+        }
+        Plan {
+            count,
+            splits,
+            batch_size,
+            queue_capacity: rng.range(1, 3) as usize,
+            fetcher_mode: if rng.chance(500) {
+                FetcherMode::PerSplit
+            } else {
+                FetcherMode::Single
+            },
+            sink: if rng.chance(500) {
+                SinkKind::Truncating
+            } else {
+                SinkKind::Transactional
+            },
+            sink_capacity: rng.range(1, 3) as usize,
+            markers,
+            checkpoint_interval,
+            runs,
+        }
+    }
+
+    fn ranges(&self) -> Vec<Range> {
+        split_range(0, self.count, self.splits)
+            .into_iter()
+            .map(|s| {
+                let first_marker = self
+                    .markers
+                    .iter()
+                    .copied()
+                    .filter(|m| *m >= s.next_offset && *m < s.end)
+                    .min();
+                Range {
+                    id: s.id,
+                    start: s.next_offset,
+                    end: s.end,
+                    expected_end: first_marker.unwrap_or(s.end),
+                }
+            })
+            .collect()
+    }
+
+    fn source(&self) -> NumberSequenceSource {
+        let mut source = NumberSequenceSource::new(0, self.count, self.splits);
+        source.batch_size = self.batch_size;
+        source.queue_capacity = self.queue_capacity;
+        source.fetcher_mode = self.fetcher_mode;
+        if !self.markers.is_empty() {
+            let markers = self.markers.clone();
+            let eof: Arc<dyn EofOnRecordEvaluator<u64>> = Arc::new(move |v: &u64| markers.contains(v));
+            source.eof = Some(eof);
+        }
+        source
+    }
+}
+
+/// What one schedule went through.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    pub(crate) runs: usize,
+    pub(crate) crashes: usize,
+    pub(crate) stops: usize,
+    /// Restores at another parallelism than the run before.
+    pub(crate) rescaled: usize,
+    pub(crate) steps: u64,
+    /// The runs' trace hashes, combined: equal for two runs of one seed.
+    pub(crate) hash: u64,
+    /// The final output.
+    pub(crate) output: Vec<u64>,
+}
+
+/// Run the schedule of `seed` in `dir` (a fresh directory); `Err` says what broke.
+pub(crate) fn run_seed(seed: u64, dir: &Path) -> Result<Outcome, String> {
+    let plan = Plan::of(seed);
+    let ranges = plan.ranges();
+    let path = dir.join("job.state");
+    let disk: SharedDisk = Arc::new(Mutex::new(Disk::default()));
+    let mut crash_rng = SplitMix64(seed ^ 0x5eed);
+    let mut outcome = Outcome::default();
+    let mut previous_parallelism = None;
+    for (i, run) in plan.runs.iter().enumerate() {
+        let last = i + 1 == plan.runs.len();
+        let (ended, trace) = run_once(&plan, run, &path, &disk)
+            .map_err(|e| format!("run {i} (parallelism {}): {e}", run.parallelism))?;
+        outcome.runs += 1;
+        outcome.steps += trace.steps;
+        outcome.hash = outcome.hash.rotate_left(7) ^ trace.hash;
+        if previous_parallelism.is_some_and(|p| p != run.parallelism) {
+            outcome.rescaled += 1;
+        }
+        previous_parallelism = Some(run.parallelism);
+        let mut disk = disk.lock().unwrap_or_else(|p| p.into_inner());
+        match ended {
+            Ended::Crashed => {
+                outcome.crashes += 1;
+                disk.crash(&mut crash_rng);
+            }
+            Ended::Stopped => outcome.stops += 1,
+            Ended::Finished => {}
+        }
+        // what the next start resumes from, and the output it resumes with
+        let state: Option<Value> = crate::state::read_state(&path).map_err(|e| format!("run {i}: {e}"))?;
+        let checkpoint = check::resumed(state.as_ref(), plan.sink, &disk);
+        let covered = check::coverage(checkpoint.as_ref(), &ranges).map_err(|e| format!("after run {i}: {e}"))?;
+        let output = check::durable_output(plan.sink, &disk, checkpoint.as_ref())
+            .map_err(|e| format!("after run {i}: {e}"))?;
+        check::output_matches(&output, &covered, &ranges)
+            .map_err(|e| format!("after run {i} ({ended:?} at {:?}): {e}", trace.crashed_at))?;
+        if last {
+            if ended != Ended::Finished {
+                return Err(format!("the last run did not finish: {ended:?}"));
+            }
+            check::complete(&covered, &ranges).map_err(|e| format!("at the end: {e}"))?;
+            if !checkpoint.as_ref().is_none_or(|c| c["end_of_input"] == true) {
+                return Err("the last state file does not say the input ended".into());
+            }
+            outcome.output = output;
+        }
+    }
+    Ok(outcome)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Crashed,
+    Stopped,
+    Finished,
+}
+
+/// One simulated process: the job on a paused current-thread runtime until it ends or crashes.
+fn run_once(plan: &Plan, run: &RunPlan, path: &PathBuf, disk: &SharedDisk) -> Result<(Ended, Trace), String> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let simulation = Simulation::enter(run.schedule.clone(), Some(stop_tx));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let store = StateStore::open(path).map_err(|e| e.to_string())?;
+    let mut options = JobOptions::new("simulation", run.parallelism);
+    options.checkpoint_interval = plan.checkpoint_interval;
+    options.sink_capacity = plan.sink_capacity;
+    let job = Job::new(plan.source(), options)
+        .with_state(store)
+        .with_stop_signal(stop_rx);
+    let sink: Box<dyn Sink<u64>> = match plan.sink {
+        SinkKind::Truncating => Box::new(TruncatingSink { disk: Arc::clone(disk) }),
+        SinkKind::Transactional => Box::new(TransactionalSink {
+            disk: Arc::clone(disk),
+            open: None,
+        }),
+    };
+    let ended = runtime.block_on(async {
+        tokio::select! {
+            biased;
+            _ = simulation.crashed() => Ok(Ended::Crashed),
+            result = tokio::time::timeout(RUN_LIMIT, job.run(sink)) => match result {
+                Err(_) => Err(format!("hung: no end after {RUN_LIMIT:?} of virtual time")),
+                Ok(Err(e)) => Err(format!("the job failed: {e}")),
+                Ok(Ok(report)) if report.stopped => Ok(Ended::Stopped),
+                Ok(Ok(_)) => Ok(Ended::Finished),
+            },
+        }
+    });
+    // the process is gone: every task with it
+    drop(runtime);
+    let trace = simulation.trace();
+    drop(simulation);
+    let ended = ended.map_err(|e| format!("{e} (trace: {trace:?})"))?;
+    Ok((ended, trace))
+}

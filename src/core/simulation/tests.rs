@@ -1,0 +1,141 @@
+//! The simulation's entry points: `explores_schedules` runs many seeds (CI's share; a soak with
+//! `TIDEGATE_SIM_SCHEDULES`, a replay of one seed with `TIDEGATE_SIM_SEED`), and
+//! `a_seed_replays_exactly` checks that a seed is a bug report.
+
+use std::path::PathBuf;
+
+use super::{run_seed, Outcome, Plan};
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// A fresh directory for one schedule's state file: on tmpfs where there is one (a state write
+/// fsyncs twice; thousands of schedules write hundreds of thousands of checkpoints).
+fn scratch() -> tempfile::TempDir {
+    let shm = PathBuf::from("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(dir) = tempfile::Builder::new().prefix("tidegate-sim-").tempdir_in(&shm) {
+            return dir;
+        }
+    }
+    tempfile::tempdir().expect("a temp directory")
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    schedules: u64,
+    runs: u64,
+    crashes: u64,
+    stops: u64,
+    rescaled: u64,
+    steps: u64,
+    failures: Vec<(u64, String)>,
+}
+
+fn explore(seeds: impl Iterator<Item = u64>) -> Totals {
+    let mut totals = Totals::default();
+    for seed in seeds {
+        let dir = scratch();
+        totals.schedules += 1;
+        match run_seed(seed, dir.path()) {
+            Ok(Outcome {
+                runs,
+                crashes,
+                stops,
+                rescaled,
+                steps,
+                ..
+            }) => {
+                totals.runs += runs as u64;
+                totals.crashes += crashes as u64;
+                totals.stops += stops as u64;
+                totals.rescaled += rescaled as u64;
+                totals.steps += steps;
+            }
+            Err(e) => totals.failures.push((seed, e)),
+        }
+    }
+    totals
+}
+
+#[test]
+fn explores_schedules() {
+    if let Some(seed) = env_u64("TIDEGATE_SIM_SEED") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .without_time()
+            .with_ansi(false)
+            .try_init();
+        eprintln!("simulation: replaying seed {seed}: {:#?}", Plan::of(seed));
+        let dir = scratch();
+        match run_seed(seed, dir.path()) {
+            Ok(o) => eprintln!(
+                "simulation: seed {seed} passed: {} runs, {} crashes, {} stops, {} steps",
+                o.runs, o.crashes, o.stops, o.steps
+            ),
+            Err(e) => panic!("simulation: seed {seed} failed: {e}"),
+        }
+        return;
+    }
+    let schedules = env_u64("TIDEGATE_SIM_SCHEDULES").unwrap_or(2_000);
+    let first = env_u64("TIDEGATE_SIM_FIRST_SEED").unwrap_or(0);
+    let threads = 2u64;
+    // each thread runs its own simulations (a simulation lives on one thread)
+    let parts: Vec<Totals> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| scope.spawn(move || explore((first..first + schedules).filter(move |s| s % threads == t))))
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a simulation thread")).collect()
+    });
+    let mut totals = Totals::default();
+    for p in parts {
+        totals.schedules += p.schedules;
+        totals.runs += p.runs;
+        totals.crashes += p.crashes;
+        totals.stops += p.stops;
+        totals.rescaled += p.rescaled;
+        totals.steps += p.steps;
+        totals.failures.extend(p.failures);
+    }
+    totals.failures.sort_by_key(|(seed, _)| *seed);
+    eprintln!(
+        "simulation: {} schedules (seeds {first}..{}), {} runs, {} crashes, {} stops, {} restores at another parallelism, {} steps, {} failed",
+        totals.schedules,
+        first + schedules,
+        totals.runs,
+        totals.crashes,
+        totals.stops,
+        totals.rescaled,
+        totals.steps,
+        totals.failures.len()
+    );
+    for (seed, e) in totals.failures.iter().take(20) {
+        eprintln!("simulation: seed {seed} failed: {e}");
+    }
+    if let Some((seed, e)) = totals.failures.first() {
+        panic!(
+            "simulation: seed {seed} failed (first of {}): {e}\nreplay: TIDEGATE_SIM_SEED={seed} cargo test -p tidegate-core simulation -- --nocapture",
+            totals.failures.len()
+        );
+    }
+    // the exploration explored: most schedules disrupt their runs
+    assert_eq!(totals.schedules, schedules);
+    assert!(totals.crashes * 2 >= schedules, "{} crashes in {schedules} schedules", totals.crashes);
+    assert!(totals.stops * 5 >= schedules, "{} stops in {schedules} schedules", totals.stops);
+    assert!(totals.rescaled * 2 >= schedules, "{} rescaled restores", totals.rescaled);
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    for seed in 0..30 {
+        let (a, b) = (scratch(), scratch());
+        let first = run_seed(seed, a.path());
+        let second = run_seed(seed, b.path());
+        assert_eq!(first, second, "seed {seed} ran two ways");
+        if let Ok(o) = first {
+            assert!(o.steps > 0, "seed {seed} reached no point");
+        }
+    }
+}
