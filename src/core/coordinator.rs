@@ -273,10 +273,14 @@ impl<S: Source> Coordinator<S> {
         };
         let mut splits: Vec<SplitSnapshot<S::Split>> = self.restored_finished.clone();
         for reader in 0..self.parallelism {
-            if let Some(s) = self.finished_readers.get(&reader) {
-                splits.extend(s.iter().cloned());
-            } else if let Some(s) = p.acks.remove(&reader) {
+            // A reader's ack for this checkpoint covers exactly the records ahead of its barrier.
+            // If it finished after acking, its final snapshot also covers records it sent after
+            // the barrier, which the sink holds back for the next checkpoint: that snapshot
+            // belongs to the next checkpoint, not this one.
+            if let Some(s) = p.acks.remove(&reader) {
                 splits.extend(s);
+            } else if let Some(s) = self.finished_readers.get(&reader) {
+                splits.extend(s.iter().cloned());
             }
         }
         splits.sort_by_key(|s| s.split.split_id());
