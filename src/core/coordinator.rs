@@ -204,7 +204,9 @@ impl<S: Source> Coordinator<S> {
             enumerator: Some(enumerator),
             acks: HashMap::new(),
             barrier_sent: false,
-            end_of_input: false,
+            // a restored job whose input had ended keeps saying so: a later start must not
+            // signal the end of input again (a second end marker)
+            end_of_input: self.restored_end_of_input,
             written: None,
         });
         Ok(())

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::sinks::Disk;
+use super::sinks::{Disk, END_MARKER};
 
 /// Which simulated sink a schedule writes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,8 +96,26 @@ pub(crate) fn durable_output(kind: SinkKind, disk: &Disk, checkpoint: Option<&Va
 }
 
 /// The output must hold, for every split, exactly its numbers from its start to what the
-/// checkpoint covers, in order, and nothing else.
-pub(crate) fn output_matches(output: &[u64], covered: &Coverage, ranges: &[Range]) -> Result<(), String> {
+/// checkpoint covers, in order, and nothing else; the end marker once, last, if (and only if)
+/// the checkpoint says the input ended.
+pub(crate) fn output_matches(
+    output: &[u64],
+    covered: &Coverage,
+    ranges: &[Range],
+    end_of_input: bool,
+) -> Result<(), String> {
+    let markers = output.iter().filter(|v| **v == END_MARKER).count();
+    match (end_of_input, markers) {
+        (false, 0) => {}
+        (true, 1) if output.last() == Some(&END_MARKER) => {}
+        _ => {
+            return Err(format!(
+                "the output has {markers} end markers (last: {}), the checkpoint says the input ended: {end_of_input}",
+                output.last() == Some(&END_MARKER)
+            ))
+        }
+    }
+    let output = &output[..output.len() - markers];
     for r in ranges {
         let mine: Vec<u64> = output.iter().copied().filter(|v| *v >= r.start && *v < r.end).collect();
         let end = covered.get(&r.id).map_or(r.start, |c| c.0);

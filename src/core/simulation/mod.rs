@@ -206,14 +206,15 @@ pub(crate) fn run_seed(seed: u64, dir: &Path) -> Result<Outcome, String> {
         let covered = check::coverage(checkpoint.as_ref(), &ranges).map_err(|e| format!("after run {i}: {e}"))?;
         let output = check::durable_output(plan.sink, &disk, checkpoint.as_ref())
             .map_err(|e| format!("after run {i}: {e}"))?;
-        check::output_matches(&output, &covered, &ranges)
+        let ended_input = checkpoint.as_ref().is_some_and(|c| c["end_of_input"] == true);
+        check::output_matches(&output, &covered, &ranges, ended_input)
             .map_err(|e| format!("after run {i} ({ended:?} at {:?}): {e}", trace.crashed_at))?;
         if last {
             if ended != Ended::Finished {
                 return Err(format!("the last run did not finish: {ended:?}"));
             }
             check::complete(&covered, &ranges).map_err(|e| format!("at the end: {e}"))?;
-            if !checkpoint.as_ref().is_none_or(|c| c["end_of_input"] == true) {
+            if !ended_input {
                 return Err("the last state file does not say the input ended".into());
             }
             outcome.output = output;

@@ -6,6 +6,10 @@ use std::sync::{Arc, Mutex};
 use serde_json::json;
 
 use crate::error::{Error, Result};
+
+/// The record both sinks write at the end of input (the data generator's end marker, the
+/// market-close record): once in the output, last, and only when the input ended.
+pub(crate) const END_MARKER: u64 = u64::MAX;
 use crate::sim::{self, SplitMix64};
 use crate::sink::{Sink, SinkState};
 
@@ -69,6 +73,10 @@ impl Sink<u64> for TruncatingSink {
         Ok(Some(json!({ "length": disk.synced.len() })))
     }
 
+    fn end_of_input(&mut self) -> Result<()> {
+        self.write(vec![END_MARKER])
+    }
+
     fn recover(&mut self, last: Option<(u64, Option<&SinkState>)>) -> Result<bool> {
         let length = last
             .and_then(|(_, state)| state)
@@ -120,6 +128,10 @@ impl Sink<u64> for TransactionalSink {
 
     fn is_transactional(&self) -> bool {
         true
+    }
+
+    fn end_of_input(&mut self) -> Result<()> {
+        self.write(vec![END_MARKER])
     }
 
     fn commit(&mut self, _checkpoint_id: u64) -> Result<()> {
