@@ -121,6 +121,7 @@ async fn run_config(
     let mut options = JobOptions::new(config.job.name.clone(), config.job.parallelism);
     options.checkpoint_interval = Some(config.checkpoint.interval);
     options.max_duration = config.job.max_duration;
+    options.instance = config.job.instance;
     info!(job = %config.job.name, source = config.source.kind(), parallelism = config.job.parallelism, resuming, "starting");
 
     let source_ctx = source_context(config);

@@ -231,6 +231,7 @@ fn run_config_file(path: &Path) -> Result<JobSummary> {
     let mut options = JobOptions::new(config.job.name.clone(), config.job.parallelism);
     options.checkpoint_interval = Some(config.checkpoint.interval);
     options.max_duration = config.job.max_duration;
+    options.instance = config.job.instance;
     let summary = Arc::new(std::sync::Mutex::new(None));
     let runner = RunToEnd {
         sink,

@@ -44,6 +44,12 @@ pub struct Checkpoint<E, S: SourceSplit> {
     /// What the sink needs to recover to this checkpoint (a file's length, a transaction's token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sink: Option<serde_json::Value>,
+    /// The sink that wrote it ([`crate::Sink::fingerprint`]): only the same sink resumes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink_settings: Option<serde_json::Value>,
+    /// The instance (`job.instance`) that wrote it: only the same share resumes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<super::source::Instance>,
     /// With a transactional sink: the last checkpoint whose transaction is known committed. A
     /// restart resumes from it if this checkpoint's transaction turns out not to be committed.
     #[serde(default, skip_serializing_if = "Option::is_none")]

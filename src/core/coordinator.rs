@@ -21,7 +21,7 @@ use super::{rt, sim};
 use super::sink::SinkMessage;
 use super::sink::SinkState;
 use super::sink_driver::SinkEvent;
-use super::source::{Source, SourceSplit, SplitSnapshot};
+use super::source::{Instance, Source, SourceSplit, SplitSnapshot};
 use super::state::StateStore;
 use crate::error::{Error, Result};
 
@@ -57,6 +57,9 @@ pub(crate) struct Coordinator<S: Source> {
     pub(crate) final_due: bool,
     /// The source's settings fingerprint, stored with every checkpoint.
     pub(crate) source_settings: Option<serde_json::Value>,
+    /// The sink's fingerprint and this instance, stored with every checkpoint.
+    pub(crate) sink_settings: Option<serde_json::Value>,
+    pub(crate) instance: Instance,
     /// The readers' event-time clock, whose source-wide stop each checkpoint keeps.
     pub(crate) event_time: Option<Arc<EventTimeClock>>,
 }
@@ -300,6 +303,8 @@ impl<S: Source> Coordinator<S> {
             splits,
             end_of_input: p.end_of_input,
             source_settings: self.source_settings.clone(),
+            sink_settings: self.sink_settings.clone(),
+            instance: Some(self.instance),
             stop_timestamp: self.event_time.as_ref().and_then(|c| c.stop_at()),
             sink: sink_state,
             // until this checkpoint's transaction is committed, a restart may need the one before

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tracing::{info, info_span, warn, Instrument};
 
-use super::checkpoint::{JobReport, JobStats, SourceCheckpoint};
+use super::checkpoint::{Checkpoint, JobReport, JobStats, SourceCheckpoint};
 use super::coordinator::Coordinator;
 use super::enumerator::{EnumeratorContext, SplitEnumerator};
 use super::event_time::EventTimeClock;
@@ -31,7 +31,7 @@ use super::reader_driver::{ReaderDriver, ReaderEvent};
 use super::rt;
 use super::sink::Sink;
 use super::sink_driver::{run_sink, SinkChannels};
-use super::source::{ReaderContext, Source};
+use super::source::{Instance, ReaderContext, Source, SourceSplit};
 use super::state::StateStore;
 use crate::error::{Error, Result, StateError};
 
@@ -47,6 +47,9 @@ pub struct JobOptions {
     pub max_duration: Option<Duration>,
     /// Capacity of the channel to the sink, in record batches.
     pub sink_capacity: usize,
+    /// This process's share of the job (`job.instance`), recorded in the state file: a state
+    /// written by another share is refused.
+    pub instance: Instance,
 }
 
 impl JobOptions {
@@ -57,6 +60,7 @@ impl JobOptions {
             checkpoint_interval: None,
             max_duration: None,
             sink_capacity: 2,
+            instance: Instance::default(),
         }
     }
 }
@@ -132,6 +136,10 @@ impl<S: Source> Job<S> {
             return Err(Error::config("job.parallelism", "must be at least 1"));
         }
         let latest = self.load_checkpoint()?;
+        let sink_settings = sink.fingerprint();
+        if let Some(cp) = &latest {
+            check_writer(cp, sink_settings.as_ref(), self.options.instance)?;
+        }
         let (sink, restored) = recover_sink::<S>(sink, latest).await?;
         let started = Instant::now();
         let parallelism = self.options.parallelism;
@@ -251,6 +259,8 @@ impl<S: Source> Job<S> {
             last_committed,
             final_due: false,
             source_settings: self.source.settings_fingerprint(),
+            sink_settings,
+            instance: self.options.instance,
             event_time,
         };
         let outcome = coordinator
@@ -344,6 +354,67 @@ async fn recover_sink<S: Source>(
             next_checkpoint_id,
         },
     ))
+}
+
+/// A state file is resumed only by what wrote it: the same sink (only it can recover its last
+/// checkpoint: cut a file back to its length, settle a transaction by its id) and the same
+/// instance (its state covers its share of the work only). A state without these records (an
+/// older tidegate's) is taken as it is.
+fn check_writer<E, S: SourceSplit>(
+    cp: &Checkpoint<E, S>,
+    sink: Option<&serde_json::Value>,
+    instance: Instance,
+) -> Result<()> {
+    let how = "finish the job with the settings that wrote the state file, or start over with --reset-state";
+    if let Some(was) = cp.instance.filter(|was| *was != instance) {
+        return Err(Error::config(
+            "job.instance",
+            format!(
+                "changed since the state file was written (was index {} of {}, now index {} of {}): each instance's                  state covers its own share of the work (its partitions, its generated ranges), and a new share                  would read moved partitions from their start or overlap another's ranges; {how}",
+                was.index, was.count, instance.index, instance.count
+            ),
+        ));
+    }
+    if let (Some(was), Some(now)) = (&cp.sink_settings, sink) {
+        if was != now {
+            let keys: Vec<String> = match (was.as_object(), now.as_object()) {
+                (Some(a), Some(b)) => {
+                    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+                    keys.sort();
+                    keys.dedup();
+                    // the kind first: the rest follows from it
+                    let changed: Vec<String> = keys.into_iter().filter(|k| a.get(*k) != b.get(*k)).cloned().collect();
+                    match changed.iter().find(|k| *k == "type") {
+                        Some(t) => vec![t.clone()],
+                        None => changed,
+                    }
+                }
+                _ => Vec::new(),
+            };
+            let show = |v: &serde_json::Value, k: &str| match &v[k] {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Null => "none".to_string(),
+                other => other.to_string(),
+            };
+            let (key, change) = match keys.as_slice() {
+                [] => ("sink".to_string(), format!("was {was}, now {now}")),
+                keys => (
+                    format!("sink.{}", keys[0]),
+                    keys.iter()
+                        .map(|k| format!("{k} was {}, now {}", show(was, k), show(now, k)))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                ),
+            };
+            return Err(Error::config(
+                key,
+                format!(
+                    "changed since the state file was written ({change}): its last checkpoint can only be                      recovered by the sink that wrote it (a file cut back to its length, a transaction settled                      by its id), or records would be lost or repeated; {how}"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The checkpoint `raw` (read from the state file at `path`) as `source`'s, for job `job`: a

@@ -40,6 +40,14 @@ pub trait Sink<T>: Send + 'static {
         Ok(true)
     }
 
+    /// What this sink is, as far as a checkpoint of it depends on it (its kind, destination,
+    /// delivery, transactional id): stored with every checkpoint, and a state file is resumed
+    /// only by a sink with the same (only the sink that wrote a checkpoint can recover it: cut
+    /// a file back to its length, settle a transaction by its id). `None`: nothing to check.
+    fn fingerprint(&self) -> Option<SinkState> {
+        None
+    }
+
     /// Records written somewhere else than the sink's destination so far (dead letters): the job
     /// counts them apart from the written ones.
     fn diverted(&self) -> u64 {

@@ -156,7 +156,7 @@ pub trait Source: Send + Sync + 'static {
 
 /// This process's share of a job that runs as several processes (`job.instance`): an instance
 /// takes only the work whose owner slot modulo `count` is its `index`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Instance {
     pub index: usize,
     pub count: usize,

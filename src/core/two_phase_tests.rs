@@ -148,3 +148,61 @@ fn a_job_stopped_before_its_readers_got_splits_keeps_every_split() {
         "every number once, none lost with a split"
     );
 }
+
+/// A sink that says what it is (its fingerprint), as the file and Kafka sinks do.
+struct NamedSink {
+    inner: CollectSink<u64>,
+    name: serde_json::Value,
+}
+
+impl Sink<u64> for NamedSink {
+    fn write(&mut self, records: Vec<u64>) -> Result<()> {
+        self.inner.write(records)
+    }
+    fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<SinkState>> {
+        Ok(None)
+    }
+    fn fingerprint(&self) -> Option<SinkState> {
+        Some(self.name.clone())
+    }
+}
+
+#[test]
+fn a_state_is_resumed_only_by_the_sink_and_instance_that_wrote_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("numbers.state");
+    let exactly_once = json!({ "type": "kafka", "topic": "out", "delivery": "exactly_once" });
+    let run = |name: serde_json::Value, instance: super::Instance| {
+        let (inner, out) = CollectSink::new();
+        // stopped at once: a state that is not at its end
+        let (_tx, stop) = tokio::sync::watch::channel(true);
+        let mut options = JobOptions::new("pinned", 2);
+        options.instance = instance;
+        let result = Job::new(NumberSequenceSource::new(0, 1_000, 2), options)
+            .with_state(StateStore::open(&path).unwrap())
+            .with_stop_signal(stop)
+            .run_blocking(Box::new(NamedSink { inner, name }));
+        (result, out)
+    };
+    let one = super::Instance { index: 0, count: 1 };
+    run(exactly_once.clone(), one).0.expect("the first run stops");
+    let written = std::fs::read(&path).unwrap();
+
+    let at_least_once = json!({ "type": "kafka", "topic": "out", "delivery": "at_least_once" });
+    let file = json!({ "type": "file", "path": "out.jsonl" });
+    let cases = [
+        (at_least_once, one, "sink.delivery"),
+        (file, one, "sink.type"),
+        (exactly_once.clone(), super::Instance { index: 0, count: 2 }, "job.instance"),
+    ];
+    for (sink, instance, key) in cases {
+        let (result, out) = run(sink.clone(), instance);
+        let err = result.expect_err("a state written by another sink or instance is refused");
+        assert_eq!(err.exit_code(), 2, "{err}");
+        assert!(err.to_string().contains(key), "{key}: {err}");
+        assert!(out.lock().unwrap().is_empty(), "nothing is written");
+        assert_eq!(std::fs::read(&path).unwrap(), written, "the state is untouched");
+    }
+    // the same sink and instance resume
+    run(exactly_once, one).0.expect("the writer itself resumes");
+}

@@ -468,6 +468,7 @@ impl SourceConnector for KafkaSourceConfig {
             builder = builder.eof_evaluator(Arc::new(expression));
         }
         let mut source = builder.build()?;
+        source.eof_text = self.eof.clone();
         source.event_time = self.event_time.clone();
         source.queue_capacity = ctx.job.queue_capacity;
         source.keep_decoded = keep_decoded;

@@ -43,14 +43,31 @@ pub struct KafkaEnumeratorState {
     pub settings: Option<SettingsFingerprint>,
 }
 
-/// What a restored state depends on: the subscription, the starting offsets and the format
-/// must not change under it; a change of the stopping offsets applies to its unfinished splits.
+/// What a restored state depends on: the subscription, the starting offsets, the format and the
+/// end rule must not change under it; a change of the stopping offsets applies to its
+/// unfinished splits, a change of `replay_speed` to what is replayed from the restart on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SettingsFingerprint {
     pub subscription: String,
     pub starting: String,
     pub stopping: String,
     pub format: String,
+    /// Which records end a split (absent in state files written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<EndRule>,
+    /// `replay_speed` in words ("none": as fast as possible).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_speed: Option<String>,
+}
+
+/// The end rule a state's finished splits (and its source-wide stop) were judged by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndRule {
+    /// The end-of-stream expression as written, "none", or "a Rust evaluator".
+    pub eof: String,
+    pub eof_emit_marker: bool,
+    /// "partition" or "source".
+    pub eof_scope: String,
 }
 
 /// Assigns Kafka partitions to readers.

@@ -143,6 +143,9 @@ pub struct KafkaSource {
     pub decoder: DecoderFactory,
     pub decode_errors: DecodeErrorPolicy,
     pub eof: Option<Arc<dyn EofOnRecordEvaluator<Record>>>,
+    /// The end-of-stream expression as written (recorded in the state: a changed rule would not
+    /// fit the splits it ended); `None` with an `eof` closure.
+    pub eof_text: Option<String>,
     pub eof_emit_marker: bool,
     pub fetcher_mode: FetcherMode,
     pub queue_capacity: usize,
@@ -180,6 +183,7 @@ pub struct KafkaSourceBuilder {
     decoder: Option<DecoderFactory>,
     decode_errors: DecodeErrorPolicy,
     eof: Option<Arc<dyn EofOnRecordEvaluator<Record>>>,
+    eof_text: Option<String>,
     eof_emit_marker: bool,
     fetcher_mode: FetcherMode,
     wait_for_topics: bool,
@@ -246,13 +250,16 @@ impl KafkaSourceBuilder {
     /// End a split at the first record this evaluator matches (FLIP-208); a closure works.
     pub fn eof_evaluator(mut self, eof: Arc<dyn EofOnRecordEvaluator<Record>>) -> Self {
         self.eof = Some(eof);
+        self.eof_text = None;
         self
     }
     /// End a split at the first record this CEL expression matches.
     pub fn eof_expression(self, expression: &str) -> Result<Self> {
         let compiled =
             crate::expr::RecordExpression::compile(expression).map_err(|e| Error::config("source.eof", e))?;
-        Ok(self.eof_evaluator(Arc::new(compiled)))
+        let mut builder = self.eof_evaluator(Arc::new(compiled));
+        builder.eof_text = Some(expression.to_string());
+        Ok(builder)
     }
     pub fn eof_emit_marker(mut self, emit: bool) -> Self {
         self.eof_emit_marker = emit;
@@ -311,6 +318,7 @@ impl KafkaSourceBuilder {
             decoder,
             decode_errors: self.decode_errors,
             eof: self.eof,
+            eof_text: self.eof_text,
             eof_emit_marker: self.eof_emit_marker,
             fetcher_mode: self.fetcher_mode,
             queue_capacity: crate::core::queue::DEFAULT_CAPACITY,
@@ -425,6 +433,34 @@ impl KafkaSource {
                 ));
             }
         }
+        if let (Some(was), Some(is)) = (&then.end, &now.end) {
+            for (key, old, new) in [
+                ("source.eof", was.eof.clone(), is.eof.clone()),
+                ("source.eof_scope", was.eof_scope.clone(), is.eof_scope.clone()),
+                (
+                    "source.eof_emit_marker",
+                    was.eof_emit_marker.to_string(),
+                    is.eof_emit_marker.to_string(),
+                ),
+            ] {
+                if old != new {
+                    return Err(Error::config(
+                        key,
+                        format!(
+                            "changed since the state file was written (was {old}, now {new}): the state's \
+                             finished splits (and a source-wide stop it found) were judged by the old rule, and \
+                             the records written so far with it; finish with the old setting, or start over \
+                             with --reset-state"
+                        ),
+                    ));
+                }
+            }
+        }
+        if let (Some(was), Some(is)) = (&then.replay_speed, &now.replay_speed) {
+            if was != is {
+                info!(was = %was, now = %is, "replay_speed changed since the state file was written: the new pace applies from here");
+            }
+        }
         let changed = then.stopping != now.stopping;
         if changed {
             info!(was = %then.stopping, now = %now.stopping, "stopping_offsets changed since the state file was written: they apply to the unfinished splits");
@@ -445,6 +481,16 @@ impl KafkaSource {
             starting: s.starting.to_string(),
             stopping: s.stopping.to_string(),
             format: self.format.to_string(),
+            end: Some(enumerator::EndRule {
+                eof: match (&self.eof_text, &self.eof) {
+                    (Some(text), _) => text.clone(),
+                    (None, Some(_)) => "a Rust evaluator".to_string(),
+                    (None, None) => "none".to_string(),
+                },
+                eof_emit_marker: self.eof_emit_marker,
+                eof_scope: if self.event_time.source_wide_stop { "source" } else { "partition" }.to_string(),
+            }),
+            replay_speed: Some(self.event_time.speed.map_or_else(|| "none".to_string(), |s| s.to_string())),
         }
     }
 }

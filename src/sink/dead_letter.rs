@@ -82,6 +82,10 @@ impl Sink<Record> for DeadLetterSink {
         self.inner.is_transactional()
     }
 
+    fn fingerprint(&self) -> Option<SinkState> {
+        self.inner.fingerprint()
+    }
+
     fn commit(&mut self, checkpoint_id: u64) -> Result<()> {
         self.inner.commit(checkpoint_id)
     }

@@ -107,6 +107,11 @@ impl Sink<Record> for FileSink {
         Ok(())
     }
 
+    /// The file it writes: a state file is resumed only into the same file.
+    fn fingerprint(&self) -> Option<SinkState> {
+        Some(serde_json::json!({ "type": "file", "path": self.path.display().to_string() }))
+    }
+
     /// Flush and fsync; the checkpoint records the file's length.
     fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<SinkState>> {
         let length = self.flush_and_sync()?;
@@ -191,6 +196,10 @@ impl Sink<Record> for StdoutSink {
         Ok(None)
     }
 
+    fn fingerprint(&self) -> Option<SinkState> {
+        Some(serde_json::json!({ "type": "stdout" }))
+    }
+
     fn end_of_input(&mut self) -> Result<()> {
         if let Some(marker) = self.end_marker.take() {
             self.write(vec![marker])?;
@@ -205,6 +214,9 @@ pub struct NullSink;
 impl Sink<Record> for NullSink {
     fn write(&mut self, _records: Vec<Record>) -> Result<()> {
         Ok(())
+    }
+    fn fingerprint(&self) -> Option<SinkState> {
+        Some(serde_json::json!({ "type": "null" }))
     }
     fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<SinkState>> {
         Ok(None)

@@ -175,3 +175,72 @@ fn offsets_for_missing_partitions_or_outside_the_log_name_the_partition_and_the_
         assert!(log.contains(&key) && log.contains(&says), "{extra}: {log}");
     }
 }
+
+/// Finding 2.2 of issue #24: a state file pins what wrote it. Each change that cannot apply
+/// exactly is refused (exit 2, naming the key, the state untouched); `replay_speed` applies.
+#[test]
+fn a_changed_sink_instance_or_end_rule_is_refused_naming_it() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("restore-writer", 1);
+    let records: Vec<TestRecord> = (0..20)
+        .map(|i| TestRecord::to(0, if i == 15 { "CLOSE".to_string() } else { format!("{i}") }))
+        .collect();
+    kafka.produce(&topic, &records);
+    let dir = JobDir::new();
+    let eof = "eof = 'value == \"CLOSE\"'";
+    let config_with = |sink: &str| dir.config(&replay_config(&kafka, &topic, sink, eof, "200ms"));
+    let config = config_with(FILE_SINK);
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "{log}");
+    let state = std::fs::read(dir.path("job.state")).unwrap();
+    let other_file = dir.path("other.jsonl").display().to_string();
+    let cases = [
+        ("[sink]\ntype = \"stdout\"", "", "sink.type"),
+        (FILE_SINK, &*format!("sink.path={other_file}"), "sink.path"),
+        (FILE_SINK, "job.instance={\"index\":0,\"count\":2}", "job.instance"),
+        (FILE_SINK, "source.eof=value == \"OPEN\"", "source.eof"),
+        (FILE_SINK, "source.eof_scope=source", "source.eof_scope"),
+        (FILE_SINK, "source.eof_emit_marker=true", "source.eof_emit_marker"),
+    ];
+    for (sink, set, key) in cases {
+        let config = config_with(sink);
+        let args: &[&str] = if set.is_empty() { &[] } else { &["--set", set] };
+        let (code, log) = run(&config, args, MINUTE);
+        assert_eq!(code, 2, "{key}: {log}");
+        assert!(
+            log.contains(key) && log.contains("changed since the state file") && log.contains("--reset-state"),
+            "{key}: {log}"
+        );
+        assert_eq!(std::fs::read(dir.path("job.state")).unwrap(), state, "{key}: the state moved");
+    }
+    // pacing does not change what is written: a new replay_speed applies
+    let config = config_with(FILE_SINK);
+    let (code, log) = run(&config, &["--set", "source.replay_speed=1000"], MINUTE);
+    assert_eq!(code, 0, "{log}");
+    assert!(log.contains("replay_speed changed since the state file"), "{log}");
+
+    // an exactly-once Kafka sink's checkpoint is settled through its transactional id: switching
+    // to at-least-once (or another sink) after a crash between the state file and the commit
+    // would lose that checkpoint, so it is refused
+    let out = kafka.create_topic("restore-writer-out", 1);
+    let kafka_sink = |delivery: &str| {
+        format!(
+            "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{out}\"\ndelivery = \"{delivery}\"",
+            kafka.bootstrap
+        )
+    };
+    let dir = JobDir::new();
+    let config_with = |sink: &str| dir.config(&replay_config(&kafka, &topic, sink, eof, "200ms"));
+    let (code, log) = run(&config_with(&kafka_sink("exactly_once")), &[], MINUTE);
+    assert_eq!(code, 0, "{log}");
+    let state = std::fs::read(dir.path("job.state")).unwrap();
+    for (sink, key) in [
+        (kafka_sink("at_least_once"), "sink.delivery"),
+        (FILE_SINK.to_string(), "sink.type"),
+    ] {
+        let (code, log) = run(&config_with(&sink), &[], MINUTE);
+        assert_eq!(code, 2, "{key}: {log}");
+        assert!(log.contains(key) && log.contains("--reset-state"), "{key}: {log}");
+        assert_eq!(std::fs::read(dir.path("job.state")).unwrap(), state, "{key}: the state moved");
+    }
+}

@@ -312,6 +312,22 @@ fn flush_now(producer: &ThreadedProducer<DeliveryContext>, timeout: Duration) ->
 }
 
 impl Sink<Record> for KafkaSink {
+    /// Its topic, delivery and transactional id: a state file is resumed only by the same (an
+    /// exactly-once checkpoint is settled through its transactional id's commit marker).
+    fn fingerprint(&self) -> Option<SinkState> {
+        let delivery = match self.settings.delivery {
+            Delivery::AtLeastOnce => "at_least_once",
+            Delivery::ExactlyOnce => "exactly_once",
+        };
+        let transactional_id = self.transactions.as_ref().map(|_| self.settings.transactional_id.clone());
+        Some(serde_json::json!({
+            "type": "kafka",
+            "topic": self.settings.topic,
+            "delivery": delivery,
+            "transactional_id": transactional_id.flatten(),
+        }))
+    }
+
     fn write(&mut self, records: Vec<Record>) -> Result<()> {
         self.check_failure()?;
         for r in &records {
