@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::{mpsc, watch};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::checkpoint::{Checkpoint, JobStats, Pending, SourceCheckpoint};
 use super::enumerator::{EnumeratorContext, ReaderCommand, SplitEnumerator};
@@ -307,12 +307,20 @@ impl<S: Source> Coordinator<S> {
             instance: Some(self.instance),
             stop_timestamp: self.event_time.as_ref().and_then(|c| c.stop_at()),
             sink: sink_state,
-            // until this checkpoint's transaction is committed, a restart may need the one before
-            previous: if transactional {
-                self.last_committed.clone().map(Box::new)
-            } else {
-                None
-            },
+            previous: None,
+        };
+        // until this checkpoint's transaction is committed, a restart may need the one before
+        let checkpoint = if transactional {
+            let previous = match &self.last_committed {
+                Some(committed) => Some(committed.clone()),
+                None => self.base_checkpoint(&checkpoint),
+            };
+            Checkpoint {
+                previous: previous.map(Box::new),
+                ..checkpoint
+            }
+        } else {
+            checkpoint
         };
         if let Some(store) = &self.store {
             let store = Arc::clone(store);
@@ -343,6 +351,42 @@ impl<S: Source> Coordinator<S> {
         }
     }
 
+    /// Checkpoint 0 of a transactional job that has no committed checkpoint yet: every split of
+    /// `first` where it was first assigned (nothing of it written), beside `first`'s enumerator
+    /// (the offsets it resolved, such as `latest`, kept). A restart after a first checkpoint whose
+    /// transaction never committed resumes from it, reading exactly what this run read, instead of
+    /// starting afresh and resolving `latest` again (which would skip what came in between).
+    fn base_checkpoint(&self, first: &SourceCheckpoint<S>) -> Option<SourceCheckpoint<S>> {
+        let assigned = self.ctx.first_assignments()?;
+        let mut splits = Vec::with_capacity(first.splits.len());
+        for snapshot in &first.splits {
+            let id = snapshot.split.split_id();
+            let Some(split) = assigned.get(&id) else {
+                warn!(split_id = %id, "no first assignment of the split: a restart before the first commit starts afresh");
+                return None;
+            };
+            splits.push(SplitSnapshot {
+                split: split.clone(),
+                finished: None,
+            });
+        }
+        Some(Checkpoint {
+            job: first.job.clone(),
+            source: first.source.clone(),
+            checkpoint_id: 0,
+            completed_at: first.completed_at.clone(),
+            enumerator: first.enumerator.clone(),
+            splits,
+            end_of_input: false,
+            source_settings: first.source_settings.clone(),
+            sink_settings: first.sink_settings.clone(),
+            instance: first.instance,
+            stop_timestamp: None,
+            sink: None,
+            previous: None,
+        })
+    }
+
     /// A transactional sink committed checkpoint `id`.
     async fn checkpoint_committed(&mut self, id: u64) -> Result<()> {
         let Some(p) = self.pending.take().filter(|p| p.id == id) else {
@@ -356,6 +400,8 @@ impl<S: Source> Coordinator<S> {
             .ok_or_else(|| Error::runtime("checkpoint", format!("checkpoint {id} committed before it was written")))?;
         checkpoint.previous = None;
         self.last_committed = Some(checkpoint.clone());
+        // from now on a restart never needs checkpoint 0
+        self.ctx.record_first_assignments(false);
         self.checkpoint_complete(id, Some(p.started), checkpoint).await
     }
 

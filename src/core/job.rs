@@ -210,6 +210,9 @@ impl<S: Source> Job<S> {
         *self.stats.readers.lock().unwrap_or_else(|p| p.into_inner()) = fetch_stats;
 
         let mut ctx = EnumeratorContext::new(reader_txs, calls_tx, Arc::clone(&self.stats));
+        // a transactional job without a committed checkpoint keeps its splits' first assignments,
+        // for its checkpoint 0 (see `Coordinator::base_checkpoint`)
+        ctx.record_first_assignments(transactional && restored.checkpoint.is_none());
         let mut restored_finished = Vec::new();
         let mut restored_end_of_input = false;
         let next_checkpoint_id = restored.next_checkpoint_id;

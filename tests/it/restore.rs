@@ -230,7 +230,10 @@ fn a_changed_sink_instance_or_end_rule_is_refused_naming_it() {
         )
     };
     let dir = JobDir::new();
-    let config_with = |sink: &str| dir.config(&replay_config(&kafka, &topic, sink, eof, "200ms"));
+    // a job of its own: its transactional id is derived from the name
+    let name = format!("[job]\nname = \"{}\"\n", kafka.unique_topic("writer"));
+    let config_with =
+        |sink: &str| dir.config(&replay_config(&kafka, &topic, sink, eof, "200ms").replacen("[job]\n", &name, 1));
     let (code, log) = run(&config_with(&kafka_sink("exactly_once")), &[], MINUTE);
     assert_eq!(code, 0, "{log}");
     let state = std::fs::read(dir.path("job.state")).unwrap();
@@ -243,4 +246,81 @@ fn a_changed_sink_instance_or_end_rule_is_refused_naming_it() {
         assert!(log.contains(key) && log.contains("--reset-state"), "{key}: {log}");
         assert_eq!(std::fs::read(dir.path("job.state")).unwrap(), state, "{key}: the state moved");
     }
+}
+
+/// Finding 2.3 of issue #24: with an exactly-once Kafka sink, a crash between the first
+/// checkpoint's state file and its commit made the restart start afresh, resolving `latest`
+/// again: the records produced between the two starts were never read. The restart must read
+/// from where the first run's `latest` was.
+#[test]
+fn an_uncommitted_first_checkpoint_keeps_the_resolved_latest() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("restore-first-txn", 1);
+    let out = kafka.create_topic("restore-first-txn-out", 1);
+    let produce = |values: &[String]| {
+        let records: Vec<TestRecord> = values.iter().map(|v| TestRecord::to(0, v.clone())).collect();
+        kafka.produce(&topic, &records);
+    };
+    let old: Vec<String> = (0..50).map(|i| format!("old-{i}")).collect();
+    produce(&old);
+    let sink = format!(
+        "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{out}\"\ndelivery = \"exactly_once\"",
+        kafka.bootstrap
+    );
+    let dir = JobDir::new();
+    // a long interval: the first checkpoint comes after the records produced below are read
+    let config = dir.config(
+        &replay_config(
+            &kafka,
+            &topic,
+            &sink,
+            "starting_offsets = \"latest\"\neof = 'value == \"CLOSE\"'",
+            "4s",
+        )
+        // a job of its own: its transactional id is derived from the name
+        .replacen("[job]\n", &format!("[job]\nname = \"{}\"\n", kafka.unique_topic("first-txn")), 1),
+    );
+    let log_path = dir.path("crashed.log");
+    let mut crashed = std::process::Command::new(binary())
+        .args(["run", "--no-progress", "--config"])
+        .arg(&config)
+        .env("TIDEGATE_FAILPOINT", "checkpoint.after_state:1")
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .expect("run tidegate");
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    wait_until("the split assigned at latest", MINUTE, || log().contains("splits assigned"));
+    let first: Vec<String> = (0..10).map(|i| format!("first-{i}")).collect();
+    produce(&first);
+    let status = crashed.wait().expect("wait");
+    let log = log();
+    assert!(
+        status.code().is_none() && log.contains("failpoint checkpoint.after_state reached"),
+        "the first run did not crash at its first checkpoint ({status:?}):\n{log}"
+    );
+    // the precondition: checkpoint 1 holds records in a transaction that was never committed
+    let state: serde_json::Value = tidegate::core::state::read_state(&dir.path("job.state"))
+        .unwrap()
+        .expect("a state file");
+    assert_eq!(state["checkpoint_id"], 1, "{state:#}");
+    assert!(state["sink"]["transaction"].is_string(), "checkpoint 1 wrote nothing: {state:#}\n{log}");
+
+    let second: Vec<String> = (0..10).map(|i| format!("second-{i}")).collect();
+    produce(&second);
+    produce(&["CLOSE".to_string()]);
+    let (code, restart) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "{restart}");
+    let mut written: Vec<String> = kafka
+        .read_all(&out)
+        .into_iter()
+        .map(|r| String::from_utf8(r.value.expect("a value")).expect("text"))
+        .collect();
+    written.sort();
+    let mut expected: Vec<String> = first.iter().chain(&second).cloned().collect();
+    expected.sort();
+    assert_eq!(
+        written, expected,
+        "every record after the first run's latest, once\n--- crashed run:\n{log}\n--- restart:\n{restart}"
+    );
 }
