@@ -79,7 +79,8 @@ fn explores_schedules() {
         }
         return;
     }
-    let schedules = env_u64("TIDEGATE_SIM_SCHEDULES").unwrap_or(2_000);
+    // CI's share; `scripts/simulate --schedules N` soaks
+    let schedules = env_u64("TIDEGATE_SIM_SCHEDULES").unwrap_or(10_000);
     let first = env_u64("TIDEGATE_SIM_FIRST_SEED").unwrap_or(0);
     let threads = 2u64;
     // each thread runs its own simulations (a simulation lives on one thread)
@@ -120,11 +121,14 @@ fn explores_schedules() {
             totals.failures.len()
         );
     }
-    // the exploration explored: most schedules disrupt their runs
+    // the exploration explored (the README quotes these bounds for CI's 10,000 schedules): at
+    // least one crash per two schedules, a stop per four, a restore at another parallelism per
+    // schedule, and every run checked
     assert_eq!(totals.schedules, schedules);
     assert!(totals.crashes * 2 >= schedules, "{} crashes in {schedules} schedules", totals.crashes);
-    assert!(totals.stops * 5 >= schedules, "{} stops in {schedules} schedules", totals.stops);
-    assert!(totals.rescaled * 2 >= schedules, "{} rescaled restores", totals.rescaled);
+    assert!(totals.stops * 4 >= schedules, "{} stops in {schedules} schedules", totals.stops);
+    assert!(totals.rescaled >= schedules, "{} rescaled restores", totals.rescaled);
+    assert!(totals.runs >= 2 * schedules, "{} runs", totals.runs);
 }
 
 #[test]
