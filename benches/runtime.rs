@@ -62,7 +62,7 @@ fn queue_throughput(c: &mut Criterion) {
                     let wake = AtomicBool::new(false);
                     for i in 0..BATCHES {
                         let batch: Vec<u64> = vec![i; BATCH];
-                        if q.put(batch, &wake).is_err() {
+                        if tidegate::core::block_on(q.put(batch, &wake)).is_err() {
                             return;
                         }
                     }

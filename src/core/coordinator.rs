@@ -17,12 +17,12 @@ use super::failpoint;
 use super::job::JobOptions;
 use super::reader::ReaderRequest;
 use super::reader_driver::ReaderEvent;
-use super::{rt, sim};
 use super::sink::SinkMessage;
 use super::sink::SinkState;
 use super::sink_driver::SinkEvent;
 use super::source::{Instance, Source, SourceSplit, SplitSnapshot};
 use super::state::StateStore;
+use super::{rt, sim};
 use crate::error::{Error, Result};
 
 pub(crate) type CallResult<S> = <<S as Source>::Enumerator as SplitEnumerator>::CallResult;

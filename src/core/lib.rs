@@ -34,6 +34,7 @@ pub use fetcher::{FetchStats, FetcherMode, SplitFetcherManager};
 pub use job::{checkpoint_of, Job, JobOptions};
 pub use reader::{AvailabilityFuture, InputStatus, ReaderRequest, SourceReader};
 pub use reader_base::{ReaderOptions, SourceReaderBase};
+pub use rt::block_on;
 pub use sink::{CollectSink, Sink, SinkMessage, SinkState};
 pub use source::{
     Boundedness, FinishReason, Finished, Instance, ReaderContext, Source, SourceSplit, SplitId, SplitSnapshot,

@@ -10,9 +10,9 @@ use tracing::{debug, warn};
 use super::checkpoint::{JobStats, FINAL_SNAPSHOT};
 use super::enumerator::ReaderCommand;
 use super::reader::{InputStatus, ReaderRequest, SourceReader};
-use super::{rt, sim};
 use super::sink::SinkMessage;
 use super::source::{SourceSplit, SplitSnapshot};
+use super::{rt, sim};
 use crate::error::{Error, Result};
 
 /// What a reader tells the coordinator.

@@ -111,7 +111,11 @@ pub fn active() -> bool {
 
 /// Whether the simulated process has crashed: nothing durable may change any more.
 pub fn crashed() -> bool {
-    CURRENT.with(|c| c.borrow().as_ref().is_some_and(|s| s.borrow().trace.crashed_at.is_some()))
+    CURRENT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .is_some_and(|s| s.borrow().trace.crashed_at.is_some())
+    })
 }
 
 enum Decision {
@@ -148,10 +152,10 @@ fn decide(name: &'static str) -> Decision {
             s.crashed.notify_one();
             return Decision::Halt;
         }
-        let roll = (s.rng.next() % 1000) as u32;
+        let roll = (s.rng.next_u64() % 1000) as u32;
         if roll < s.schedule.delay_per_mille {
             let max = s.schedule.max_delay.as_micros().max(1) as u64;
-            Decision::Sleep(Duration::from_micros(s.rng.next() % max))
+            Decision::Sleep(Duration::from_micros(s.rng.next_u64() % max))
         } else if roll < s.schedule.delay_per_mille + s.schedule.yield_per_mille {
             Decision::Yield
         } else {
@@ -186,7 +190,7 @@ const FNV_PRIME: u64 = 0x0100_0000_01b3;
 pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -196,11 +200,11 @@ impl SplitMix64 {
 
     /// A number in `low..=high`.
     pub fn range(&mut self, low: u64, high: u64) -> u64 {
-        low + self.next() % (high - low + 1)
+        low + self.next_u64() % (high - low + 1)
     }
 
     /// True `per_mille` times out of 1,000.
     pub fn chance(&mut self, per_mille: u64) -> bool {
-        self.next() % 1000 < per_mille
+        self.next_u64() % 1000 < per_mille
     }
 }

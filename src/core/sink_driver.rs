@@ -56,78 +56,78 @@ async fn drive<T: 'static>(
 ) -> Result<Option<SinkEvent>, Error> {
     let transactional = sink.is_transactional();
     let events = channels.events.clone();
-        let mut held = Alignment::default();
-        let mut diverted = 0;
-        let mut write = |sink: &mut Box<dyn Sink<T>>, records: Vec<T>| -> Result<(), Error> {
-            let n = records.len() as u64;
-            sink.write(records)?;
-            let now = sink.diverted();
-            let elsewhere = now.saturating_sub(diverted);
-            diverted = now;
-            stats.records_written.fetch_add(n - elsewhere.min(n), Ordering::Relaxed);
-            stats.records_diverted.fetch_add(elsewhere, Ordering::Relaxed);
-            failpoint::hit("sink.after_write");
-            Ok(())
-        };
-        while let Some(message) = channels.messages.recv().await {
-            sim::point("sink.message").await;
-            match message {
-                SinkMessage::Records { reader, records } => {
-                    if let Some(records) = held.hold(reader, records) {
-                        write(&mut sink, records)?;
-                    }
-                }
-                SinkMessage::ReaderBarrier { reader, checkpoint } => {
-                    // a barrier of a newer checkpoint: the one held for was superseded
-                    for records in held.start(reader, checkpoint) {
-                        write(&mut sink, records)?;
-                    }
-                }
-                SinkMessage::Barrier(id) => {
-                    let superseded = held.checkpoint.is_some_and(|c| c != id);
-                    if superseded {
-                        for records in held.release() {
-                            write(&mut sink, records)?;
-                        }
-                    }
-                    failpoint::hit("checkpoint.before_prepare");
-                    let state = sink.prepare_commit(id)?;
-                    failpoint::hit("checkpoint.after_prepare");
-                    sim::point("checkpoint.after_prepare").await;
-                    let _ = events.send(SinkEvent::Prepared { id, state });
-                    if transactional {
-                        // no record after the barrier may enter this transaction: wait for the go
-                        match channels.commits.recv().await {
-                            Some(go) if go == id => {
-                                sim::point("sink.commit").await;
-                                sink.commit(id)?;
-                                failpoint::hit("checkpoint.after_commit");
-                                sim::point("checkpoint.after_commit").await;
-                                let _ = events.send(SinkEvent::Committed(id));
-                            }
-                            // the job failed before the state file was written: the transaction
-                            // stays open and the next start aborts it
-                            _ => return Ok(None),
-                        }
-                    }
-                    // the records held back belong to the next checkpoint
-                    for records in held.release() {
-                        write(&mut sink, records)?;
-                    }
-                }
-                SinkMessage::EndOfInput => {
-                    for records in held.release() {
-                        write(&mut sink, records)?;
-                    }
-                    sink.end_of_input()?
-                }
-                SinkMessage::End => {
-                    sink.close()?;
-                    return Ok(Some(SinkEvent::Closed));
+    let mut held = Alignment::default();
+    let mut diverted = 0;
+    let mut write = |sink: &mut Box<dyn Sink<T>>, records: Vec<T>| -> Result<(), Error> {
+        let n = records.len() as u64;
+        sink.write(records)?;
+        let now = sink.diverted();
+        let elsewhere = now.saturating_sub(diverted);
+        diverted = now;
+        stats.records_written.fetch_add(n - elsewhere.min(n), Ordering::Relaxed);
+        stats.records_diverted.fetch_add(elsewhere, Ordering::Relaxed);
+        failpoint::hit("sink.after_write");
+        Ok(())
+    };
+    while let Some(message) = channels.messages.recv().await {
+        sim::point("sink.message").await;
+        match message {
+            SinkMessage::Records { reader, records } => {
+                if let Some(records) = held.hold(reader, records) {
+                    write(&mut sink, records)?;
                 }
             }
+            SinkMessage::ReaderBarrier { reader, checkpoint } => {
+                // a barrier of a newer checkpoint: the one held for was superseded
+                for records in held.start(reader, checkpoint) {
+                    write(&mut sink, records)?;
+                }
+            }
+            SinkMessage::Barrier(id) => {
+                let superseded = held.checkpoint.is_some_and(|c| c != id);
+                if superseded {
+                    for records in held.release() {
+                        write(&mut sink, records)?;
+                    }
+                }
+                failpoint::hit("checkpoint.before_prepare");
+                let state = sink.prepare_commit(id)?;
+                failpoint::hit("checkpoint.after_prepare");
+                sim::point("checkpoint.after_prepare").await;
+                let _ = events.send(SinkEvent::Prepared { id, state });
+                if transactional {
+                    // no record after the barrier may enter this transaction: wait for the go
+                    match channels.commits.recv().await {
+                        Some(go) if go == id => {
+                            sim::point("sink.commit").await;
+                            sink.commit(id)?;
+                            failpoint::hit("checkpoint.after_commit");
+                            sim::point("checkpoint.after_commit").await;
+                            let _ = events.send(SinkEvent::Committed(id));
+                        }
+                        // the job failed before the state file was written: the transaction
+                        // stays open and the next start aborts it
+                        _ => return Ok(None),
+                    }
+                }
+                // the records held back belong to the next checkpoint
+                for records in held.release() {
+                    write(&mut sink, records)?;
+                }
+            }
+            SinkMessage::EndOfInput => {
+                for records in held.release() {
+                    write(&mut sink, records)?;
+                }
+                sink.end_of_input()?
+            }
+            SinkMessage::End => {
+                sink.close()?;
+                return Ok(Some(SinkEvent::Closed));
+            }
         }
-        Ok(None)
+    }
+    Ok(None)
 }
 
 /// Barrier alignment (Flink's `CheckpointBarrierHandler`, for one input per reader): the

@@ -193,7 +193,11 @@ fn a_state_is_resumed_only_by_the_sink_and_instance_that_wrote_it() {
     let cases = [
         (at_least_once, one, "sink.delivery"),
         (file, one, "sink.type"),
-        (exactly_once.clone(), super::Instance { index: 0, count: 2 }, "job.instance"),
+        (
+            exactly_once.clone(),
+            super::Instance { index: 0, count: 2 },
+            "job.instance",
+        ),
     ];
     for (sink, instance, key) in cases {
         let (result, out) = run(sink.clone(), instance);

@@ -488,9 +488,18 @@ impl KafkaSource {
                     (None, None) => "none".to_string(),
                 },
                 eof_emit_marker: self.eof_emit_marker,
-                eof_scope: if self.event_time.source_wide_stop { "source" } else { "partition" }.to_string(),
+                eof_scope: if self.event_time.source_wide_stop {
+                    "source"
+                } else {
+                    "partition"
+                }
+                .to_string(),
             }),
-            replay_speed: Some(self.event_time.speed.map_or_else(|| "none".to_string(), |s| s.to_string())),
+            replay_speed: Some(
+                self.event_time
+                    .speed
+                    .map_or_else(|| "none".to_string(), |s| s.to_string()),
+            ),
         }
     }
 }

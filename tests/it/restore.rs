@@ -211,7 +211,11 @@ fn a_changed_sink_instance_or_end_rule_is_refused_naming_it() {
             log.contains(key) && log.contains("changed since the state file") && log.contains("--reset-state"),
             "{key}: {log}"
         );
-        assert_eq!(std::fs::read(dir.path("job.state")).unwrap(), state, "{key}: the state moved");
+        assert_eq!(
+            std::fs::read(dir.path("job.state")).unwrap(),
+            state,
+            "{key}: the state moved"
+        );
     }
     // pacing does not change what is written: a new replay_speed applies
     let config = config_with(FILE_SINK);
@@ -244,7 +248,11 @@ fn a_changed_sink_instance_or_end_rule_is_refused_naming_it() {
         let (code, log) = run(&config_with(&sink), &[], MINUTE);
         assert_eq!(code, 2, "{key}: {log}");
         assert!(log.contains(key) && log.contains("--reset-state"), "{key}: {log}");
-        assert_eq!(std::fs::read(dir.path("job.state")).unwrap(), state, "{key}: the state moved");
+        assert_eq!(
+            std::fs::read(dir.path("job.state")).unwrap(),
+            state,
+            "{key}: the state moved"
+        );
     }
 }
 
@@ -278,7 +286,11 @@ fn an_uncommitted_first_checkpoint_keeps_the_resolved_latest() {
             "4s",
         )
         // a job of its own: its transactional id is derived from the name
-        .replacen("[job]\n", &format!("[job]\nname = \"{}\"\n", kafka.unique_topic("first-txn")), 1),
+        .replacen(
+            "[job]\n",
+            &format!("[job]\nname = \"{}\"\n", kafka.unique_topic("first-txn")),
+            1,
+        ),
     );
     let log_path = dir.path("crashed.log");
     let mut crashed = std::process::Command::new(binary())
@@ -290,7 +302,9 @@ fn an_uncommitted_first_checkpoint_keeps_the_resolved_latest() {
         .spawn()
         .expect("run tidegate");
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    wait_until("the split assigned at latest", MINUTE, || log().contains("splits assigned"));
+    wait_until("the split assigned at latest", MINUTE, || {
+        log().contains("splits assigned")
+    });
     let first: Vec<String> = (0..10).map(|i| format!("first-{i}")).collect();
     produce(&first);
     let status = crashed.wait().expect("wait");
@@ -304,7 +318,10 @@ fn an_uncommitted_first_checkpoint_keeps_the_resolved_latest() {
         .unwrap()
         .expect("a state file");
     assert_eq!(state["checkpoint_id"], 1, "{state:#}");
-    assert!(state["sink"]["transaction"].is_string(), "checkpoint 1 wrote nothing: {state:#}\n{log}");
+    assert!(
+        state["sink"]["transaction"].is_string(),
+        "checkpoint 1 wrote nothing: {state:#}\n{log}"
+    );
 
     let second: Vec<String> = (0..10).map(|i| format!("second-{i}")).collect();
     produce(&second);

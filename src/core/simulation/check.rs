@@ -36,9 +36,7 @@ pub(crate) fn resumed(state: Option<&Value>, kind: SinkKind, disk: &Disk) -> Opt
         return Some(state.clone());
     }
     match state["sink"]["transaction"].as_str() {
-        Some(token) if disk.marker.as_deref() != Some(token) => {
-            state.get("previous").filter(|p| !p.is_null()).cloned()
-        }
+        Some(token) if disk.marker.as_deref() != Some(token) => state.get("previous").filter(|p| !p.is_null()).cloned(),
         _ => Some(state.clone()),
     }
 }
@@ -131,7 +129,10 @@ pub(crate) fn output_matches(
             ));
         }
     }
-    if let Some(stray) = output.iter().find(|v| !ranges.iter().any(|r| **v >= r.start && **v < r.end)) {
+    if let Some(stray) = output
+        .iter()
+        .find(|v| !ranges.iter().any(|r| **v >= r.start && **v < r.end))
+    {
         return Err(format!("the output has {stray}, which no split holds"));
     }
     Ok(())

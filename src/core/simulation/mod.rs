@@ -74,7 +74,7 @@ impl Plan {
         let mut runs = Vec::new();
         for i in 0..=disrupted {
             let mut schedule = Schedule {
-                seed: rng.next(),
+                seed: rng.next_u64(),
                 yield_per_mille: rng.range(0, 300) as u32,
                 delay_per_mille: rng.range(0, 200) as u32,
                 max_delay: Duration::from_micros(rng.range(1, 5_000)),
@@ -204,8 +204,8 @@ pub(crate) fn run_seed(seed: u64, dir: &Path) -> Result<Outcome, String> {
         let state: Option<Value> = crate::state::read_state(&path).map_err(|e| format!("run {i}: {e}"))?;
         let checkpoint = check::resumed(state.as_ref(), plan.sink, &disk);
         let covered = check::coverage(checkpoint.as_ref(), &ranges).map_err(|e| format!("after run {i}: {e}"))?;
-        let output = check::durable_output(plan.sink, &disk, checkpoint.as_ref())
-            .map_err(|e| format!("after run {i}: {e}"))?;
+        let output =
+            check::durable_output(plan.sink, &disk, checkpoint.as_ref()).map_err(|e| format!("after run {i}: {e}"))?;
         let ended_input = checkpoint.as_ref().is_some_and(|c| c["end_of_input"] == true);
         check::output_matches(&output, &covered, &ranges, ended_input)
             .map_err(|e| format!("after run {i} ({ended:?} at {:?}): {e}", trace.crashed_at))?;

@@ -148,7 +148,9 @@ impl Sink<u64> for TransactionalSink {
 
     fn recover(&mut self, last: Option<(u64, Option<&SinkState>)>) -> Result<bool> {
         self.open = None;
-        let token = last.and_then(|(_, state)| state).and_then(|s| s["transaction"].as_str());
+        let token = last
+            .and_then(|(_, state)| state)
+            .and_then(|s| s["transaction"].as_str());
         Ok(match token {
             None => true,
             Some(token) => lock(&self.disk).marker.as_deref() == Some(token),

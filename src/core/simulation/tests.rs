@@ -88,7 +88,10 @@ fn explores_schedules() {
         let handles: Vec<_> = (0..threads)
             .map(|t| scope.spawn(move || explore((first..first + schedules).filter(move |s| s % threads == t))))
             .collect();
-        handles.into_iter().map(|h| h.join().expect("a simulation thread")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a simulation thread"))
+            .collect()
     });
     let mut totals = Totals::default();
     for p in parts {
@@ -125,8 +128,16 @@ fn explores_schedules() {
     // least one crash per two schedules, a stop per four, a restore at another parallelism per
     // schedule, and every run checked
     assert_eq!(totals.schedules, schedules);
-    assert!(totals.crashes * 2 >= schedules, "{} crashes in {schedules} schedules", totals.crashes);
-    assert!(totals.stops * 4 >= schedules, "{} stops in {schedules} schedules", totals.stops);
+    assert!(
+        totals.crashes * 2 >= schedules,
+        "{} crashes in {schedules} schedules",
+        totals.crashes
+    );
+    assert!(
+        totals.stops * 4 >= schedules,
+        "{} stops in {schedules} schedules",
+        totals.stops
+    );
     assert!(totals.rescaled >= schedules, "{} rescaled restores", totals.rescaled);
     assert!(totals.runs >= 2 * schedules, "{} runs", totals.runs);
 }

@@ -319,7 +319,10 @@ impl Sink<Record> for KafkaSink {
             Delivery::AtLeastOnce => "at_least_once",
             Delivery::ExactlyOnce => "exactly_once",
         };
-        let transactional_id = self.transactions.as_ref().map(|_| self.settings.transactional_id.clone());
+        let transactional_id = self
+            .transactions
+            .as_ref()
+            .map(|_| self.settings.transactional_id.clone());
         Some(serde_json::json!({
             "type": "kafka",
             "topic": self.settings.topic,
