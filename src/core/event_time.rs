@@ -230,8 +230,10 @@ impl EventTimeClock {
                 if wm <= timestamp {
                     if split.idle {
                         // the wall clock alone moves it past the record
-                        let after = Duration::from_millis((timestamp - wm + 1).max(1) as u64);
-                        wake = Some(wake.map_or(now + after, |w: Instant| w.min(now + after)));
+                        let after = Duration::from_millis(timestamp.saturating_sub(wm).saturating_add(1).max(1) as u64);
+                        if let Some(at) = now.checked_add(after) {
+                            wake = Some(wake.map_or(at, |w: Instant| w.min(at)));
+                        }
                         continue;
                     }
                     return Release::Wait(None);
@@ -259,11 +261,16 @@ impl EventTimeClock {
                 return self.release(id, timestamp, now, marker);
             }
         };
-        let due = start + Duration::from_secs_f64(((timestamp - t0).max(0) as f64 / 1000.0) / speed);
-        if due > now {
-            Release::At(due)
-        } else {
-            Release::Now
+        // saturating: timestamps are anything a producer wrote; a due instant past what an
+        // `Instant` can hold is never reached (it waits for a change instead)
+        let after = timestamp.saturating_sub(t0).max(0) as f64 / 1000.0 / speed;
+        match Duration::try_from_secs_f64(after)
+            .ok()
+            .and_then(|d| start.checked_add(d))
+        {
+            Some(due) if due > now => Release::At(due),
+            Some(_) => Release::Now,
+            None => Release::Wait(None),
         }
     }
 
@@ -437,5 +444,32 @@ mod tests {
         c.found_stop(10);
         assert_eq!(c.stop_at(), None);
         assert_eq!(c.release(&id("a"), 20, Instant::now(), false), Release::Now);
+    }
+
+    #[test]
+    fn pacing_never_overflows_on_extreme_timestamps() {
+        let c = clock(Some(1e-6), false);
+        let a = id("a");
+        c.register(&a);
+        c.observe(&a, 0, 0);
+        let now = Instant::now();
+        assert_eq!(c.release(&a, 0, now, false), Release::Now);
+        assert_eq!(
+            c.release(&a, i64::MIN, now, false),
+            Release::Now,
+            "older than the anchor"
+        );
+        // further than any instant: it waits (for a change of the clock), it does not panic
+        assert_eq!(c.release(&a, i64::MAX, now, false), Release::Wait(None));
+        // the anchor at the far end of time, a record at the other
+        let c = clock(Some(1000.0), false);
+        c.register(&a);
+        c.observe(&a, i64::MIN, i64::MIN);
+        assert_eq!(c.release(&a, i64::MIN, now, false), Release::Now);
+        // the whole range of milliseconds at 1000x: 292,000 years on
+        match c.release(&a, i64::MAX, now, false) {
+            Release::At(due) => assert!(due > now + Duration::from_secs(3600 * 24 * 365 * 1000)),
+            other => panic!("expected a due instant, got {other:?}"),
+        }
     }
 }

@@ -22,7 +22,9 @@ const RELEASE_PER_POLL: usize = 4096;
 
 struct Held<T> {
     record: T,
-    timestamp: i64,
+    /// Its own timestamp, or the one of the record before it in its split; `None` when neither
+    /// exists (it goes out at once, see [`HeldRecords::hold`]).
+    timestamp: Option<i64>,
     /// The end-of-stream record itself (kept with `eof_emit_marker`): it goes out at the stop.
     marker: bool,
 }
@@ -41,6 +43,9 @@ pub(crate) struct HeldRecords<T> {
     version: watch::Receiver<u64>,
     held: HashMap<SplitId, VecDeque<Held<T>>>,
     last_emitted: HashMap<SplitId, i64>,
+    /// The timestamp of the last record held per split (its own or inherited): what the next
+    /// record without a timestamp takes.
+    previous: HashMap<SplitId, i64>,
     paused: HashSet<SplitId>,
     wake_at: Option<Instant>,
 }
@@ -52,6 +57,7 @@ impl<T: RecordPosition> HeldRecords<T> {
             clock,
             held: HashMap::new(),
             last_emitted: HashMap::new(),
+            previous: HashMap::new(),
             paused: HashSet::new(),
             wake_at: None,
         }
@@ -62,41 +68,57 @@ impl<T: RecordPosition> HeldRecords<T> {
     }
 
     /// Hold `records` of split `id`, just evaluated; `marker`: the split ended at an
-    /// end-of-stream record at this timestamp (the last of `records` if it was kept).
-    pub(crate) fn hold(&mut self, id: &SplitId, records: Vec<T>, marker: Option<Option<i64>>, marker_kept: bool) {
+    /// end-of-stream record with this timestamp (the last of `records` if it was kept). Returns
+    /// the marker's event time.
+    ///
+    /// A record without a timestamp takes the one of the record before it in its split, so it
+    /// keeps its place: paced with it, and stopped with it. One with no record before it in this
+    /// run (at the start of its split's read) has no event time: it goes out at once, neither
+    /// waiting for the clock nor starting or moving it, and a source-wide stop never drops it.
+    pub(crate) fn hold(
+        &mut self,
+        id: &SplitId,
+        records: Vec<T>,
+        marker: Option<Option<i64>>,
+        marker_kept: bool,
+    ) -> Option<i64> {
         let queue = self.held.entry(id.clone()).or_default();
-        let mut previous = queue
-            .back()
-            .map(|h| h.timestamp)
-            .or_else(|| self.last_emitted.get(id).copied())
-            .unwrap_or(i64::MIN);
+        let mut previous = self.previous.get(id).copied();
         let (mut low, mut high) = (i64::MAX, i64::MIN);
         let n = records.len();
         for (i, record) in records.into_iter().enumerate() {
-            // a record without a timestamp keeps its place behind the one before it
-            let timestamp = record.timestamp().unwrap_or(previous);
-            previous = timestamp;
-            low = low.min(timestamp);
-            high = high.max(timestamp);
+            let timestamp = record.timestamp().or(previous);
+            if let Some(t) = timestamp {
+                previous = Some(t);
+                low = low.min(t);
+                high = high.max(t);
+            }
             queue.push_back(Held {
                 record,
                 timestamp,
                 marker: marker_kept && marker.is_some() && i + 1 == n,
             });
         }
-        if let Some(Some(t)) = marker {
+        // an end-of-stream record without a timestamp takes its predecessor's too
+        let marker_time = marker.and_then(|m| m.or(previous));
+        if let Some(t) = marker_time {
+            previous = Some(t);
             low = low.min(t);
             high = high.max(t);
+        }
+        if let Some(t) = previous {
+            self.previous.insert(id.clone(), t);
         }
         if queue.is_empty() {
             self.held.remove(id);
         }
-        if low <= high && low != i64::MIN {
+        if low <= high {
             self.clock.observe(id, low, high);
         }
-        if let Some(Some(t)) = marker {
+        if let Some(t) = marker_time {
             self.clock.found_stop(t);
         }
+        marker_time
     }
 
     /// Release what the clock allows into `output`, oldest first across this reader's splits.
@@ -114,6 +136,14 @@ impl<T: RecordPosition> HeldRecords<T> {
             else {
                 break;
             };
+            let Some(timestamp) = timestamp else {
+                // no event time: at once, the clock untouched
+                if let Some(h) = self.pop_front(&id) {
+                    output.collect_unevaluated(h.record);
+                    done.count += 1;
+                }
+                continue;
+            };
             match self.clock.release(&id, timestamp, now, marker) {
                 Release::Now => {
                     let Some(queue) = self.held.get_mut(&id) else { break };
@@ -122,9 +152,9 @@ impl<T: RecordPosition> HeldRecords<T> {
                         self.held.remove(&id);
                     }
                     let last = self.last_emitted.entry(id).or_insert(i64::MIN);
-                    let late = h.timestamp < *last;
-                    *last = (*last).max(h.timestamp);
-                    self.clock.emitted(h.timestamp, late);
+                    let late = timestamp < *last;
+                    *last = (*last).max(timestamp);
+                    self.clock.emitted(timestamp, late);
                     output.collect_unevaluated(h.record);
                     done.count += 1;
                 }
@@ -147,6 +177,15 @@ impl<T: RecordPosition> HeldRecords<T> {
         done
     }
 
+    fn pop_front(&mut self, id: &SplitId) -> Option<Held<T>> {
+        let queue = self.held.get_mut(id)?;
+        let h = queue.pop_front();
+        if queue.is_empty() {
+            self.held.remove(id);
+        }
+        h
+    }
+
     /// Position of the first held record of `id`: where its progress stands for a checkpoint.
     pub(crate) fn first_position(&self, id: &SplitId) -> Option<i64> {
         self.held.get(id)?.front()?.record.position()
@@ -163,6 +202,7 @@ impl<T: RecordPosition> HeldRecords<T> {
     /// Drop what a removed split held.
     pub(crate) fn forget(&mut self, id: &SplitId) {
         self.held.remove(id);
+        self.previous.remove(id);
         self.paused.remove(id);
     }
 
@@ -235,7 +275,24 @@ mod tests {
         }
     }
 
+    /// A record at a position, with or without a timestamp.
+    #[derive(Debug, PartialEq)]
+    struct Rec(i64, Option<i64>);
+
+    impl RecordPosition for Rec {
+        fn position(&self) -> Option<i64> {
+            Some(self.0)
+        }
+        fn timestamp(&self) -> Option<i64> {
+            self.1
+        }
+    }
+
     fn held(speed: Option<f64>, source_wide_stop: bool) -> HeldRecords<At> {
+        held_of(speed, source_wide_stop)
+    }
+
+    fn held_of<T: RecordPosition>(speed: Option<f64>, source_wide_stop: bool) -> HeldRecords<T> {
         HeldRecords::new(Arc::new(EventTimeClock::new(EventTimeOptions {
             speed,
             source_wide_stop,
@@ -285,5 +342,65 @@ mod tests {
         assert_eq!(got, vec![5, 10, 20]);
         assert_eq!(released.stopped, vec![(a.clone(), Some(30))]);
         assert!(h.is_empty());
+    }
+
+    #[test]
+    fn records_without_a_timestamp_take_their_predecessors_time_and_leading_ones_go_at_once() {
+        let mut h = held_of::<Rec>(Some(1.0), false);
+        let (a, b): (SplitId, SplitId) = (Arc::from("a"), Arc::from("b"));
+        h.clock().register(&a);
+        h.clock().register(&b);
+        // a: two records without a timestamp before its first one; one after each timed record
+        h.hold(
+            &a,
+            vec![
+                Rec(0, None),
+                Rec(1, None),
+                Rec(2, Some(10_000)),
+                Rec(3, None),
+                Rec(4, Some(70_000)),
+                Rec(5, None),
+            ],
+            None,
+            false,
+        );
+        h.hold(&b, vec![Rec(100, Some(10_000))], None, false);
+        let mut out = ReaderOutput::new(None, false);
+        h.release(&mut out);
+        // the leading ones at once, then everything at 10 s (the anchor); 70 s is a minute away
+        let got: Vec<(i64, Option<i64>)> = out.take_records().into_iter().map(|r| (r.0, r.1)).collect();
+        let of_a: Vec<_> = got.iter().filter(|r| r.0 < 100).copied().collect();
+        assert_eq!(
+            of_a,
+            vec![(0, None), (1, None), (2, Some(10_000)), (3, None)],
+            "records without a timestamp keep their place in the partition"
+        );
+        assert_eq!(got.len(), 5, "and b's record at 10 s: {got:?}");
+        assert_eq!(h.first_position(&a), Some(4));
+        assert_eq!(h.clock().replayed_to(), Some(10_000));
+        // what a: 5 is due with: its predecessor's 70 s, a minute after the anchor
+        assert!(h
+            .wake_at
+            .is_some_and(|at| at > Instant::now() + Duration::from_secs(59)));
+    }
+
+    #[test]
+    fn a_partition_without_timestamps_does_not_keep_the_pacing_clock_from_starting() {
+        let mut h = held_of::<Rec>(Some(1.0), false);
+        let (a, b): (SplitId, SplitId) = (Arc::from("a"), Arc::from("b"));
+        h.clock().register(&a);
+        h.clock().register(&b);
+        h.hold(&a, vec![Rec(0, None), Rec(1, None)], None, false);
+        h.hold(&b, vec![Rec(0, Some(5_000)), Rec(1, Some(5_000))], None, false);
+        let mut out = ReaderOutput::new(None, false);
+        assert_eq!(h.release(&mut out).count, 2, "a's records go at once");
+        // a has shown no timestamp and is not at the end of its log: b waits for a's first one
+        assert_eq!(h.release(&mut out).count, 0);
+        h.clock().caught_up(&a);
+        assert_eq!(
+            h.release(&mut out).count,
+            2,
+            "a at its end: b's records start the clock"
+        );
     }
 }
