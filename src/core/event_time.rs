@@ -184,6 +184,18 @@ impl EventTimeClock {
         self.watermark(split, wall_millis()) >= stop
     }
 
+    /// When the wall clock alone moves caught-up split `id` past the source-wide stop (the
+    /// reader then ends it); `None` if it is not caught up or there is no stop.
+    pub fn past_stop_at(&self, id: &SplitId, now: Instant) -> Option<Instant> {
+        let state = self.lock();
+        let (stop, split) = (state.stop_at?, state.splits.get(id)?);
+        if !split.idle {
+            return None;
+        }
+        let short = stop.saturating_sub(self.watermark(split, wall_millis())).max(0);
+        now.checked_add(Duration::from_millis(short as u64))
+    }
+
     /// Whether split `id` may be what holds the others back (alignment without pacing, and no
     /// other split's watermark is lower): it must keep fetching, or every split would wait.
     /// With pacing, records wait for their time, not for this split: any split may pause.

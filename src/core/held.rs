@@ -232,6 +232,11 @@ impl<T: RecordPosition> HeldRecords<T> {
         (pause, resume)
     }
 
+    /// Wake no later than `at`, whatever [`HeldRecords::release`] found.
+    pub(crate) fn wake_by(&mut self, at: Instant) {
+        self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
+    }
+
     /// Note the clock's current version: [`HeldRecords::changed`] waits for a newer one.
     pub(crate) fn mark_seen(&mut self) {
         self.version.borrow_and_update();

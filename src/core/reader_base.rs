@@ -270,6 +270,13 @@ where
                 self.finish_split_holding(held, &id, Finished::new(FinishReason::SourceStop), false);
                 progressed = true;
             }
+            // nothing else may wake this reader when the wall clock moves such a split past the stop
+            let now = std::time::Instant::now();
+            for (id, _) in self.splits.iter().filter(|(_, e)| e.finished.is_none()) {
+                if let Some(at) = held.clock().past_stop_at(id, now) {
+                    held.wake_by(at);
+                }
+            }
         }
         let (pause, resume) = held.flow_control();
         if !pause.is_empty() || !resume.is_empty() {
