@@ -312,10 +312,10 @@ impl EventTimeClock {
         by_records.max(by_log)
     }
 
-    /// May the held record of split `id` with `timestamp` be emitted now? `marker`: it is an
-    /// end-of-stream record kept by `eof_emit_marker`; the one the stop is at goes out with the
-    /// records before it.
-    pub fn release(&self, id: &SplitId, timestamp: i64, now: Instant, marker: bool) -> Release {
+    /// May a held record with `timestamp` be emitted now? `marker`: it is an end-of-stream
+    /// record kept by `eof_emit_marker`; the one the stop is at goes out with the records before
+    /// it.
+    pub fn release(&self, timestamp: i64, now: Instant, marker: bool) -> Release {
         let mut state = self.lock();
         if let Some(stop) = state.stop_at {
             if timestamp > stop || (timestamp == stop && !marker) {
@@ -344,7 +344,7 @@ impl EventTimeClock {
                 state.anchor = Some((t0.min(timestamp), now));
                 drop(state);
                 self.changed();
-                return self.release(id, timestamp, now, marker);
+                return self.release(timestamp, now, marker);
             }
         };
         // saturating: timestamps are anything a producer wrote; a due instant past what an

@@ -25,20 +25,17 @@ fn pacing_starts_at_the_earliest_first_record_once_every_split_has_one() {
     let now = Instant::now();
     c.observe(&a, 5_000, 6_000, 0);
     // b has shown nothing yet: its first record may be earlier
-    assert_eq!(c.release(&a, 5_000, now, false), Release::Wait(None));
+    assert_eq!(c.release(5_000, now, false), Release::Wait(None));
     c.observe(&b, 4_000, 4_000, 0);
-    assert_eq!(c.release(&b, 4_000, now, false), Release::Now);
+    assert_eq!(c.release(4_000, now, false), Release::Now);
     // 1 s of event time at 10x is 100 ms
     assert_eq!(
-        c.release(&a, 5_000, now, false),
+        c.release(5_000, now, false),
         Release::At(now + Duration::from_millis(100))
     );
-    assert_eq!(
-        c.release(&a, 5_000, now + Duration::from_millis(100), false),
-        Release::Now
-    );
+    assert_eq!(c.release(5_000, now + Duration::from_millis(100), false), Release::Now);
     // older than the anchor: at once
-    assert_eq!(c.release(&a, 1_000, now, false), Release::Now);
+    assert_eq!(c.release(1_000, now, false), Release::Now);
 }
 
 #[test]
@@ -49,7 +46,7 @@ fn a_caught_up_split_does_not_hold_the_clock() {
     c.register(&b);
     c.observe(&a, 1_000, 1_000, 0);
     c.caught_up(&b);
-    assert_eq!(c.release(&a, 1_000, Instant::now(), false), Release::Now);
+    assert_eq!(c.release(1_000, Instant::now(), false), Release::Now);
 }
 
 #[test]
@@ -60,34 +57,26 @@ fn alignment_holds_a_record_until_every_other_split_is_past_it() {
     c.register(&b);
     c.observe(&a, 100, 200, 0);
     let now = Instant::now();
-    assert_eq!(
-        c.release(&a, 100, now, false),
-        Release::Wait(None),
-        "b has shown nothing"
-    );
+    assert_eq!(c.release(100, now, false), Release::Wait(None), "b has shown nothing");
     c.observe(&b, 100, 150, 0);
     // b may still hold a marker at 150
-    assert_eq!(c.release(&a, 150, now, false), Release::Wait(None));
-    assert_eq!(c.release(&a, 149, now, false), Release::Now);
+    assert_eq!(c.release(150, now, false), Release::Wait(None));
+    assert_eq!(c.release(149, now, false), Release::Now);
     // b's marker at 150: nothing at or after it goes out
     c.found_stop(150);
-    assert_eq!(c.release(&a, 150, now, false), Release::Drop);
-    assert_eq!(c.release(&a, 149, now, false), Release::Now);
+    assert_eq!(c.release(150, now, false), Release::Drop);
+    assert_eq!(c.release(149, now, false), Release::Now);
     // b ends at its marker (its watermark is at the stop): the marker itself goes out
     assert!(c.is_past_stop(&b));
     c.remove(&b);
-    assert_eq!(
-        c.release(&b, 150, now, true),
-        Release::Now,
-        "the marker itself goes out"
-    );
-    assert_eq!(c.release(&b, 151, now, true), Release::Drop, "a later marker does not");
+    assert_eq!(c.release(150, now, true), Release::Now, "the marker itself goes out");
+    assert_eq!(c.release(151, now, true), Release::Drop, "a later marker does not");
     // an earlier marker wins, a later one does not
     c.found_stop(170);
     assert_eq!(c.stop_at(), Some(150));
     c.found_stop(120);
     assert_eq!(c.stop_at(), Some(120));
-    assert_eq!(c.release(&a, 119, now, false), Release::Now);
+    assert_eq!(c.release(119, now, false), Release::Now);
 }
 
 #[test]
@@ -97,9 +86,9 @@ fn a_record_waits_for_its_own_split_while_a_marker_at_its_time_may_follow() {
     c.register(&a);
     c.observe(&a, 100, 100, 0);
     let now = Instant::now();
-    assert_eq!(c.release(&a, 100, now, false), Release::Wait(None));
+    assert_eq!(c.release(100, now, false), Release::Wait(None));
     c.observe(&a, 101, 101, 0);
-    assert_eq!(c.release(&a, 100, now, false), Release::Now);
+    assert_eq!(c.release(100, now, false), Release::Now);
 }
 
 #[test]
@@ -115,8 +104,8 @@ fn out_of_order_splits_hold_records_until_their_timestamps_are_past_by_the_bound
     c.observe(&a, 100, 200, 0);
     let now = Instant::now();
     // a may still evaluate a marker stamped 150
-    assert_eq!(c.release(&a, 150, now, false), Release::Wait(None));
-    assert_eq!(c.release(&a, 149, now, false), Release::Now);
+    assert_eq!(c.release(150, now, false), Release::Wait(None));
+    assert_eq!(c.release(149, now, false), Release::Now);
     c.found_stop(180);
     assert!(!c.is_past_stop(&a), "a record before the stop may still follow");
     c.observe(&a, 230, 230, 0);
@@ -142,13 +131,13 @@ fn a_caught_up_split_holds_records_after_its_last_confirmation_less_the_grace() 
     // b is at the end of its log, not confirmed (an open transaction, or no answer yet): the
     // wall clock alone does not move it
     c.caught_up(&b);
-    assert_eq!(c.release(&a, 1_000, now, false), Release::Wait(None));
+    assert_eq!(c.release(1_000, now, false), Release::Wait(None));
     // confirmed now: whatever b reads later is stamped no earlier than the grace before now
     c.confirmed_caught_up(&b, wall);
-    assert_eq!(c.release(&a, 1_000, now, false), Release::Now);
-    assert_eq!(c.release(&a, wall - 2_000, now, false), Release::Wait(None));
+    assert_eq!(c.release(1_000, now, false), Release::Now);
+    assert_eq!(c.release(wall - 2_000, now, false), Release::Wait(None));
     c.confirmed_caught_up(&b, wall + 10);
-    assert_eq!(c.release(&a, wall - 2_000, now, false), Release::Now);
+    assert_eq!(c.release(wall - 2_000, now, false), Release::Now);
     c.found_stop(wall - 1_000);
     assert!(
         !c.is_past_stop(&b),
@@ -185,7 +174,7 @@ fn a_stop_is_ignored_unless_source_wide() {
     let c = clock(None, false);
     c.found_stop(10);
     assert_eq!(c.stop_at(), None);
-    assert_eq!(c.release(&id("a"), 20, Instant::now(), false), Release::Now);
+    assert_eq!(c.release(20, Instant::now(), false), Release::Now);
 }
 
 #[test]
@@ -195,21 +184,17 @@ fn pacing_never_overflows_on_extreme_timestamps() {
     c.register(&a);
     c.observe(&a, 0, 0, 0);
     let now = Instant::now();
-    assert_eq!(c.release(&a, 0, now, false), Release::Now);
-    assert_eq!(
-        c.release(&a, i64::MIN, now, false),
-        Release::Now,
-        "older than the anchor"
-    );
+    assert_eq!(c.release(0, now, false), Release::Now);
+    assert_eq!(c.release(i64::MIN, now, false), Release::Now, "older than the anchor");
     // further than any instant: it waits (for a change of the clock), it does not panic
-    assert_eq!(c.release(&a, i64::MAX, now, false), Release::Wait(None));
+    assert_eq!(c.release(i64::MAX, now, false), Release::Wait(None));
     // the anchor at the far end of time, a record at the other
     let c = clock(Some(1000.0), false);
     c.register(&a);
     c.observe(&a, i64::MIN, i64::MIN, 0);
-    assert_eq!(c.release(&a, i64::MIN, now, false), Release::Now);
+    assert_eq!(c.release(i64::MIN, now, false), Release::Now);
     // the whole range of milliseconds at 1000x: 292,000 years on
-    match c.release(&a, i64::MAX, now, false) {
+    match c.release(i64::MAX, now, false) {
         Release::At(due) => assert!(due > now + Duration::from_secs(3600 * 24 * 365 * 1000)),
         other => panic!("expected a due instant, got {other:?}"),
     }

@@ -185,7 +185,7 @@ impl<T: RecordPosition> HeldRecords<T> {
                 }
                 continue;
             };
-            match self.clock.release(&id, timestamp, now, marker) {
+            match self.clock.release(timestamp, now, marker) {
                 Release::Now => {
                     let Some(h) = self.pop_front(&id) else { break };
                     let last = self.last_emitted.entry(id).or_insert(i64::MIN);
