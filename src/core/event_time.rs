@@ -101,8 +101,6 @@ struct SplitClock {
     /// Wall-clock milliseconds at which its fetcher last confirmed the log holds nothing past
     /// its position: no record, no open transaction.
     confirmed: Option<i64>,
-    /// The timestamp of the first record its reader holds: what its release waits for.
-    front: Option<i64>,
     /// Its fetching is paused (it holds too much).
     paused: bool,
     /// A record further out of order than `max_out_of_orderness` was reported.
@@ -115,6 +113,9 @@ struct State {
     /// The first timestamp of the replay and the instant it is emitted at.
     anchor: Option<(i64, Instant)>,
     stop_at: Option<i64>,
+    /// The timestamp of the first record each reader holds per split, finished splits too:
+    /// what the next release waits for.
+    fronts: HashMap<SplitId, i64>,
 }
 
 /// The event-time state shared by the readers of one job.
@@ -220,13 +221,13 @@ impl EventTimeClock {
     /// a split is paused, a change wakes the readers: the pause may have to end.
     pub fn set_front(&self, id: &SplitId, front: Option<i64>) {
         let mut state = self.lock();
-        let Some(split) = state.splits.get_mut(id) else {
-            return;
-        };
-        if split.front == front {
+        if state.fronts.get(id).copied() == front {
             return;
         }
-        split.front = front;
+        match front {
+            Some(t) => state.fronts.insert(id.clone(), t),
+            None => state.fronts.remove(id),
+        };
         let any_paused = state.splits.values().any(|s| s.paused);
         drop(state);
         if any_paused {
@@ -297,8 +298,7 @@ impl EventTimeClock {
         let Some(mine) = state.splits.get(id).map(|s| self.watermark(s)) else {
             return false;
         };
-        let front = state.splits.values().filter_map(|s| s.front).min();
-        front.is_some_and(|f| mine <= f)
+        state.fronts.values().min().is_some_and(|f| mine <= *f)
     }
 
     /// A lower bound of every timestamp the split may still evaluate (see the module docs).

@@ -163,6 +163,16 @@ fn a_split_keeps_fetching_while_the_earliest_held_record_waits_for_its_watermark
         c.set_front(&a, Some(100));
         assert!(c.holds_others_back(&a), "a's record at 100 waits for a itself");
     }
+    // a finished split's held records still wait for the others
+    let c = clock(None, true);
+    c.register(&a);
+    c.register(&b);
+    c.observe(&b, 100, 100, 0);
+    c.set_front(&a, Some(150));
+    c.remove(&a);
+    assert!(c.holds_others_back(&b));
+    c.set_front(&a, None);
+    assert!(!c.holds_others_back(&b));
     let unaligned = clock(Some(1.0), false);
     unaligned.register(&a);
     unaligned.set_front(&a, Some(100));

@@ -255,6 +255,7 @@ impl<T: RecordPosition> HeldRecords<T> {
     /// Drop what a removed split held.
     pub(crate) fn forget(&mut self, id: &SplitId) {
         self.held.remove(id);
+        self.clock.set_front(id, None);
         self.previous.remove(id);
         self.highest.remove(id);
         self.paused.remove(id);
