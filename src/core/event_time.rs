@@ -3,11 +3,31 @@
 //!
 //! Flink's watermark alignment (FLIP-182) has readers report watermarks to the coordinator and
 //! pause splits that run ahead. Every tidegate reader lives in one process, so the "coordinator"
-//! is this shared, locked state: each split's watermark (the largest timestamp its reader has
-//! evaluated), the anchor of the pacing clock, and the source-wide stop once a marker is found.
-//! Readers hold evaluated records (see `SourceReaderBase`) until [`EventTimeClock::release`] lets
-//! them go: at their scheduled instant when paced, and only once no other split can still hold an
-//! earlier end-of-stream record when the stop is source-wide.
+//! is this shared, locked state: each split's watermark, the anchor of the pacing clock, and the
+//! source-wide stop once a marker is found. Readers hold evaluated records (see
+//! `SourceReaderBase`) until [`EventTimeClock::release`] lets them go: at their scheduled instant
+//! when paced, and only once no split can still hold an end-of-stream record at or before them
+//! when the stop is source-wide.
+//!
+//! A split's watermark is a lower bound of every timestamp it may still evaluate, the larger of
+//! two:
+//! - the largest timestamp it evaluated, less `max_out_of_orderness` (how far a partition's
+//!   timestamps may run back; zero for partitions in timestamp order);
+//! - the instant its fetcher last confirmed its log holds nothing past its position (see
+//!   [`super::split_reader::RecordsWithSplitIds::confirmed_caught_up`]), less `idle_grace` (how
+//!   long a record may take from its timestamp to the log).
+//!
+//! A split without either holds every other back. The wall clock alone moves nothing: a
+//! partition whose broker does not answer is never taken as done, nor one with an open
+//! transaction, whose records are in the log (so not confirmed) but become visible only at the
+//! commit, however late: the grace need not cover a transaction's length.
+//!
+//! With these bounds the source-wide stop is exact: a record is emitted only once no split can
+//! still evaluate a marker at or before it (its own split included), so the stop is the
+//! earliest marker of any split wherever it lies in its split; and a split ends only once its
+//! watermark is at the stop (no record before the stop can follow), not at its first record at
+//! or after the stop. A record further out of order than `max_out_of_orderness` is logged and
+//! counted ([`EventTimeClock::disordered_records`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -15,7 +35,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::source::SplitId;
 
@@ -25,11 +45,27 @@ pub struct EventTimeOptions {
     /// Emit each record when `(its timestamp - the first timestamp) / speed` has passed since
     /// the replay started (`None`: as fast as possible).
     pub speed: Option<f64>,
-    /// The first end-of-stream record of any split ends every split at its timestamp.
+    /// The earliest end-of-stream record of any split ends every split at its timestamp.
     pub source_wide_stop: bool,
-    /// How far behind the wall clock the next record of a caught-up split (one at the end of its
-    /// log) may be stamped: producer clock skew plus the time from produce to fetch.
+    /// How long before it reaches the log a record may be stamped (producer clock skew plus the
+    /// time from produce to the log): a split confirmed caught up at instant t evaluates nothing
+    /// stamped before t less this.
     pub idle_grace: Duration,
+    /// How far a record may be stamped before one ahead of it in its split (Flink's
+    /// `forBoundedOutOfOrderness`): zero when every split is in timestamp order.
+    pub max_out_of_orderness: Duration,
+}
+
+impl Default for EventTimeOptions {
+    /// Inactive: no pacing, no source-wide stop; a 2 s grace, partitions in timestamp order.
+    fn default() -> Self {
+        EventTimeOptions {
+            speed: None,
+            source_wide_stop: false,
+            idle_grace: Duration::from_secs(2),
+            max_out_of_orderness: Duration::ZERO,
+        }
+    }
 }
 
 impl EventTimeOptions {
@@ -46,10 +82,11 @@ pub enum Release {
     Now,
     /// Not before this instant (pacing), or until the clock changes, whichever is first.
     At(Instant),
-    /// Wait for the clock to change (another split's watermark, the anchor); `Some`: also wake
-    /// then, when a caught-up split's watermark passes the record by the wall clock alone.
+    /// Wait for the clock to change (a split's watermark, the anchor, the stop). `Some` is no
+    /// longer produced: watermarks do not move with the wall clock alone.
     Wait(Option<Instant>),
-    /// At or after the source-wide stop: drop it, and end its split.
+    /// At or after the source-wide stop: drop it (its split reads on while records before the
+    /// stop may follow).
     Drop,
 }
 
@@ -59,8 +96,15 @@ struct SplitClock {
     first: Option<i64>,
     /// The largest timestamp evaluated.
     seen: Option<i64>,
-    /// At the end of its log, nothing newer evaluated since.
+    /// At the end of its log, nothing evaluated since (for the pacing clock's start).
     idle: bool,
+    /// Wall-clock milliseconds at which its fetcher last confirmed the log holds nothing past
+    /// its position: no record, no open transaction.
+    confirmed: Option<i64>,
+    /// Its fetching is paused (it holds too much).
+    paused: bool,
+    /// A record further out of order than `max_out_of_orderness` was reported.
+    disorder_logged: bool,
 }
 
 #[derive(Debug, Default)]
@@ -69,6 +113,9 @@ struct State {
     /// The first timestamp of the replay and the instant it is emitted at.
     anchor: Option<(i64, Instant)>,
     stop_at: Option<i64>,
+    /// The timestamp of the first record each reader holds per split, finished splits too:
+    /// what the next release waits for.
+    fronts: HashMap<SplitId, i64>,
 }
 
 /// The event-time state shared by the readers of one job.
@@ -82,6 +129,8 @@ pub struct EventTimeClock {
     released: AtomicI64,
     /// Records emitted at once because they were older than one already emitted in their split.
     late: AtomicU64,
+    /// Records further out of their split's timestamp order than `max_out_of_orderness`.
+    disordered: AtomicU64,
 }
 
 impl EventTimeClock {
@@ -92,6 +141,7 @@ impl EventTimeClock {
             version: watch::channel(0).0,
             released: AtomicI64::new(i64::MIN),
             late: AtomicU64::new(0),
+            disordered: AtomicU64::new(0),
         }
     }
 
@@ -125,8 +175,9 @@ impl EventTimeClock {
         }
     }
 
-    /// A reader evaluated records of `id` with timestamps from `min` to `max`.
-    pub fn observe(&self, id: &SplitId, min: i64, max: i64) {
+    /// A reader evaluated records of `id` with timestamps from `min` to `max`; `disorder`: how
+    /// far the furthest of them ran back behind an earlier record of the split (0 if in order).
+    pub fn observe(&self, id: &SplitId, min: i64, max: i64, disorder: i64) {
         let mut state = self.lock();
         let Some(split) = state.splits.get_mut(id) else {
             return;
@@ -134,6 +185,15 @@ impl EventTimeClock {
         split.first.get_or_insert(min);
         split.seen = Some(split.seen.map_or(max, |s| s.max(max)));
         split.idle = false;
+        let bound = self.options.max_out_of_orderness.as_millis() as i64;
+        if self.options.source_wide_stop && disorder > bound {
+            self.disordered.fetch_add(1, Ordering::Relaxed);
+            if !split.disorder_logged {
+                split.disorder_logged = true;
+                warn!(split_id = %id, disorder_ms = disorder, max_out_of_orderness_ms = bound,
+                      "a record is further out of timestamp order than max_out_of_orderness: the source-wide stop is exact only within it (logged once per split)");
+            }
+        }
         drop(state);
         self.changed();
     }
@@ -146,6 +206,42 @@ impl EventTimeClock {
         self.changed();
     }
 
+    /// `id`'s fetcher confirmed, at wall-clock milliseconds `at`, that its log held nothing past
+    /// its position (no record, no open transaction): whatever it reads later was written after
+    /// `at`, so is stamped no earlier than `at - idle_grace`.
+    pub fn confirmed_caught_up(&self, id: &SplitId, at: i64) {
+        if let Some(split) = self.lock().splits.get_mut(id) {
+            split.idle = true;
+            split.confirmed = Some(split.confirmed.map_or(at, |c| c.max(at)));
+        }
+        self.changed();
+    }
+
+    /// The timestamp of the first record `id`'s reader holds, if any (for flow control). While
+    /// a split is paused, a change wakes the readers: the pause may have to end.
+    pub fn set_front(&self, id: &SplitId, front: Option<i64>) {
+        let mut state = self.lock();
+        if state.fronts.get(id).copied() == front {
+            return;
+        }
+        match front {
+            Some(t) => state.fronts.insert(id.clone(), t),
+            None => state.fronts.remove(id),
+        };
+        let any_paused = state.splits.values().any(|s| s.paused);
+        drop(state);
+        if any_paused {
+            self.changed();
+        }
+    }
+
+    /// `id`'s fetching was paused or resumed.
+    pub fn set_paused(&self, id: &SplitId, paused: bool) {
+        if let Some(split) = self.lock().splits.get_mut(id) {
+            split.paused = paused;
+        }
+    }
+
     /// An end-of-stream record at `timestamp` was found: with a source-wide stop, every split
     /// ends there (the earliest such record wins).
     pub fn found_stop(&self, timestamp: i64) {
@@ -154,9 +250,16 @@ impl EventTimeClock {
         }
         let mut state = self.lock();
         if state.stop_at.is_none_or(|t| timestamp < t) {
-            state.stop_at = Some(timestamp);
+            let earlier = state.stop_at.replace(timestamp);
             drop(state);
-            info!(timestamp, at = %format_millis(timestamp), "source-wide stop: every partition ends before this timestamp");
+            match earlier {
+                None => {
+                    info!(timestamp, at = %format_millis(timestamp), "source-wide stop: every partition ends before this timestamp")
+                }
+                Some(was) => {
+                    info!(timestamp, at = %format_millis(timestamp), was, "source-wide stop: an earlier end-of-stream record moves it")
+                }
+            }
             self.changed();
         }
     }
@@ -174,71 +277,56 @@ impl EventTimeClock {
         self.lock().stop_at
     }
 
-    /// Whether split `id`, holding nothing, is known to have no record before the source-wide
-    /// stop left (it is caught up and the wall clock has passed the stop by the grace).
+    /// Whether split `id` can evaluate no record before the source-wide stop any more: its
+    /// watermark is at the stop. The reader then ends it (`source_stop`).
     pub fn is_past_stop(&self, id: &SplitId) -> bool {
         let state = self.lock();
         let (Some(stop), Some(split)) = (state.stop_at, state.splits.get(id)) else {
             return false;
         };
-        self.watermark(split, wall_millis()) >= stop
+        self.watermark(split) >= stop
     }
 
-    /// Whether split `id` may be what holds the others back (alignment without pacing, and no
-    /// other split's watermark is lower): it must keep fetching, or every split would wait.
-    /// With pacing, records wait for their time, not for this split: any split may pause.
+    /// Whether split `id` must keep fetching because the next release waits for it: with a
+    /// source-wide stop, its watermark is not past the earliest record any reader holds. Other
+    /// splits may pause, paced or not.
     pub fn holds_others_back(&self, id: &SplitId) -> bool {
-        if !self.options.source_wide_stop || self.options.speed.is_some() {
+        if !self.options.source_wide_stop {
             return false;
         }
         let state = self.lock();
-        let now_wall = wall_millis();
-        let Some(mine) = state.splits.get(id).map(|s| self.watermark(s, now_wall)) else {
+        let Some(mine) = state.splits.get(id).map(|s| self.watermark(s)) else {
             return false;
         };
-        let mut others = state.splits.iter().filter(|(other, _)| *other != id).peekable();
-        others.peek().is_some() && others.all(|(_, s)| self.watermark(s, now_wall) >= mine)
+        state.fronts.values().min().is_some_and(|f| mine <= *f)
     }
 
-    /// A split's watermark: no record it evaluates from now on is older (in-order partitions).
-    fn watermark(&self, split: &SplitClock, now_wall: i64) -> i64 {
-        let seen = split.seen.unwrap_or(i64::MIN);
-        if split.idle {
-            seen.max(now_wall.saturating_sub(self.options.idle_grace.as_millis() as i64))
-        } else {
-            seen
-        }
+    /// A lower bound of every timestamp the split may still evaluate (see the module docs).
+    fn watermark(&self, split: &SplitClock) -> i64 {
+        let by_records = split.seen.map_or(i64::MIN, |s| {
+            s.saturating_sub(self.options.max_out_of_orderness.as_millis() as i64)
+        });
+        let by_log = split.confirmed.map_or(i64::MIN, |c| {
+            c.saturating_sub(self.options.idle_grace.as_millis() as i64)
+        });
+        by_records.max(by_log)
     }
 
-    /// May the held record of split `id` with `timestamp` be emitted now? `marker`: it is the
-    /// end-of-stream record itself (kept by `eof_emit_marker`), which goes out at the stop.
-    pub fn release(&self, id: &SplitId, timestamp: i64, now: Instant, marker: bool) -> Release {
+    /// May a held record with `timestamp` be emitted now? `marker`: it is an end-of-stream
+    /// record kept by `eof_emit_marker`; the one the stop is at goes out with the records before
+    /// it.
+    pub fn release(&self, timestamp: i64, now: Instant, marker: bool) -> Release {
         let mut state = self.lock();
-        if !marker && state.stop_at.is_some_and(|t| timestamp >= t) {
-            return Release::Drop;
+        if let Some(stop) = state.stop_at {
+            if timestamp > stop || (timestamp == stop && !marker) {
+                return Release::Drop;
+            }
         }
         if self.options.source_wide_stop {
-            // an earlier end-of-stream record may still come from any split whose watermark is
-            // not past this record
-            let now_wall = wall_millis();
-            let mut wake: Option<Instant> = None;
-            for (other, split) in &state.splits {
-                if other == id {
-                    continue;
-                }
-                let wm = self.watermark(split, now_wall);
-                if wm <= timestamp {
-                    if split.idle {
-                        // the wall clock alone moves it past the record
-                        let after = Duration::from_millis((timestamp - wm + 1).max(1) as u64);
-                        wake = Some(wake.map_or(now + after, |w: Instant| w.min(now + after)));
-                        continue;
-                    }
-                    return Release::Wait(None);
-                }
-            }
-            if wake.is_some() {
-                return Release::Wait(wake);
+            // a marker at or before this record may still come from any split whose watermark
+            // is not past it, its own included (its next records may run back)
+            if state.splits.values().any(|split| self.watermark(split) <= timestamp) {
+                return Release::Wait(None);
             }
         }
         let Some(speed) = self.options.speed else {
@@ -256,14 +344,19 @@ impl EventTimeClock {
                 state.anchor = Some((t0.min(timestamp), now));
                 drop(state);
                 self.changed();
-                return self.release(id, timestamp, now, marker);
+                return self.release(timestamp, now, marker);
             }
         };
-        let due = start + Duration::from_secs_f64(((timestamp - t0).max(0) as f64 / 1000.0) / speed);
-        if due > now {
-            Release::At(due)
-        } else {
-            Release::Now
+        // saturating: timestamps are anything a producer wrote; a due instant past what an
+        // `Instant` can hold is never reached (it waits for a change instead)
+        let after = timestamp.saturating_sub(t0).max(0) as f64 / 1000.0 / speed;
+        match Duration::try_from_secs_f64(after)
+            .ok()
+            .and_then(|d| start.checked_add(d))
+        {
+            Some(due) if due > now => Release::At(due),
+            Some(_) => Release::Now,
+            None => Release::Wait(None),
         }
     }
 
@@ -285,6 +378,12 @@ impl EventTimeClock {
     pub fn late_records(&self) -> u64 {
         self.late.load(Ordering::Relaxed)
     }
+
+    /// Records evaluated further out of their split's timestamp order than
+    /// `max_out_of_orderness` (with a source-wide stop).
+    pub fn disordered_records(&self) -> u64 {
+        self.disordered.load(Ordering::Relaxed)
+    }
 }
 
 /// Milliseconds since the epoch, now.
@@ -303,139 +402,5 @@ pub fn format_millis(ms: i64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Arc;
-
-    fn id(s: &str) -> SplitId {
-        Arc::from(s)
-    }
-
-    fn clock(speed: Option<f64>, source_wide_stop: bool) -> EventTimeClock {
-        EventTimeClock::new(EventTimeOptions {
-            speed,
-            source_wide_stop,
-            idle_grace: Duration::from_secs(2),
-        })
-    }
-
-    #[test]
-    fn pacing_starts_at_the_earliest_first_record_once_every_split_has_one() {
-        let c = clock(Some(10.0), false);
-        let (a, b) = (id("a"), id("b"));
-        c.register(&a);
-        c.register(&b);
-        let now = Instant::now();
-        c.observe(&a, 5_000, 6_000);
-        // b has shown nothing yet: its first record may be earlier
-        assert_eq!(c.release(&a, 5_000, now, false), Release::Wait(None));
-        c.observe(&b, 4_000, 4_000);
-        assert_eq!(c.release(&b, 4_000, now, false), Release::Now);
-        // 1 s of event time at 10x is 100 ms
-        assert_eq!(
-            c.release(&a, 5_000, now, false),
-            Release::At(now + Duration::from_millis(100))
-        );
-        assert_eq!(
-            c.release(&a, 5_000, now + Duration::from_millis(100), false),
-            Release::Now
-        );
-        // older than the anchor: at once
-        assert_eq!(c.release(&a, 1_000, now, false), Release::Now);
-    }
-
-    #[test]
-    fn a_caught_up_split_does_not_hold_the_clock() {
-        let c = clock(Some(1.0), false);
-        let (a, b) = (id("a"), id("b"));
-        c.register(&a);
-        c.register(&b);
-        c.observe(&a, 1_000, 1_000);
-        c.caught_up(&b);
-        assert_eq!(c.release(&a, 1_000, Instant::now(), false), Release::Now);
-    }
-
-    #[test]
-    fn alignment_holds_a_record_until_every_other_split_is_past_it() {
-        let c = clock(None, true);
-        let (a, b) = (id("a"), id("b"));
-        c.register(&a);
-        c.register(&b);
-        c.observe(&a, 100, 200);
-        let now = Instant::now();
-        assert_eq!(
-            c.release(&a, 100, now, false),
-            Release::Wait(None),
-            "b has shown nothing"
-        );
-        c.observe(&b, 100, 150);
-        // b may still hold a marker at 150
-        assert_eq!(c.release(&a, 150, now, false), Release::Wait(None));
-        assert_eq!(c.release(&a, 149, now, false), Release::Now);
-        // b's marker at 150: nothing at or after it goes out
-        c.found_stop(150);
-        assert_eq!(c.release(&a, 150, now, false), Release::Drop);
-        assert_eq!(
-            c.release(&b, 150, now, true),
-            Release::Now,
-            "the marker itself goes out"
-        );
-        assert_eq!(c.release(&a, 149, now, false), Release::Now);
-        // an earlier marker wins, a later one does not
-        c.found_stop(170);
-        assert_eq!(c.stop_at(), Some(150));
-        c.found_stop(120);
-        assert_eq!(c.stop_at(), Some(120));
-        // a finished split holds no one back
-        c.remove(&b);
-        assert_eq!(c.release(&a, 119, now, false), Release::Now);
-    }
-
-    #[test]
-    fn a_caught_up_split_holds_records_newer_than_the_wall_clock_less_the_grace() {
-        let c = clock(None, true);
-        let (a, b) = (id("a"), id("b"));
-        c.register(&a);
-        c.register(&b);
-        c.caught_up(&b);
-        let now = Instant::now();
-        let wall = wall_millis();
-        // historical: long before the wall clock
-        assert_eq!(c.release(&a, 1_000, now, false), Release::Now);
-        // live: b may still receive a record stamped a moment ago
-        match c.release(&a, wall, now, false) {
-            Release::Wait(Some(at)) => assert!(at > now && at <= now + Duration::from_millis(2_100)),
-            other => panic!("expected a timed wait, got {other:?}"),
-        }
-        c.found_stop(wall - 10_000);
-        assert!(c.is_past_stop(&b));
-        assert!(!c.is_past_stop(&a), "a is not caught up");
-    }
-
-    #[test]
-    fn only_the_lowest_split_of_an_unpaced_alignment_holds_others_back() {
-        let (a, b) = (id("a"), id("b"));
-        let aligned = clock(None, true);
-        aligned.register(&a);
-        assert!(!aligned.holds_others_back(&a), "alone, it holds no one back");
-        aligned.register(&b);
-        aligned.observe(&a, 100, 100);
-        aligned.observe(&b, 200, 200);
-        assert!(aligned.holds_others_back(&a));
-        assert!(!aligned.holds_others_back(&b));
-        // paced, records wait for their time: any split may pause
-        let paced = clock(Some(1.0), true);
-        paced.register(&a);
-        paced.register(&b);
-        paced.observe(&a, 100, 100);
-        assert!(!paced.holds_others_back(&a));
-    }
-
-    #[test]
-    fn a_stop_is_ignored_unless_source_wide() {
-        let c = clock(None, false);
-        c.found_stop(10);
-        assert_eq!(c.stop_at(), None);
-        assert_eq!(c.release(&id("a"), 20, Instant::now(), false), Release::Now);
-    }
-}
+#[path = "event_time_tests.rs"]
+mod tests;

@@ -1,13 +1,16 @@
 //! The records one reader has evaluated but holds back for event time (pacing, a source-wide
 //! stop), per split in fetch order, released oldest first as the shared [`EventTimeClock`]
 //! allows. Held records are not yet emitted: a checkpoint's split state is rewound to the first
-//! of them, so a restart reads them again.
+//! of them, so a restart reads them again. Once the source-wide stop is known, a record at or
+//! after it is dropped as it is evaluated (or, if the stop moves earlier, when it is reached);
+//! its split reads on until the reader ends it (see [`EventTimeClock::is_past_stop`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::watch;
+use tracing::warn;
 
 use super::emitter::{ReaderOutput, RecordPosition};
 use super::event_time::{EventTimeClock, Release};
@@ -22,7 +25,9 @@ const RELEASE_PER_POLL: usize = 4096;
 
 struct Held<T> {
     record: T,
-    timestamp: i64,
+    /// Its own timestamp, or the one of the record before it in its split; `None` when neither
+    /// exists (it goes out at once, see [`HeldRecords::hold`]).
+    timestamp: Option<i64>,
     /// The end-of-stream record itself (kept with `eof_emit_marker`): it goes out at the stop.
     marker: bool,
 }
@@ -30,10 +35,10 @@ struct Held<T> {
 /// What [`HeldRecords::release`] did.
 #[derive(Default)]
 pub(crate) struct Released {
+    /// Records emitted.
     pub(crate) count: usize,
-    /// Splits that reached the source-wide stop, with the position of their first record at or
-    /// after it (their later held records are dropped).
-    pub(crate) stopped: Vec<(SplitId, Option<i64>)>,
+    /// Records dropped at or after the source-wide stop.
+    pub(crate) dropped: usize,
 }
 
 pub(crate) struct HeldRecords<T> {
@@ -41,6 +46,13 @@ pub(crate) struct HeldRecords<T> {
     version: watch::Receiver<u64>,
     held: HashMap<SplitId, VecDeque<Held<T>>>,
     last_emitted: HashMap<SplitId, i64>,
+    /// The timestamp of the last record held per split (its own or inherited): what the next
+    /// record without a timestamp takes.
+    previous: HashMap<SplitId, i64>,
+    /// The largest timestamp evaluated per split, to tell how far a record runs back behind it.
+    highest: HashMap<SplitId, i64>,
+    /// The source-wide stop the held records were last purged at.
+    purged_at: Option<i64>,
     paused: HashSet<SplitId>,
     wake_at: Option<Instant>,
 }
@@ -52,6 +64,9 @@ impl<T: RecordPosition> HeldRecords<T> {
             clock,
             held: HashMap::new(),
             last_emitted: HashMap::new(),
+            previous: HashMap::new(),
+            highest: HashMap::new(),
+            purged_at: None,
             paused: HashSet::new(),
             wake_at: None,
         }
@@ -62,41 +77,84 @@ impl<T: RecordPosition> HeldRecords<T> {
     }
 
     /// Hold `records` of split `id`, just evaluated; `marker`: the split ended at an
-    /// end-of-stream record at this timestamp (the last of `records` if it was kept).
-    pub(crate) fn hold(&mut self, id: &SplitId, records: Vec<T>, marker: Option<Option<i64>>, marker_kept: bool) {
+    /// end-of-stream record with this timestamp (the last of `records` if it was kept). Returns
+    /// the marker's event time.
+    ///
+    /// A record without a timestamp takes the one of the record before it in its split, so it
+    /// keeps its place: paced with it, and stopped with it. One with no record before it in this
+    /// run (at the start of its split's read) has no event time: it goes out at once, neither
+    /// waiting for the clock nor starting or moving it, and a source-wide stop never drops it.
+    pub(crate) fn hold(
+        &mut self,
+        id: &SplitId,
+        records: Vec<T>,
+        marker: Option<Option<i64>>,
+        marker_kept: bool,
+    ) -> Option<i64> {
+        let stop = self.clock.stop_at();
         let queue = self.held.entry(id.clone()).or_default();
-        let mut previous = queue
-            .back()
-            .map(|h| h.timestamp)
-            .or_else(|| self.last_emitted.get(id).copied())
-            .unwrap_or(i64::MIN);
-        let (mut low, mut high) = (i64::MAX, i64::MIN);
+        let mut previous = self.previous.get(id).copied();
+        let mut highest = self.highest.get(id).copied().unwrap_or(i64::MIN);
+        let (mut low, mut high, mut disorder) = (i64::MAX, i64::MIN, 0i64);
         let n = records.len();
+        let mut observe = |t: i64| {
+            low = low.min(t);
+            high = high.max(t);
+            disorder = disorder.max(highest.saturating_sub(t));
+            highest = highest.max(t);
+        };
+        // an end-of-stream record without a timestamp takes its predecessor's too
+        let mut marker_time = None;
         for (i, record) in records.into_iter().enumerate() {
-            // a record without a timestamp keeps its place behind the one before it
-            let timestamp = record.timestamp().unwrap_or(previous);
-            previous = timestamp;
-            low = low.min(timestamp);
-            high = high.max(timestamp);
+            let timestamp = record.timestamp().or(previous);
+            let is_marker = marker_kept && marker.is_some() && i + 1 == n;
+            if let Some(t) = timestamp {
+                previous = Some(t);
+                observe(t);
+                if is_marker {
+                    marker_time = Some(t);
+                }
+            }
+            if let (Some(t), Some(stop)) = (timestamp, stop) {
+                if t > stop || (t == stop && !is_marker) {
+                    continue; // at or after the stop: never emitted
+                }
+            }
             queue.push_back(Held {
                 record,
                 timestamp,
-                marker: marker_kept && marker.is_some() && i + 1 == n,
+                marker: is_marker,
             });
         }
-        if let Some(Some(t)) = marker {
-            low = low.min(t);
-            high = high.max(t);
+        if let Some(m) = marker.filter(|_| !marker_kept) {
+            marker_time = m.or(previous);
+            if let Some(t) = marker_time {
+                previous = Some(t);
+                observe(t);
+            }
         }
+        let front = queue.front().and_then(|h| h.timestamp);
         if queue.is_empty() {
             self.held.remove(id);
         }
-        if low <= high && low != i64::MIN {
-            self.clock.observe(id, low, high);
+        if let Some(t) = previous {
+            self.previous.insert(id.clone(), t);
         }
-        if let Some(Some(t)) = marker {
-            self.clock.found_stop(t);
+        if highest != i64::MIN {
+            self.highest.insert(id.clone(), highest);
         }
+        self.clock.set_front(id, front);
+        if low <= high {
+            self.clock.observe(id, low, high, disorder);
+        }
+        match marker_time {
+            Some(t) => self.clock.found_stop(t),
+            None if marker.is_some() && self.clock.options().source_wide_stop => {
+                warn!(split_id = %id, "an end-of-stream record without a timestamp, and none before it in its split: it ends its own split only");
+            }
+            None => {}
+        }
+        marker_time
     }
 
     /// Release what the clock allows into `output`, oldest first across this reader's splits.
@@ -104,6 +162,8 @@ impl<T: RecordPosition> HeldRecords<T> {
         let mut done = Released::default();
         let now = Instant::now();
         self.wake_at = None;
+        self.purge_past_stop(&mut done);
+        let mut touched: Vec<SplitId> = Vec::new();
         while done.count < RELEASE_PER_POLL {
             let Some((id, timestamp, marker)) = self
                 .held
@@ -114,17 +174,24 @@ impl<T: RecordPosition> HeldRecords<T> {
             else {
                 break;
             };
-            match self.clock.release(&id, timestamp, now, marker) {
+            if !touched.contains(&id) {
+                touched.push(id.clone());
+            }
+            let Some(timestamp) = timestamp else {
+                // no event time: at once, the clock untouched
+                if let Some(h) = self.pop_front(&id) {
+                    output.collect_unevaluated(h.record);
+                    done.count += 1;
+                }
+                continue;
+            };
+            match self.clock.release(timestamp, now, marker) {
                 Release::Now => {
-                    let Some(queue) = self.held.get_mut(&id) else { break };
-                    let Some(h) = queue.pop_front() else { break };
-                    if queue.is_empty() {
-                        self.held.remove(&id);
-                    }
+                    let Some(h) = self.pop_front(&id) else { break };
                     let last = self.last_emitted.entry(id).or_insert(i64::MIN);
-                    let late = h.timestamp < *last;
-                    *last = (*last).max(h.timestamp);
-                    self.clock.emitted(h.timestamp, late);
+                    let late = timestamp < *last;
+                    *last = (*last).max(timestamp);
+                    self.clock.emitted(timestamp, late);
                     output.collect_unevaluated(h.record);
                     done.count += 1;
                 }
@@ -137,23 +204,48 @@ impl<T: RecordPosition> HeldRecords<T> {
                     break;
                 }
                 Release::Drop => {
-                    // the split ends at its first record at or after the stop; what follows goes too
-                    let queue = self.held.remove(&id);
-                    let at = queue.and_then(|mut q| q.pop_front()).and_then(|h| h.record.position());
-                    done.stopped.push((id, at));
+                    // at or after the stop (which moved earlier since it was held)
+                    self.pop_front(&id);
+                    done.dropped += 1;
                 }
             }
         }
+        for id in touched {
+            let front = self.held.get(&id).and_then(|q| q.front()).and_then(|h| h.timestamp);
+            self.clock.set_front(&id, front);
+        }
         done
+    }
+
+    /// Once the source-wide stop is known or moves earlier, drop every held record at or after
+    /// it at once, not only as each reaches the front (memory, and the pause decisions).
+    fn purge_past_stop(&mut self, done: &mut Released) {
+        let stop = self.clock.stop_at();
+        let Some(stop) = stop.filter(|s| self.purged_at.is_none_or(|p| *s < p)) else {
+            return;
+        };
+        self.purged_at = Some(stop);
+        for (id, queue) in &mut self.held {
+            let before = queue.len();
+            queue.retain(|h| h.timestamp.is_none_or(|t| t < stop || (t == stop && h.marker)));
+            done.dropped += before - queue.len();
+            self.clock.set_front(id, queue.front().and_then(|h| h.timestamp));
+        }
+        self.held.retain(|_, q| !q.is_empty());
+    }
+
+    fn pop_front(&mut self, id: &SplitId) -> Option<Held<T>> {
+        let queue = self.held.get_mut(id)?;
+        let h = queue.pop_front();
+        if queue.is_empty() {
+            self.held.remove(id);
+        }
+        h
     }
 
     /// Position of the first held record of `id`: where its progress stands for a checkpoint.
     pub(crate) fn first_position(&self, id: &SplitId) -> Option<i64> {
         self.held.get(id)?.front()?.record.position()
-    }
-
-    pub(crate) fn holds(&self, id: &SplitId) -> bool {
-        self.held.contains_key(id)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -163,12 +255,15 @@ impl<T: RecordPosition> HeldRecords<T> {
     /// Drop what a removed split held.
     pub(crate) fn forget(&mut self, id: &SplitId) {
         self.held.remove(id);
+        self.clock.set_front(id, None);
+        self.previous.remove(id);
+        self.highest.remove(id);
         self.paused.remove(id);
     }
 
-    /// Splits to pause (holding too much) and to resume (drained, or ended). A split the others
-    /// wait for ([`EventTimeClock::holds_others_back`]) is never paused, so alignment cannot
-    /// deadlock; with pacing every split pauses, so a slow replay never buffers a topic.
+    /// Splits to pause (holding too much) and to resume (drained, or ended). A split the next
+    /// release waits for ([`EventTimeClock::holds_others_back`]) is never paused, so alignment
+    /// cannot deadlock; any other pauses, so a slow replay never buffers a topic.
     pub(crate) fn flow_control(&mut self) -> (Vec<SplitId>, Vec<SplitId>) {
         let mut pause = Vec::new();
         let mut resume = Vec::new();
@@ -185,9 +280,11 @@ impl<T: RecordPosition> HeldRecords<T> {
         }
         for id in &pause {
             self.paused.insert(id.clone());
+            self.clock.set_paused(id, true);
         }
         for id in &resume {
             self.paused.remove(id);
+            self.clock.set_paused(id, false);
         }
         (pause, resume)
     }
@@ -217,73 +314,5 @@ impl<T: RecordPosition> HeldRecords<T> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event_time::EventTimeOptions;
-    use std::time::Duration;
-
-    /// A record that is its own timestamp and position.
-    #[derive(Debug)]
-    struct At(i64);
-
-    impl RecordPosition for At {
-        fn position(&self) -> Option<i64> {
-            Some(self.0)
-        }
-        fn timestamp(&self) -> Option<i64> {
-            Some(self.0)
-        }
-    }
-
-    fn held(speed: Option<f64>, source_wide_stop: bool) -> HeldRecords<At> {
-        HeldRecords::new(Arc::new(EventTimeClock::new(EventTimeOptions {
-            speed,
-            source_wide_stop,
-            idle_grace: Duration::from_secs(2),
-        })))
-    }
-
-    #[test]
-    fn a_slow_paced_split_pauses_its_fetch_and_resumes_when_drained() {
-        let mut h = held(Some(1.0), false);
-        let id: SplitId = Arc::from("only");
-        h.clock().register(&id);
-        // an hour of records, one a second: at real time, only the first is due now
-        h.hold(&id, (0..3600).map(|s| At(s * 1000)).collect(), None, false);
-        h.hold(&id, (3600..10_000).map(|s| At(s * 1000)).collect(), None, false);
-        let mut out = ReaderOutput::new(None, false);
-        assert_eq!(h.release(&mut out).count, 1);
-        assert_eq!(
-            h.first_position(&id),
-            Some(1000),
-            "the checkpoint stands before the held"
-        );
-        let (pause, resume) = h.flow_control();
-        assert_eq!(
-            (pause, resume),
-            (vec![id.clone()], vec![]),
-            "alone and paced, it pauses"
-        );
-        // drained below half the limit: resumed
-        h.held.get_mut(&id).unwrap().truncate(100);
-        assert_eq!(h.flow_control(), (vec![], vec![id.clone()]));
-    }
-
-    #[test]
-    fn the_source_wide_stop_drops_a_split_at_its_first_record_at_or_after_it() {
-        let mut h = held(None, true);
-        let (a, b): (SplitId, SplitId) = (Arc::from("a"), Arc::from("b"));
-        h.clock().register(&a);
-        h.clock().register(&b);
-        h.hold(&a, vec![At(10), At(20), At(30), At(40)], None, false);
-        // b ends at its marker at 25 (the marker not kept)
-        h.hold(&b, vec![At(5)], Some(Some(25)), false);
-        h.clock().remove(&b);
-        let mut out = ReaderOutput::new(None, false);
-        let released = h.release(&mut out);
-        let got: Vec<i64> = out.take_records().iter().map(|r| r.0).collect();
-        assert_eq!(got, vec![5, 10, 20]);
-        assert_eq!(released.stopped, vec![(a.clone(), Some(30))]);
-        assert!(h.is_empty());
-    }
-}
+#[path = "held_tests.rs"]
+mod tests;

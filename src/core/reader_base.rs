@@ -193,9 +193,8 @@ where
         }
     }
 
-    /// With event time: evaluate a fetched batch into the held records, then release what the
-    /// clock allows into `output`, end the splits the source-wide stop reached, and pause or
-    /// resume fetching by how much each split holds.
+    /// With event time: evaluate a fetched batch into the held records, release what the clock
+    /// allows into `output`, end the splits past the source-wide stop, pause or resume fetching.
     fn poll_event_time(&mut self, output: &mut ReaderOutput<T>) -> Result<InputStatus> {
         let (Some(mut staging), Some(mut held)) = (self.staging.take(), self.held.take()) else {
             return Ok(self.idle_status());
@@ -214,6 +213,7 @@ where
         output: &mut ReaderOutput<T>,
     ) -> Result<InputStatus> {
         let mut progressed = false;
+        let source_wide = held.clock().options().source_wide_stop;
         if let Some(batch) = self.queue.poll() {
             progressed = true;
             for (id, elements) in batch.records {
@@ -226,13 +226,19 @@ where
                 let mut ended = None;
                 for element in elements {
                     self.emitter.emit_record(element, staging, &mut entry.split)?;
-                    if let Some(at) = staging.take_end_of_split() {
+                    let Some(at) = staging.take_end_of_split() else {
+                        continue;
+                    };
+                    let marker = Some(staging.marker_timestamp());
+                    let time = held.hold(&id, staging.take_records(), marker, self.options.eof_emit_marker);
+                    // a marker with an event time stops the whole source there; its own split
+                    // reads on while records before the stop may still follow in it
+                    if !source_wide || time.is_none() || held.clock().is_past_stop(&id) {
                         ended = Some(at);
                         break;
                     }
                 }
-                let marker = ended.map(|_| staging.marker_timestamp());
-                held.hold(&id, staging.take_records(), marker, self.options.eof_emit_marker);
+                held.hold(&id, staging.take_records(), None, false);
                 if let Some(at) = ended {
                     let finished = Finished {
                         reason: FinishReason::EofRecord,
@@ -247,26 +253,22 @@ where
             for id in &batch.caught_up {
                 held.clock().caught_up(id);
             }
+            for (id, at) in &batch.confirmed_caught_up {
+                held.clock().confirmed_caught_up(id, *at);
+            }
         }
         let released = held.release(output);
-        progressed |= released.count > 0;
-        for (id, at) in released.stopped {
-            let finished = Finished {
-                reason: FinishReason::SourceStop,
-                at,
-            };
-            self.finish_split_holding(held, &id, finished, false);
-            progressed = true;
-        }
-        // a caught-up split with nothing held ends once the wall clock is past the stop
+        progressed |= released.count + released.dropped > 0;
+        // a split ends at the source-wide stop once no record before it can follow (its
+        // watermark is at the stop), whether or not it holds records before the stop still
         if held.clock().stop_at().is_some() {
-            let idle: Vec<SplitId> = self
+            let past: Vec<SplitId> = self
                 .splits
                 .iter()
-                .filter(|(id, e)| e.finished.is_none() && !held.holds(id) && held.clock().is_past_stop(id))
+                .filter(|(id, e)| e.finished.is_none() && held.clock().is_past_stop(id))
                 .map(|(id, _)| id.clone())
                 .collect();
-            for id in idle {
+            for id in past {
                 self.finish_split_holding(held, &id, Finished::new(FinishReason::SourceStop), false);
                 progressed = true;
             }

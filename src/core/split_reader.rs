@@ -15,8 +15,12 @@ pub struct RecordsWithSplitIds<E> {
     /// Splits finished by this fetch, after the records above.
     pub finished: Vec<(SplitId, FinishReason)>,
     /// Splits whose fetch reached the end of their log after the records above (for event
-    /// time: a caught-up split holds no one back, see [`crate::event_time`]).
+    /// time: the pacing clock does not wait for their first record, see [`crate::event_time`]).
     pub caught_up: Vec<SplitId>,
+    /// Splits confirmed, at these wall-clock milliseconds, to have nothing in their log past
+    /// their position, no open transaction either: whatever they read later was written after
+    /// (for a source-wide stop, see [`crate::event_time`]).
+    pub confirmed_caught_up: Vec<(SplitId, i64)>,
 }
 
 impl<E> Default for RecordsWithSplitIds<E> {
@@ -25,13 +29,17 @@ impl<E> Default for RecordsWithSplitIds<E> {
             records: Vec::new(),
             finished: Vec::new(),
             caught_up: Vec::new(),
+            confirmed_caught_up: Vec::new(),
         }
     }
 }
 
 impl<E> RecordsWithSplitIds<E> {
     pub fn is_empty(&self) -> bool {
-        self.finished.is_empty() && self.caught_up.is_empty() && self.records.iter().all(|(_, r)| r.is_empty())
+        self.finished.is_empty()
+            && self.caught_up.is_empty()
+            && self.confirmed_caught_up.is_empty()
+            && self.records.iter().all(|(_, r)| r.is_empty())
     }
 
     pub fn record_count(&self) -> usize {

@@ -62,11 +62,14 @@ pub struct RawKafkaSource {
     /// `replay_speed` has passed since the replay started, all partitions on one clock (1.0 is
     /// real time, 60.0 plays an hour in a minute). Absent: as fast as possible.
     pub replay_speed: Option<f64>,
-    /// With `replay_speed` or `eof_scope = "source"` on a live topic: how far behind the wall
-    /// clock the next record of a partition that is at the end of its log may be stamped
-    /// (producer clock skew plus the time from produce to fetch). Such a partition holds the
-    /// others back only for records newer than that. Default "2s".
+    /// With `eof_scope = "source"`: how long before reaching the log a record may be stamped (clock skew plus
+    /// produce-to-log time). A partition the broker confirms caught up (nothing past the reader, no open
+    /// transaction) holds the others back only for records newer than the confirmation less this. Default "2s".
     pub caught_up_grace: Option<String>,
+    /// With `eof_scope = "source"`: how far a timestamp may run back behind an earlier one of its partition (Flink's
+    /// bounded out-of-orderness), e.g. "2s" for several producers. Within it the stop is exact: partitions are read
+    /// until past the stop by this much. A record further out of order is logged. Default "0s" (in order).
+    pub max_out_of_orderness: Option<String>,
     /// How often to look for new partitions, e.g. "5m"; "0" disables. Default: off when the source
     /// is bounded or has `eof`, else "5m". Not allowed with bounded stopping offsets.
     pub partition_discovery_interval: Option<String>,
@@ -252,10 +255,12 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
             ));
         }
     }
+    let disorder = raw.max_out_of_orderness.as_deref().unwrap_or("0s");
     let event_time = EventTimeOptions {
         speed: raw.replay_speed,
         source_wide_stop,
         idle_grace: duration_at("source.caught_up_grace", raw.caught_up_grace.as_deref().unwrap_or("2s"))?,
+        max_out_of_orderness: duration_at("source.max_out_of_orderness", disorder)?,
     };
     let mut settings = KafkaSourceSettings::new(raw.bootstrap_servers, subscription);
     settings.starting = starting;

@@ -2,6 +2,7 @@
 //! the partition-discovery enumerator, the split readers and the record emitter together.
 
 pub mod batch_queue;
+mod caught_up;
 pub mod client;
 pub mod config;
 pub mod consumer;
@@ -326,11 +327,7 @@ impl KafkaSourceBuilder {
             max_batch_bytes: 1 << 20,
             keep_decoded: true,
             metrics: KafkaMetrics::noop(),
-            event_time: EventTimeOptions {
-                speed: None,
-                source_wide_stop: false,
-                idle_grace: Duration::from_secs(2),
-            },
+            event_time: EventTimeOptions::default(),
         })
     }
 }
@@ -385,6 +382,7 @@ impl Source for KafkaSource {
         options.eof = self.eof.clone();
         options.eof_emit_marker = self.eof_emit_marker;
         options.stats = context.fetch_stats;
+        let confirm = caught_up::needed(context.event_time.as_deref());
         options.event_time = context.event_time;
         let settings = Arc::clone(&self.settings);
         let limit = batch_queue::BatchLimit {
@@ -392,7 +390,10 @@ impl Source for KafkaSource {
             bytes: self.max_batch_bytes.max(1),
         };
         let metrics = self.metrics.clone();
-        let factory = Box::new(move || KafkaPartitionSplitReader::new(&settings, index, limit, metrics.clone()));
+        let factory = Box::new(move || {
+            KafkaPartitionSplitReader::new(&settings, index, limit, metrics.clone())
+                .map(|reader| reader.confirming_caught_up(&settings, index, confirm))
+        });
         let emitter =
             emitter::KafkaRecordEmitter::new((self.decoder)()?, self.decode_errors, self.metrics.reader(index))
                 .keep_decoded(self.keep_decoded);

@@ -48,6 +48,8 @@ pub struct KafkaPartitionSplitReader {
     /// Errors librdkafka keeps reporting for a split's partition (not authorized, gone).
     partition_errors: PartitionErrors,
     properties: std::collections::BTreeMap<String, String>,
+    /// Splits at the end of their log, reported and (for a source-wide stop) confirmed.
+    pub(super) caught_up: super::caught_up::CaughtUp,
 }
 
 impl KafkaPartitionSplitReader {
@@ -77,6 +79,7 @@ impl KafkaPartitionSplitReader {
                 open: std::collections::HashMap::new(),
             },
             properties: settings.properties.clone(),
+            caught_up: Default::default(),
         })
     }
 
@@ -226,8 +229,6 @@ impl SplitReader for KafkaPartitionSplitReader {
         let mut count = 0;
         let mut bytes = 0;
         let mut eof = false;
-        // splits whose fetch reached the end of the log, with no record after that in this fetch
-        let mut caught_up: Vec<SplitId> = Vec::new();
         let mut idle = false;
         let mut timeout = POLL_TIMEOUT;
         let mut to_finish: Vec<(Arc<str>, i32)> = Vec::new();
@@ -242,13 +243,13 @@ impl SplitReader for KafkaPartitionSplitReader {
             } else {
                 1
             };
-            let caught_up = &mut caught_up;
-            let (splits, last_hit, consumer_errors, partition_errors, group_capacity) = (
+            let (splits, last_hit, consumer_errors, partition_errors, group_capacity, caught_up) = (
                 &mut self.splits,
                 &mut self.last_hit,
                 &self.metrics.consumer_errors,
                 &mut self.partition_errors,
                 &self.group_capacity,
+                &mut self.caught_up,
             );
             let read = self.queue.read(timeout, want, |event| match event {
                 Event::Message(m) => {
@@ -256,9 +257,7 @@ impl SplitReader for KafkaPartitionSplitReader {
                         return; // a split removed a moment ago
                     };
                     let split = &mut splits[index];
-                    if !caught_up.is_empty() {
-                        caught_up.retain(|id| *id != split.id);
-                    }
+                    caught_up.record(&split.id);
                     if split.stop.is_some_and(|stop| m.offset >= stop) {
                         to_finish.push((split.topic.clone(), split.partition));
                         return;
@@ -296,7 +295,7 @@ impl SplitReader for KafkaPartitionSplitReader {
                 Event::PartitionEof { topic, partition } => {
                     eof = true;
                     if let Some(index) = index_in(splits, last_hit, topic, partition) {
-                        caught_up.push(splits[index].id.clone());
+                        caught_up.end_of_log(&splits[index].id);
                     }
                 }
                 Event::Error {
@@ -399,7 +398,7 @@ impl SplitReader for KafkaPartitionSplitReader {
         }
         batch.records = groups;
         batch.finished = finished;
-        batch.caught_up = caught_up;
+        (batch.caught_up, batch.confirmed_caught_up) = self.caught_up.take(&self.consumer, &self.splits);
         Ok(batch)
     }
 

@@ -194,6 +194,17 @@ impl TestKafka {
         }
     }
 
+    /// A transactional producer whose transactions a test opens and commits by hand (a
+    /// transaction left open while a job reads).
+    pub fn transactional_producer(&self) -> TransactionalProducer {
+        let id = format!("tidegate-test-{}", self.unique_topic("tx"));
+        let producer = self.producer(&[("transactional.id", &id), ("linger.ms", "0")]);
+        producer
+            .init_transactions(Duration::from_secs(30))
+            .expect("init_transactions");
+        TransactionalProducer(producer)
+    }
+
     /// Set (or, with `None`, remove) a broker-side fetch quota for a client id: Kafka throttles
     /// that client to `bytes_per_second`, whatever the speed of this machine. Fault tests pace a
     /// replay this way, so the work they interrupt lasts long enough on a fast machine too.
@@ -342,6 +353,28 @@ impl LiveProducer {
 
     pub fn flush(&self) {
         self.0.flush(Duration::from_secs(30)).expect("flush");
+    }
+}
+
+/// A transactional producer ([`TestKafka::transactional_producer`]).
+pub struct TransactionalProducer(ThreadedProducer<DefaultProducerContext>);
+
+impl TransactionalProducer {
+    pub fn begin(&self) {
+        self.0.begin_transaction().expect("begin_transaction");
+    }
+
+    /// Send and wait until the broker has the records (appended, not yet visible to
+    /// read_committed consumers).
+    pub fn send_and_flush(&self, topic: &str, records: &[TestRecord]) {
+        for r in records {
+            send(&self.0, topic, r);
+        }
+        self.0.flush(Duration::from_secs(30)).expect("flush");
+    }
+
+    pub fn commit(&self) {
+        self.0.commit_transaction(Duration::from_secs(30)).expect("commit");
     }
 }
 

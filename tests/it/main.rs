@@ -7,6 +7,7 @@ mod daemon;
 mod daemon_util;
 mod datagen;
 mod event_time;
+mod event_time_stop;
 mod exactly_once;
 mod examples;
 mod faults;

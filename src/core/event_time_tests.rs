@@ -1,0 +1,211 @@
+//! Unit tests of the event-time clock (`event_time`).
+
+use super::*;
+use std::sync::Arc;
+
+fn id(s: &str) -> SplitId {
+    Arc::from(s)
+}
+
+fn clock(speed: Option<f64>, source_wide_stop: bool) -> EventTimeClock {
+    EventTimeClock::new(EventTimeOptions {
+        speed,
+        source_wide_stop,
+        idle_grace: Duration::from_secs(2),
+        max_out_of_orderness: Duration::ZERO,
+    })
+}
+
+#[test]
+fn pacing_starts_at_the_earliest_first_record_once_every_split_has_one() {
+    let c = clock(Some(10.0), false);
+    let (a, b) = (id("a"), id("b"));
+    c.register(&a);
+    c.register(&b);
+    let now = Instant::now();
+    c.observe(&a, 5_000, 6_000, 0);
+    // b has shown nothing yet: its first record may be earlier
+    assert_eq!(c.release(5_000, now, false), Release::Wait(None));
+    c.observe(&b, 4_000, 4_000, 0);
+    assert_eq!(c.release(4_000, now, false), Release::Now);
+    // 1 s of event time at 10x is 100 ms
+    assert_eq!(
+        c.release(5_000, now, false),
+        Release::At(now + Duration::from_millis(100))
+    );
+    assert_eq!(c.release(5_000, now + Duration::from_millis(100), false), Release::Now);
+    // older than the anchor: at once
+    assert_eq!(c.release(1_000, now, false), Release::Now);
+}
+
+#[test]
+fn a_caught_up_split_does_not_hold_the_clock() {
+    let c = clock(Some(1.0), false);
+    let (a, b) = (id("a"), id("b"));
+    c.register(&a);
+    c.register(&b);
+    c.observe(&a, 1_000, 1_000, 0);
+    c.caught_up(&b);
+    assert_eq!(c.release(1_000, Instant::now(), false), Release::Now);
+}
+
+#[test]
+fn alignment_holds_a_record_until_every_other_split_is_past_it() {
+    let c = clock(None, true);
+    let (a, b) = (id("a"), id("b"));
+    c.register(&a);
+    c.register(&b);
+    c.observe(&a, 100, 200, 0);
+    let now = Instant::now();
+    assert_eq!(c.release(100, now, false), Release::Wait(None), "b has shown nothing");
+    c.observe(&b, 100, 150, 0);
+    // b may still hold a marker at 150
+    assert_eq!(c.release(150, now, false), Release::Wait(None));
+    assert_eq!(c.release(149, now, false), Release::Now);
+    // b's marker at 150: nothing at or after it goes out
+    c.found_stop(150);
+    assert_eq!(c.release(150, now, false), Release::Drop);
+    assert_eq!(c.release(149, now, false), Release::Now);
+    // b ends at its marker (its watermark is at the stop): the marker itself goes out
+    assert!(c.is_past_stop(&b));
+    c.remove(&b);
+    assert_eq!(c.release(150, now, true), Release::Now, "the marker itself goes out");
+    assert_eq!(c.release(151, now, true), Release::Drop, "a later marker does not");
+    // an earlier marker wins, a later one does not
+    c.found_stop(170);
+    assert_eq!(c.stop_at(), Some(150));
+    c.found_stop(120);
+    assert_eq!(c.stop_at(), Some(120));
+    assert_eq!(c.release(119, now, false), Release::Now);
+}
+
+#[test]
+fn a_record_waits_for_its_own_split_while_a_marker_at_its_time_may_follow() {
+    let c = clock(None, true);
+    let a = id("a");
+    c.register(&a);
+    c.observe(&a, 100, 100, 0);
+    let now = Instant::now();
+    assert_eq!(c.release(100, now, false), Release::Wait(None));
+    c.observe(&a, 101, 101, 0);
+    assert_eq!(c.release(100, now, false), Release::Now);
+}
+
+#[test]
+fn out_of_order_splits_hold_records_until_their_timestamps_are_past_by_the_bound() {
+    let c = EventTimeClock::new(EventTimeOptions {
+        speed: None,
+        source_wide_stop: true,
+        idle_grace: Duration::from_secs(2),
+        max_out_of_orderness: Duration::from_millis(50),
+    });
+    let a = id("a");
+    c.register(&a);
+    c.observe(&a, 100, 200, 0);
+    let now = Instant::now();
+    // a may still evaluate a marker stamped 150
+    assert_eq!(c.release(150, now, false), Release::Wait(None));
+    assert_eq!(c.release(149, now, false), Release::Now);
+    c.found_stop(180);
+    assert!(!c.is_past_stop(&a), "a record before the stop may still follow");
+    c.observe(&a, 230, 230, 0);
+    assert!(c.is_past_stop(&a));
+    assert_eq!(c.disordered_records(), 0);
+    c.observe(&a, 170, 170, 60);
+    assert_eq!(
+        c.disordered_records(),
+        1,
+        "further out of order than the bound: counted"
+    );
+}
+
+#[test]
+fn a_caught_up_split_holds_records_after_its_last_confirmation_less_the_grace() {
+    let c = clock(None, true);
+    let (a, b) = (id("a"), id("b"));
+    c.register(&a);
+    c.register(&b);
+    let wall = wall_millis();
+    c.observe(&a, 1_000, wall + 60_000, 0);
+    let now = Instant::now();
+    // b is at the end of its log, not confirmed (an open transaction, or no answer yet): the
+    // wall clock alone does not move it
+    c.caught_up(&b);
+    assert_eq!(c.release(1_000, now, false), Release::Wait(None));
+    // confirmed now: whatever b reads later is stamped no earlier than the grace before now
+    c.confirmed_caught_up(&b, wall);
+    assert_eq!(c.release(1_000, now, false), Release::Now);
+    assert_eq!(c.release(wall - 2_000, now, false), Release::Wait(None));
+    c.confirmed_caught_up(&b, wall + 10);
+    assert_eq!(c.release(wall - 2_000, now, false), Release::Now);
+    c.found_stop(wall - 1_000);
+    assert!(
+        !c.is_past_stop(&b),
+        "the stop is after the last confirmation less the grace"
+    );
+    c.found_stop(wall - 10_000);
+    assert!(c.is_past_stop(&b));
+}
+
+#[test]
+fn a_split_keeps_fetching_while_the_earliest_held_record_waits_for_its_watermark() {
+    let (a, b) = (id("a"), id("b"));
+    for speed in [None, Some(1.0)] {
+        let c = clock(speed, true);
+        c.register(&a);
+        c.register(&b);
+        c.observe(&a, 100, 100, 0);
+        c.observe(&b, 200, 200, 0);
+        assert!(!c.holds_others_back(&a), "nothing held: nothing waits");
+        c.set_front(&b, Some(150));
+        assert!(c.holds_others_back(&a), "b's record at 150 waits for a");
+        assert!(!c.holds_others_back(&b));
+        c.set_front(&a, Some(100));
+        assert!(c.holds_others_back(&a), "a's record at 100 waits for a itself");
+    }
+    // a finished split's held records still wait for the others
+    let c = clock(None, true);
+    c.register(&a);
+    c.register(&b);
+    c.observe(&b, 100, 100, 0);
+    c.set_front(&a, Some(150));
+    c.remove(&a);
+    assert!(c.holds_others_back(&b));
+    c.set_front(&a, None);
+    assert!(!c.holds_others_back(&b));
+    let unaligned = clock(Some(1.0), false);
+    unaligned.register(&a);
+    unaligned.set_front(&a, Some(100));
+    assert!(!unaligned.holds_others_back(&a), "pacing alone: every split may pause");
+}
+
+#[test]
+fn a_stop_is_ignored_unless_source_wide() {
+    let c = clock(None, false);
+    c.found_stop(10);
+    assert_eq!(c.stop_at(), None);
+    assert_eq!(c.release(20, Instant::now(), false), Release::Now);
+}
+
+#[test]
+fn pacing_never_overflows_on_extreme_timestamps() {
+    let c = clock(Some(1e-6), false);
+    let a = id("a");
+    c.register(&a);
+    c.observe(&a, 0, 0, 0);
+    let now = Instant::now();
+    assert_eq!(c.release(0, now, false), Release::Now);
+    assert_eq!(c.release(i64::MIN, now, false), Release::Now, "older than the anchor");
+    // further than any instant: it waits (for a change of the clock), it does not panic
+    assert_eq!(c.release(i64::MAX, now, false), Release::Wait(None));
+    // the anchor at the far end of time, a record at the other
+    let c = clock(Some(1000.0), false);
+    c.register(&a);
+    c.observe(&a, i64::MIN, i64::MIN, 0);
+    assert_eq!(c.release(i64::MIN, now, false), Release::Now);
+    // the whole range of milliseconds at 1000x: 292,000 years on
+    match c.release(i64::MAX, now, false) {
+        Release::At(due) => assert!(due > now + Duration::from_secs(3600 * 24 * 365 * 1000)),
+        other => panic!("expected a due instant, got {other:?}"),
+    }
+}
