@@ -4,8 +4,10 @@
 //! where the whole job runs as tasks of one single-threaded tokio runtime with paused (virtual)
 //! time, each point draws from one seeded generator: go on, yield to the other tasks, sleep a
 //! random virtual while, or crash. A crash freezes everything durable from that step on, as
-//! `kill -9` would; the simulation's driver then drops the runtime and restarts the job. The
-//! same seed replays the same schedule, so a seed is a bug report.
+//! `kill -9` would; the simulation's driver then drops the runtime and restarts the job. At a
+//! [`sync_point`] (a durable operation: a state file write, a simulated sink's write) the
+//! schedule may also inject a fault (an I/O error), which the job must survive by failing
+//! cleanly. The same seed replays the same schedule, so a seed is a bug report.
 //!
 //! Why this and not a simulation crate: turmoil simulates networks (tidegate's runtime has none
 //! inside one process), madsim replaces tokio wholesale, and loom/shuttle explore thread
@@ -32,6 +34,10 @@ pub struct Schedule {
     pub crash_at: Option<u64>,
     /// Send the stop signal (a first SIGTERM) at this step.
     pub stop_at: Option<u64>,
+    /// Fail the durable operation at the first [`sync_point`] at or after this step.
+    pub fail_at: Option<u64>,
+    /// Points a run may reach: beyond, it counts as hung (a livelock that keeps checkpointing).
+    pub max_steps: u64,
 }
 
 /// What a simulated run went through.
@@ -45,6 +51,10 @@ pub struct Trace {
     pub crashed_at: Option<&'static str>,
     /// The stop signal was sent.
     pub stopped: bool,
+    /// The durable operation an I/O fault was injected into.
+    pub failed_at: Option<&'static str>,
+    /// The run reached [`Schedule::max_steps`] (it was then halted like a crash).
+    pub hung: bool,
 }
 
 struct State {
@@ -124,9 +134,11 @@ enum Decision {
     Sleep(Duration),
     /// Crashed (now or before): this task never goes on.
     Halt,
+    /// (Sync points only) the operation fails with an I/O error.
+    Fail,
 }
 
-fn decide(name: &'static str) -> Decision {
+fn decide(name: &'static str, durable: bool) -> Decision {
     CURRENT.with(|c| {
         let current = c.borrow();
         let Some(state) = current.as_ref() else {
@@ -147,10 +159,15 @@ fn decide(name: &'static str) -> Decision {
                 let _ = stop.send(true);
             }
         }
-        if s.schedule.crash_at == Some(step) {
+        if s.schedule.crash_at == Some(step) || step > s.schedule.max_steps {
+            s.trace.hung = step > s.schedule.max_steps;
             s.trace.crashed_at = Some(name);
             s.crashed.notify_one();
             return Decision::Halt;
+        }
+        if durable && s.trace.failed_at.is_none() && s.schedule.fail_at.is_some_and(|at| step >= at) {
+            s.trace.failed_at = Some(name);
+            return Decision::Fail;
         }
         let roll = (s.rng.next_u64() % 1000) as u32;
         if roll < s.schedule.delay_per_mille {
@@ -167,18 +184,31 @@ fn decide(name: &'static str) -> Decision {
 /// A hand-over or await of the runtime: under a simulation, a seeded delay or a crash (after
 /// which this task never goes on); otherwise nothing.
 pub async fn point(name: &'static str) {
-    match decide(name) {
-        Decision::Go => {}
+    match decide(name, false) {
+        Decision::Go | Decision::Fail => {}
         Decision::Yield => tokio::task::yield_now().await,
         Decision::Sleep(d) => tokio::time::sleep(d).await,
         Decision::Halt => std::future::pending().await,
     }
 }
 
-/// [`point`] for code that cannot await (a state file write): true when the simulated process
-/// crashed here or before, and the caller must stop as if it had died.
-pub fn sync_point(name: &'static str) -> bool {
-    matches!(decide(name), Decision::Halt)
+/// Why a durable operation must not happen (see [`sync_point`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupt {
+    /// The simulated process crashed here or before: stop as if it had died.
+    Crashed,
+    /// An injected I/O error: fail the operation, as a full disk would.
+    Fault,
+}
+
+/// A durable operation (a state file write, a simulated sink's write) about to happen, in code
+/// that cannot await: `Some` when it must not, under a simulation; otherwise `None`.
+pub fn sync_point(name: &'static str) -> Option<Interrupt> {
+    match decide(name, true) {
+        Decision::Halt => Some(Interrupt::Crashed),
+        Decision::Fail => Some(Interrupt::Fault),
+        _ => None,
+    }
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;

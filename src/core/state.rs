@@ -128,10 +128,14 @@ impl StateStore {
 
     fn write_inner(&self, bytes: &[u8], crash: Option<CrashPoint>) -> Result<()> {
         let ctx = |what: &str| format!("writing state file {}: {what}", self.path.display());
-        let crashed = || Error::runtime(ctx("interrupted"), "the simulated process crashed");
+        // under a simulation: a crash, or an injected I/O error, at either step
+        let interrupted = |i: crate::sim::Interrupt| match i {
+            crate::sim::Interrupt::Crashed => Error::runtime(ctx("interrupted"), "the simulated process crashed"),
+            crate::sim::Interrupt::Fault => Error::io(ctx("write"), std::io::Error::other("simulated I/O error")),
+        };
         let result = (|| -> Result<()> {
-            if crate::sim::sync_point("state.write") {
-                return Err(crashed());
+            if let Some(i) = crate::sim::sync_point("state.write") {
+                return Err(interrupted(i));
             }
             let mut file = File::create(&self.temp).map_err(|e| Error::io(ctx("create temp file"), e))?;
             if crash == Some(CrashPoint::DuringTempWrite) {
@@ -144,8 +148,8 @@ impl StateStore {
             file.sync_all().map_err(|e| Error::io(ctx("fsync temp file"), e))?;
             drop(file);
             crate::failpoint::hit("state.before_rename");
-            if crate::sim::sync_point("state.before_rename") {
-                return Err(crashed());
+            if let Some(i) = crate::sim::sync_point("state.before_rename") {
+                return Err(interrupted(i));
             }
             if crash == Some(CrashPoint::BeforeRename) {
                 return Ok(());

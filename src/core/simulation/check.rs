@@ -76,16 +76,23 @@ pub(crate) fn coverage(checkpoint: Option<&Value>, ranges: &[Range]) -> Result<C
 }
 
 /// The output a start resumes with: the file cut back to the checkpoint's length, or the
-/// committed transactions.
-pub(crate) fn durable_output(kind: SinkKind, disk: &Disk, checkpoint: Option<&Value>) -> Result<Vec<u64>, String> {
+/// committed transactions. `whole`: after a stop or the end, the file as the process left it,
+/// which must be exactly the checkpoint's length.
+pub(crate) fn durable_output(
+    kind: SinkKind,
+    disk: &Disk,
+    checkpoint: Option<&Value>,
+    whole: bool,
+) -> Result<Vec<u64>, String> {
     match kind {
         SinkKind::Transactional => Ok(disk.committed.clone()),
         SinkKind::Truncating => {
             let length = checkpoint.and_then(|c| c["sink"]["length"].as_u64()).unwrap_or(0) as usize;
-            if disk.synced.len() < length {
+            let unsynced = if whole { disk.unsynced.len() } else { 0 };
+            let held = disk.synced.len() + unsynced;
+            if held < length || (whole && held != length) {
                 return Err(format!(
-                    "the file holds {} records, the checkpoint says {length}",
-                    disk.synced.len()
+                    "the file holds {held} records ({unsynced} not synced), the checkpoint says {length}"
                 ));
             }
             Ok(disk.synced[..length].to_vec())

@@ -2,7 +2,8 @@
 //! readers, split fetchers, the queue, the coordinator, the sink driver and the state file — on
 //! the number-sequence source, under a schedule drawn from one seed: random delays and yields at
 //! every hand-over, random checkpoint timing, a stop signal, a second one (which exits at once, a
-//! crash), a crash at any step, and a restore at a random parallelism. After every run the output
+//! crash), a crash at any step, an injected I/O error (the job must fail, not hang), and a
+//! restore at a random parallelism. After every run the output
 //! a restart would see must be exactly what the state file covers; at the end, exactly the input.
 //! A failure names its seed, and the seed replays it (see `tests`).
 
@@ -80,9 +81,13 @@ impl Plan {
                 max_delay: Duration::from_micros(rng.range(1, 5_000)),
                 crash_at: None,
                 stop_at: None,
+                fail_at: None,
+                max_steps: 40 * budget + 20_000,
             };
             if i < disrupted {
-                match rng.range(0, 9) {
+                match rng.range(0, 10) {
+                    // an I/O error in a state file or sink write: the job must fail cleanly
+                    10 => schedule.fail_at = Some(rng.range(1, budget)),
                     // a stop (a first SIGTERM): a final checkpoint, then the next run
                     0..=2 => schedule.stop_at = Some(rng.range(1, budget)),
                     // a second signal during the stop: an exit at once, a crash
@@ -161,6 +166,8 @@ impl Plan {
 pub(crate) struct Outcome {
     pub(crate) runs: usize,
     pub(crate) crashes: usize,
+    /// Runs failed by an injected I/O error.
+    pub(crate) faults: usize,
     pub(crate) stops: usize,
     /// Restores at another parallelism than the run before.
     pub(crate) rescaled: usize,
@@ -197,6 +204,11 @@ pub(crate) fn run_seed(seed: u64, dir: &Path) -> Result<Outcome, String> {
                 outcome.crashes += 1;
                 disk.crash(&mut crash_rng);
             }
+            Ended::Failed => {
+                // the process exited: what it wrote is in the page cache, and stays
+                outcome.faults += 1;
+                disk.exit();
+            }
             Ended::Stopped => outcome.stops += 1,
             Ended::Finished => {}
         }
@@ -204,8 +216,11 @@ pub(crate) fn run_seed(seed: u64, dir: &Path) -> Result<Outcome, String> {
         let state: Option<Value> = crate::state::read_state(&path).map_err(|e| format!("run {i}: {e}"))?;
         let checkpoint = check::resumed(state.as_ref(), plan.sink, &disk);
         let covered = check::coverage(checkpoint.as_ref(), &ranges).map_err(|e| format!("after run {i}: {e}"))?;
-        let output =
-            check::durable_output(plan.sink, &disk, checkpoint.as_ref()).map_err(|e| format!("after run {i}: {e}"))?;
+        // after a crash or a failure, what a restart resumes with; after a stop or the end, what
+        // the process left (nothing beyond its final checkpoint)
+        let whole = matches!(ended, Ended::Stopped | Ended::Finished);
+        let output = check::durable_output(plan.sink, &disk, checkpoint.as_ref(), whole)
+            .map_err(|e| format!("after run {i} ({ended:?}): {e}"))?;
         let ended_input = checkpoint.as_ref().is_some_and(|c| c["end_of_input"] == true);
         check::output_matches(&output, &covered, &ranges, ended_input)
             .map_err(|e| format!("after run {i} ({ended:?} at {:?}): {e}", trace.crashed_at))?;
@@ -226,6 +241,8 @@ pub(crate) fn run_seed(seed: u64, dir: &Path) -> Result<Outcome, String> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ended {
     Crashed,
+    /// Failed by an injected I/O error, as it should.
+    Failed,
     Stopped,
     Finished,
 }
@@ -259,7 +276,11 @@ fn run_once(plan: &Plan, run: &RunPlan, path: &PathBuf, disk: &SharedDisk) -> Re
             _ = simulation.crashed() => Ok(Ended::Crashed),
             result = tokio::time::timeout(RUN_LIMIT, job.run(sink)) => match result {
                 Err(_) => Err(format!("hung: no end after {RUN_LIMIT:?} of virtual time")),
+                Ok(Err(_)) if simulation.trace().failed_at.is_some() => Ok(Ended::Failed),
                 Ok(Err(e)) => Err(format!("the job failed: {e}")),
+                Ok(Ok(_)) if simulation.trace().failed_at.is_some() => {
+                    Err("an injected I/O error was swallowed: the job ended well".to_string())
+                }
                 Ok(Ok(report)) if report.stopped => Ok(Ended::Stopped),
                 Ok(Ok(_)) => Ok(Ended::Finished),
             },
@@ -270,5 +291,11 @@ fn run_once(plan: &Plan, run: &RunPlan, path: &PathBuf, disk: &SharedDisk) -> Re
     let trace = simulation.trace();
     drop(simulation);
     let ended = ended.map_err(|e| format!("{e} (trace: {trace:?})"))?;
+    if trace.hung {
+        return Err(format!(
+            "hung: no end after {} steps (trace: {trace:?})",
+            run.schedule.max_steps
+        ));
+    }
     Ok((ended, trace))
 }

@@ -31,6 +31,12 @@ pub(crate) struct Disk {
 pub(crate) type SharedDisk = Arc<Mutex<Disk>>;
 
 impl Disk {
+    /// The process exited (failed): the page cache keeps all it wrote.
+    pub(crate) fn exit(&mut self) {
+        let mut unsynced = std::mem::take(&mut self.unsynced);
+        self.synced.append(&mut unsynced);
+    }
+
     /// The process died: the file keeps a random prefix of what was not synced, open
     /// transactions are gone with the process (their sink held them).
     pub(crate) fn crash(&mut self, rng: &mut SplitMix64) {
@@ -44,8 +50,14 @@ fn lock(disk: &SharedDisk) -> std::sync::MutexGuard<'_, Disk> {
     disk.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn dead() -> Error {
-    Error::runtime("simulated sink", "the process crashed")
+/// A durable operation of a simulated sink: it may not happen (a crash) or fail (an injected
+/// I/O error).
+fn durable(name: &'static str) -> Result<()> {
+    match sim::sync_point(name) {
+        None => Ok(()),
+        Some(sim::Interrupt::Crashed) => Err(Error::runtime("simulated sink", "the process crashed")),
+        Some(sim::Interrupt::Fault) => Err(Error::runtime("simulated sink", "simulated I/O error")),
+    }
 }
 
 /// Like the file sink: appends, makes everything durable at prepare and records the length; a
@@ -56,17 +68,13 @@ pub(crate) struct TruncatingSink {
 
 impl Sink<u64> for TruncatingSink {
     fn write(&mut self, mut records: Vec<u64>) -> Result<()> {
-        if sim::crashed() {
-            return Err(dead());
-        }
+        durable("sink.file.write")?;
         lock(&self.disk).unsynced.append(&mut records);
         Ok(())
     }
 
     fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<SinkState>> {
-        if sim::crashed() {
-            return Err(dead());
-        }
+        durable("sink.file.prepare")?;
         let mut disk = lock(&self.disk);
         let mut unsynced = std::mem::take(&mut disk.unsynced);
         disk.synced.append(&mut unsynced);
@@ -106,9 +114,7 @@ pub(crate) struct TransactionalSink {
 
 impl Sink<u64> for TransactionalSink {
     fn write(&mut self, mut records: Vec<u64>) -> Result<()> {
-        if sim::crashed() {
-            return Err(dead());
-        }
+        durable("sink.txn.write")?;
         let (_, open) = self.open.get_or_insert_with(|| {
             let mut disk = lock(&self.disk);
             disk.tokens += 1;
@@ -119,9 +125,7 @@ impl Sink<u64> for TransactionalSink {
     }
 
     fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<SinkState>> {
-        if sim::crashed() {
-            return Err(dead());
-        }
+        durable("sink.txn.prepare")?;
         let token = self.open.as_ref().map(|(token, _)| token.clone());
         Ok(Some(json!({ "transaction": token })))
     }
@@ -135,9 +139,7 @@ impl Sink<u64> for TransactionalSink {
     }
 
     fn commit(&mut self, _checkpoint_id: u64) -> Result<()> {
-        if sim::crashed() {
-            return Err(dead());
-        }
+        durable("sink.txn.commit")?;
         if let Some((token, mut records)) = self.open.take() {
             let mut disk = lock(&self.disk);
             disk.committed.append(&mut records);

@@ -27,6 +27,7 @@ struct Totals {
     schedules: u64,
     runs: u64,
     crashes: u64,
+    faults: u64,
     stops: u64,
     rescaled: u64,
     steps: u64,
@@ -42,6 +43,7 @@ fn explore(seeds: impl Iterator<Item = u64>) -> Totals {
             Ok(Outcome {
                 runs,
                 crashes,
+                faults,
                 stops,
                 rescaled,
                 steps,
@@ -49,6 +51,7 @@ fn explore(seeds: impl Iterator<Item = u64>) -> Totals {
             }) => {
                 totals.runs += runs as u64;
                 totals.crashes += crashes as u64;
+                totals.faults += faults as u64;
                 totals.stops += stops as u64;
                 totals.rescaled += rescaled as u64;
                 totals.steps += steps;
@@ -98,6 +101,7 @@ fn explores_schedules() {
         totals.schedules += p.schedules;
         totals.runs += p.runs;
         totals.crashes += p.crashes;
+        totals.faults += p.faults;
         totals.stops += p.stops;
         totals.rescaled += p.rescaled;
         totals.steps += p.steps;
@@ -105,11 +109,12 @@ fn explores_schedules() {
     }
     totals.failures.sort_by_key(|(seed, _)| *seed);
     eprintln!(
-        "simulation: {} schedules (seeds {first}..{}), {} runs, {} crashes, {} stops, {} restores at another parallelism, {} steps, {} failed",
+        "simulation: {} schedules (seeds {first}..{}), {} runs, {} crashes, {} I/O faults, {} stops, {} restores at another parallelism, {} steps, {} failed",
         totals.schedules,
         first + schedules,
         totals.runs,
         totals.crashes,
+        totals.faults,
         totals.stops,
         totals.rescaled,
         totals.steps,
@@ -138,6 +143,7 @@ fn explores_schedules() {
         "{} stops in {schedules} schedules",
         totals.stops
     );
+    assert!(totals.faults * 20 >= schedules, "{} I/O faults in {schedules} schedules", totals.faults);
     assert!(totals.rescaled >= schedules, "{} rescaled restores", totals.rescaled);
     assert!(totals.runs >= 2 * schedules, "{} runs", totals.runs);
 }
