@@ -277,12 +277,16 @@ impl<S: Source> Job<S> {
         }
         let Coordinator {
             sink,
+            commits,
             mut enumerator,
             last_splits,
             ctx,
             ..
         } = coordinator;
+        // the sink ends when its channels close: a transactional sink waiting for the go to
+        // commit (the job failed before the state file was written) hears there will be none
         drop(sink);
+        drop(commits);
         // closing the command channels lets finished readers end
         drop(ctx);
         let drained = tokio::time::timeout(Duration::from_secs(30), async {
