@@ -2,7 +2,7 @@
 //! enumerator, serves reader events and discovery results, triggers checkpoints, writes the
 //! state file once the sink prepared a checkpoint, and gives a transactional sink its go to commit.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,7 +20,7 @@ use super::reader_driver::ReaderEvent;
 use super::sink::SinkMessage;
 use super::sink::SinkState;
 use super::sink_driver::SinkEvent;
-use super::source::{Instance, Source, SourceSplit, SplitSnapshot};
+use super::source::{Instance, Source, SourceSplit, SplitId, SplitSnapshot};
 use super::state::StateStore;
 use super::{rt, sim};
 use crate::error::{Error, Result};
@@ -311,12 +311,8 @@ impl<S: Source> Coordinator<S> {
         };
         // until this checkpoint's transaction is committed, a restart may need the one before
         let checkpoint = if transactional {
-            let previous = match &self.last_committed {
-                Some(committed) => Some(committed.clone()),
-                None => self.base_checkpoint(&checkpoint),
-            };
             Checkpoint {
-                previous: previous.map(Box::new),
+                previous: self.fallback_checkpoint(&checkpoint).map(Box::new),
                 ..checkpoint
             }
         } else {
@@ -351,38 +347,51 @@ impl<S: Source> Coordinator<S> {
         }
     }
 
-    /// Checkpoint 0 of a transactional job that has no committed checkpoint yet: every split of
-    /// `first` where it was first assigned (nothing of it written), beside `first`'s enumerator
-    /// (the offsets it resolved, such as `latest`, kept). A restart after a first checkpoint whose
-    /// transaction never committed resumes from it, reading exactly what this run read, instead of
-    /// starting afresh and resolving `latest` again (which would skip what came in between).
-    fn base_checkpoint(&self, first: &SourceCheckpoint<S>) -> Option<SourceCheckpoint<S>> {
-        let assigned = self.ctx.first_assignments()?;
-        let mut splits = Vec::with_capacity(first.splits.len());
-        for snapshot in &first.splits {
+    /// What a restart resumes from if checkpoint `k`'s transaction never commits: the progress
+    /// of the last committed checkpoint (none yet: checkpoint 0, where nothing was read) under
+    /// `k`'s enumerator, so the offsets resolved since (`latest` at a first discovery that came
+    /// after a commit, say) are kept rather than resolved again, which would skip what was
+    /// produced in between. A split the committed checkpoint does not hold (assigned since)
+    /// stands where it was assigned.
+    fn fallback_checkpoint(&self, k: &SourceCheckpoint<S>) -> Option<SourceCheckpoint<S>> {
+        let committed = self.last_committed.as_ref();
+        let progress: BTreeMap<SplitId, &SplitSnapshot<S::Split>> = committed
+            .map(|c| c.splits.iter().map(|s| (s.split.split_id(), s)).collect())
+            .unwrap_or_default();
+        let in_k: BTreeSet<SplitId> = k.splits.iter().map(|s| s.split.split_id()).collect();
+        if let Some(lost) = progress.keys().find(|id| !in_k.contains(*id)) {
+            warn!(split_id = %lost, checkpoint = k.checkpoint_id, "a committed split is not in the new checkpoint: the fallback stays the committed checkpoint");
+            return committed.cloned();
+        }
+        let assigned = self.ctx.assignments();
+        let mut splits = Vec::with_capacity(k.splits.len());
+        for snapshot in &k.splits {
             let id = snapshot.split.split_id();
-            let Some(split) = assigned.get(&id) else {
-                warn!(split_id = %id, "no first assignment of the split: a restart before the first commit starts afresh");
-                return None;
-            };
-            splits.push(SplitSnapshot {
-                split: split.clone(),
-                finished: None,
-            });
+            if let Some(committed) = progress.get(&id) {
+                splits.push((*committed).clone());
+            } else if let Some(split) = assigned.and_then(|a| a.get(&id)) {
+                splits.push(SplitSnapshot {
+                    split: split.clone(),
+                    finished: None,
+                });
+            } else {
+                warn!(split_id = %id, checkpoint = k.checkpoint_id, "no assignment of the split recorded: the fallback stays the committed checkpoint");
+                return committed.cloned();
+            }
         }
         Some(Checkpoint {
-            job: first.job.clone(),
-            source: first.source.clone(),
-            checkpoint_id: 0,
-            completed_at: first.completed_at.clone(),
-            enumerator: first.enumerator.clone(),
+            job: k.job.clone(),
+            source: k.source.clone(),
+            checkpoint_id: committed.map_or(0, |c| c.checkpoint_id),
+            completed_at: committed.map_or_else(|| k.completed_at.clone(), |c| c.completed_at.clone()),
+            enumerator: k.enumerator.clone(),
             splits,
-            end_of_input: false,
-            source_settings: first.source_settings.clone(),
-            sink_settings: first.sink_settings.clone(),
-            instance: first.instance,
-            stop_timestamp: None,
-            sink: None,
+            end_of_input: committed.is_some_and(|c| c.end_of_input),
+            source_settings: k.source_settings.clone(),
+            sink_settings: k.sink_settings.clone(),
+            instance: k.instance,
+            stop_timestamp: committed.and_then(|c| c.stop_timestamp),
+            sink: committed.and_then(|c| c.sink.clone()),
             previous: None,
         })
     }
@@ -400,8 +409,6 @@ impl<S: Source> Coordinator<S> {
             .ok_or_else(|| Error::runtime("checkpoint", format!("checkpoint {id} committed before it was written")))?;
         checkpoint.previous = None;
         self.last_committed = Some(checkpoint.clone());
-        // from now on a restart never needs checkpoint 0
-        self.ctx.record_first_assignments(false);
         self.checkpoint_complete(id, Some(p.started), checkpoint).await
     }
 

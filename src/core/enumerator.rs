@@ -119,9 +119,9 @@ pub struct EnumeratorContext<S, C> {
     closed: BTreeSet<usize>,
     undeliverable: Vec<S>,
     stats: std::sync::Arc<super::checkpoint::JobStats>,
-    /// Each split as first assigned, while the job needs them for its checkpoint 0 (see
-    /// `Coordinator::base_checkpoint`).
-    first_assigned: Option<std::collections::BTreeMap<super::source::SplitId, S>>,
+    /// Each split as last assigned, when a transactional job needs them (see
+    /// `Coordinator::fallback_checkpoint`).
+    assigned: Option<std::collections::BTreeMap<super::source::SplitId, S>>,
 }
 
 impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
@@ -140,18 +140,18 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
             closed: BTreeSet::new(),
             undeliverable: Vec::new(),
             stats,
-            first_assigned: None,
+            assigned: None,
         }
     }
 
-    /// Keep each split as first assigned from now on (`true`), or stop and forget them.
-    pub(crate) fn record_first_assignments(&mut self, on: bool) {
-        self.first_assigned = on.then(Default::default);
+    /// Keep each split as last assigned (a transactional job's fallback checkpoints need them).
+    pub(crate) fn record_assignments(&mut self) {
+        self.assigned = Some(Default::default());
     }
 
-    /// Splits as first assigned, if recorded.
-    pub(crate) fn first_assignments(&self) -> Option<&std::collections::BTreeMap<super::source::SplitId, S>> {
-        self.first_assigned.as_ref()
+    /// Each split as last assigned, if recorded.
+    pub(crate) fn assignments(&self) -> Option<&std::collections::BTreeMap<super::source::SplitId, S>> {
+        self.assigned.as_ref()
     }
 
     /// The number of readers in the job.
@@ -188,9 +188,9 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
             self.undeliverable.extend(splits);
             return Ok(());
         }
-        if let Some(first) = self.first_assigned.as_mut() {
+        if let Some(assigned) = self.assigned.as_mut() {
             for split in &splits {
-                first.entry(split.split_id()).or_insert_with(|| split.clone());
+                assigned.insert(split.split_id(), split.clone());
             }
         }
         let expected: u64 = splits.iter().filter_map(SourceSplit::remaining).sum();

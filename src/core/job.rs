@@ -210,9 +210,11 @@ impl<S: Source> Job<S> {
         *self.stats.readers.lock().unwrap_or_else(|p| p.into_inner()) = fetch_stats;
 
         let mut ctx = EnumeratorContext::new(reader_txs, calls_tx, Arc::clone(&self.stats));
-        // a transactional job without a committed checkpoint keeps its splits' first assignments,
-        // for its checkpoint 0 (see `Coordinator::base_checkpoint`)
-        ctx.record_first_assignments(transactional && restored.checkpoint.is_none());
+        // a transactional job keeps its splits' assignments, for its fallback checkpoints (see
+        // `Coordinator::fallback_checkpoint`)
+        if transactional {
+            ctx.record_assignments();
+        }
         let mut restored_finished = Vec::new();
         let mut restored_end_of_input = false;
         let next_checkpoint_id = restored.next_checkpoint_id;
