@@ -165,13 +165,19 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
     }
 
     pub(crate) fn register_reader(&mut self, reader: usize) {
-        self.registered.insert(reader);
+        // a reader told to stop before it registered stays out
+        if !self.closed.contains(&reader) {
+            self.registered.insert(reader);
+        }
     }
 
     /// A reader was told to stop: splits assigned to it from now on are kept for the
     /// coordinator to give back to the enumerator (see [`EnumeratorContext::take_undeliverable`]).
     pub(crate) fn close_reader(&mut self, reader: usize) {
         self.closed.insert(reader);
+        // it no longer counts as registered: an enumerator that assigns to the registered
+        // readers keeps the split for a later start instead of assigning it to a stopped reader
+        self.registered.remove(&reader);
     }
 
     /// Splits assigned to stopped readers since the last call.

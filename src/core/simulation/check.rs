@@ -48,7 +48,18 @@ pub(crate) fn coverage(checkpoint: Option<&Value>, ranges: &[Range]) -> Result<C
     };
     let mut covered = Coverage::new();
     let snapshots = cp["splits"].as_array().cloned().unwrap_or_default();
-    let unassigned = cp["enumerator"].as_array().cloned().unwrap_or_default();
+    // the splits no reader has: the pulled source's remaining list, or the resolving source's
+    // splits not assigned (`[split, assigned]`)
+    let unassigned: Vec<Value> = match &cp["enumerator"] {
+        Value::Array(remaining) => remaining.clone(),
+        other => other["splits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s[1] == false)
+            .map(|s| s[0].clone())
+            .collect(),
+    };
     let entries = snapshots
         .iter()
         .map(|s| (&s["split"], &s["finished"]))
@@ -73,6 +84,14 @@ pub(crate) fn coverage(checkpoint: Option<&Value>, ranges: &[Range]) -> Result<C
         }
     }
     Ok(covered)
+}
+
+/// The start a resolving source's checkpoint (or the one before it, kept beside it) resolved.
+pub(crate) fn resolution(checkpoint: Option<&Value>) -> Option<u64> {
+    let cp = checkpoint?;
+    cp["enumerator"]["latest"]
+        .as_u64()
+        .or_else(|| cp["previous"]["enumerator"]["latest"].as_u64())
 }
 
 /// The output a start resumes with: the file cut back to the checkpoint's length, or the

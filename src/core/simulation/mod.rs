@@ -1,6 +1,7 @@
 //! The deterministic simulation of the runtime (tests only): the whole job — enumerator,
 //! readers, split fetchers, the queue, the coordinator, the sink driver and the state file — on
-//! the number-sequence source, under a schedule drawn from one seed: random delays and yields at
+//! the number-sequence source (splits pulled by the readers) or a source that resolves its start
+//! at a delayed asynchronous discovery and pushes its splits (`resolving`), under a schedule drawn from one seed: random delays and yields at
 //! every hand-over, random checkpoint timing, a stop signal, a second one (which exits at once, a
 //! crash), a crash at any step, an injected I/O error (the job must fail, not hang), and a
 //! restore at a random parallelism. After every run the output
@@ -8,6 +9,7 @@
 //! A failure names its seed, and the seed replays it (see `tests`).
 
 mod check;
+mod resolving;
 mod sinks;
 mod tests;
 
@@ -18,6 +20,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use self::check::{Range, SinkKind};
+use self::resolving::{Log, ResolvingSource};
 use self::sinks::{Disk, SharedDisk, TransactionalSink, TruncatingSink};
 use crate::fetcher::FetcherMode;
 use crate::job::{Job, JobOptions};
@@ -42,6 +45,8 @@ pub(crate) struct Plan {
     pub(crate) sink_capacity: usize,
     pub(crate) markers: Vec<u64>,
     pub(crate) checkpoint_interval: Option<Duration>,
+    /// The resolving source (a start found by a delayed discovery), after this virtual delay.
+    pub(crate) resolving: Option<Duration>,
     pub(crate) runs: Vec<RunPlan>,
 }
 
@@ -59,7 +64,8 @@ impl Plan {
         let count = if rng.chance(30) { 0 } else { rng.range(1, 600) };
         let splits = rng.range(1, 6) as usize;
         let batch_size = rng.range(1, 64) as usize;
-        let markers = if rng.chance(300) && count > 0 {
+        let resolving = rng.chance(300).then(|| Duration::from_micros(rng.range(0, 40_000)));
+        let markers = if resolving.is_none() && rng.chance(300) && count > 0 {
             (0..rng.range(1, 3)).map(|_| rng.range(0, count - 1)).collect()
         } else {
             Vec::new()
@@ -123,12 +129,20 @@ impl Plan {
             sink_capacity: rng.range(1, 3) as usize,
             markers,
             checkpoint_interval,
+            resolving,
             runs,
         }
     }
 
-    fn ranges(&self) -> Vec<Range> {
-        split_range(0, self.count, self.splits)
+    /// The splits' ranges: from 0, or from where the resolving source resolved its start
+    /// (`resolved`; none before it did).
+    fn ranges(&self, resolved: Option<u64>) -> Vec<Range> {
+        let from = match (self.resolving, resolved) {
+            (None, _) => 0,
+            (Some(_), Some(from)) => from,
+            (Some(_), None) => return Vec::new(),
+        };
+        split_range(from, from + self.count, self.splits)
             .into_iter()
             .map(|s| {
                 let first_marker = self
@@ -145,6 +159,19 @@ impl Plan {
                 }
             })
             .collect()
+    }
+
+    fn resolving_source(&self, log: &Arc<Log>, delay: Duration) -> ResolvingSource {
+        ResolvingSource {
+            log: Arc::clone(log),
+            count: self.count,
+            splits: self.splits,
+            discovery_delay: delay,
+            batch_size: self.batch_size,
+            queue_capacity: self.queue_capacity,
+            fetcher_mode: self.fetcher_mode,
+            eof: None,
+        }
     }
 
     fn source(&self) -> NumberSequenceSource {
@@ -181,15 +208,18 @@ pub(crate) struct Outcome {
 /// Run the schedule of `seed` in `dir` (a fresh directory); `Err` says what broke.
 pub(crate) fn run_seed(seed: u64, dir: &Path) -> Result<Outcome, String> {
     let plan = Plan::of(seed);
-    let ranges = plan.ranges();
+    let log = Arc::new(Log::default());
     let path = dir.join("job.state");
     let disk: SharedDisk = Arc::new(Mutex::new(Disk::default()));
     let mut crash_rng = SplitMix64(seed ^ 0x5eed);
     let mut outcome = Outcome::default();
     let mut previous_parallelism = None;
+    let mut recorded = None;
     for (i, run) in plan.runs.iter().enumerate() {
         let last = i + 1 == plan.runs.len();
-        let (ended, trace) = run_once(&plan, run, &path, &disk)
+        // records arrive while the job is down
+        log.end.fetch_add(3, std::sync::atomic::Ordering::SeqCst);
+        let (ended, trace) = run_once(&plan, run, &path, &disk, &log)
             .map_err(|e| format!("run {i} (parallelism {}): {e}", run.parallelism))?;
         outcome.runs += 1;
         outcome.steps += trace.steps;
@@ -215,6 +245,15 @@ pub(crate) fn run_seed(seed: u64, dir: &Path) -> Result<Outcome, String> {
         // what the next start resumes from, and the output it resumes with
         let state: Option<Value> = crate::state::read_state(&path).map_err(|e| format!("run {i}: {e}"))?;
         let checkpoint = check::resumed(state.as_ref(), plan.sink, &disk);
+        // the resolving source: the first start a state file recorded is kept by every restart
+        recorded = recorded.or_else(|| check::resolution(state.as_ref()));
+        let resolved = check::resolution(checkpoint.as_ref());
+        if recorded.is_some() && resolved != recorded {
+            return Err(format!(
+                "after run {i} ({ended:?}): the restart resumes with the start resolved at {resolved:?}, a state file recorded {recorded:?}"
+            ));
+        }
+        let ranges = plan.ranges(resolved);
         let covered = check::coverage(checkpoint.as_ref(), &ranges).map_err(|e| format!("after run {i}: {e}"))?;
         // after a crash or a failure, what a restart resumes with; after a stop or the end, what
         // the process left (nothing beyond its final checkpoint)
@@ -248,7 +287,13 @@ enum Ended {
 }
 
 /// One simulated process: the job on a paused current-thread runtime until it ends or crashes.
-fn run_once(plan: &Plan, run: &RunPlan, path: &PathBuf, disk: &SharedDisk) -> Result<(Ended, Trace), String> {
+fn run_once(
+    plan: &Plan,
+    run: &RunPlan,
+    path: &PathBuf,
+    disk: &SharedDisk,
+    log: &Arc<Log>,
+) -> Result<(Ended, Trace), String> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let simulation = Simulation::enter(run.schedule.clone(), Some(stop_tx));
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -260,9 +305,6 @@ fn run_once(plan: &Plan, run: &RunPlan, path: &PathBuf, disk: &SharedDisk) -> Re
     let mut options = JobOptions::new("simulation", run.parallelism);
     options.checkpoint_interval = plan.checkpoint_interval;
     options.sink_capacity = plan.sink_capacity;
-    let job = Job::new(plan.source(), options)
-        .with_state(store)
-        .with_stop_signal(stop_rx);
     let sink: Box<dyn Sink<u64>> = match plan.sink {
         SinkKind::Truncating => Box::new(TruncatingSink { disk: Arc::clone(disk) }),
         SinkKind::Transactional => Box::new(TransactionalSink {
@@ -270,18 +312,38 @@ fn run_once(plan: &Plan, run: &RunPlan, path: &PathBuf, disk: &SharedDisk) -> Re
             open: None,
         }),
     };
+    let report = async {
+        match plan.resolving {
+            Some(delay) => {
+                let job = Job::new(plan.resolving_source(log, delay), options);
+                job.with_state(store)
+                    .with_stop_signal(stop_rx)
+                    .run(sink)
+                    .await
+                    .map(|r| r.stopped)
+            }
+            None => {
+                let job = Job::new(plan.source(), options);
+                job.with_state(store)
+                    .with_stop_signal(stop_rx)
+                    .run(sink)
+                    .await
+                    .map(|r| r.stopped)
+            }
+        }
+    };
     let ended = runtime.block_on(async {
         tokio::select! {
             biased;
             _ = simulation.crashed() => Ok(Ended::Crashed),
-            result = tokio::time::timeout(RUN_LIMIT, job.run(sink)) => match result {
+            result = tokio::time::timeout(RUN_LIMIT, report) => match result {
                 Err(_) => Err(format!("hung: no end after {RUN_LIMIT:?} of virtual time")),
                 Ok(Err(_)) if simulation.trace().failed_at.is_some() => Ok(Ended::Failed),
                 Ok(Err(e)) => Err(format!("the job failed: {e}")),
                 Ok(Ok(_)) if simulation.trace().failed_at.is_some() => {
                     Err("an injected I/O error was swallowed: the job ended well".to_string())
                 }
-                Ok(Ok(report)) if report.stopped => Ok(Ended::Stopped),
+                Ok(Ok(true)) => Ok(Ended::Stopped),
                 Ok(Ok(_)) => Ok(Ended::Finished),
             },
         }

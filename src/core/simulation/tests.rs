@@ -143,7 +143,11 @@ fn explores_schedules() {
         "{} stops in {schedules} schedules",
         totals.stops
     );
-    assert!(totals.faults * 20 >= schedules, "{} I/O faults in {schedules} schedules", totals.faults);
+    assert!(
+        totals.faults * 20 >= schedules,
+        "{} I/O faults in {schedules} schedules",
+        totals.faults
+    );
     assert!(totals.rescaled >= schedules, "{} rescaled restores", totals.rescaled);
     assert!(totals.runs >= 2 * schedules, "{} runs", totals.runs);
 }
