@@ -154,6 +154,16 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
         self.assigned.as_ref()
     }
 
+    /// A context outside a job, for an enumerator's unit tests: what the enumerator sends each
+    /// of the `parallelism` readers arrives on the returned receivers; results of
+    /// [`EnumeratorContext::call_async`] go nowhere (hand them to the enumerator directly).
+    #[doc(hidden)]
+    pub fn detached(parallelism: usize) -> (Self, Vec<mpsc::UnboundedReceiver<ReaderCommand<S>>>) {
+        let (senders, receivers) = (0..parallelism).map(|_| mpsc::unbounded_channel()).unzip();
+        let (calls, _) = mpsc::unbounded_channel();
+        (Self::new(senders, calls, Default::default()), receivers)
+    }
+
     /// The number of readers in the job.
     pub fn current_parallelism(&self) -> usize {
         self.parallelism
@@ -164,7 +174,8 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
         &self.registered
     }
 
-    pub(crate) fn register_reader(&mut self, reader: usize) {
+    #[doc(hidden)]
+    pub fn register_reader(&mut self, reader: usize) {
         // a reader told to stop before it registered stays out
         if !self.closed.contains(&reader) {
             self.registered.insert(reader);
@@ -173,7 +184,8 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
 
     /// A reader was told to stop: splits assigned to it from now on are kept for the
     /// coordinator to give back to the enumerator (see [`EnumeratorContext::take_undeliverable`]).
-    pub(crate) fn close_reader(&mut self, reader: usize) {
+    #[doc(hidden)]
+    pub fn close_reader(&mut self, reader: usize) {
         self.closed.insert(reader);
         // it no longer counts as registered: an enumerator that assigns to the registered
         // readers keeps the split for a later start instead of assigning it to a stopped reader
@@ -181,7 +193,8 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
     }
 
     /// Splits assigned to stopped readers since the last call.
-    pub(crate) fn take_undeliverable(&mut self) -> Vec<S> {
+    #[doc(hidden)]
+    pub fn take_undeliverable(&mut self) -> Vec<S> {
         std::mem::take(&mut self.undeliverable)
     }
 

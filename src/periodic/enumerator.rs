@@ -27,6 +27,10 @@ pub struct Assignment {
 pub struct PeriodicEnumeratorState {
     pub assignments: Vec<Assignment>,
     pub next_reader: usize,
+    /// Events assigned but not with a reader yet (its reader had not registered, or was
+    /// stopped), with their progress: a restart hands them out (absent in older state files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<PeriodicEventSplit>,
 }
 
 type Ctx = EnumeratorContext<PeriodicEventSplit, std::result::Result<Vec<EventDef>, String>>;
@@ -55,7 +59,12 @@ impl PeriodicEnumerator {
             settings,
             assignments: state.assignments.into_iter().map(|a| (a.event.id.clone(), a)).collect(),
             next_reader: state.next_reader,
-            pending: BTreeMap::new(),
+            // sorted out in `start`, once the parallelism is known
+            pending: if state.pending.is_empty() {
+                BTreeMap::new()
+            } else {
+                BTreeMap::from([(usize::MAX, state.pending)])
+            },
             supplier_started: false,
             no_more_splits: false,
             parallelism: 1,
@@ -195,6 +204,7 @@ impl SplitEnumerator for PeriodicEnumerator {
         Ok(PeriodicEnumeratorState {
             assignments: self.assignments.values().cloned().collect(),
             next_reader: self.next_reader,
+            pending: self.pending.values().flatten().cloned().collect(),
         })
     }
 

@@ -6,6 +6,8 @@ pub mod config;
 pub mod enumerator;
 pub mod schedule;
 pub mod supplier;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
