@@ -40,6 +40,8 @@ pub use split::KafkaPartitionSplit;
 pub use split_reader::KafkaPartitionSplitReader;
 
 #[cfg(test)]
+mod fault_tests;
+#[cfg(test)]
 mod tests;
 
 /// What to read.
