@@ -92,6 +92,9 @@ pub struct KafkaSourceEnumerator {
     failures: u32,
     /// What the last "waiting for topics" line said, so it is not repeated every retry.
     waiting_for: Vec<String>,
+    /// Splits the restored state had assigned and no reader gave back: finished before the
+    /// restart, so a topic recreated since does not concern them.
+    finished_before: std::collections::HashSet<SplitId>,
 }
 
 impl KafkaSourceEnumerator {
@@ -122,6 +125,7 @@ impl KafkaSourceEnumerator {
             unavailable_since: HashMap::new(),
             failures: 0,
             waiting_for: Vec::new(),
+            finished_before: Default::default(),
         }
     }
 
@@ -251,6 +255,16 @@ impl SplitEnumerator for KafkaSourceEnumerator {
 
     fn start(&mut self, ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>) -> Result<()> {
         self.parallelism = ctx.current_parallelism();
+        if let Some(restored) = &self.restored {
+            // the readers gave their unfinished splits back (add_splits_back) before start
+            let back: std::collections::HashSet<SplitId> = restored.iter().map(SourceSplit::split_id).collect();
+            self.finished_before = self
+                .known
+                .iter()
+                .filter(|(id, k)| k.assigned && !k.removed && !back.contains(*id))
+                .map(|(id, _)| id.clone())
+                .collect();
+        }
         self.consumer = Some(Arc::new(admin_consumer(&self.settings)?));
         self.schedule(ctx, Duration::ZERO);
         Ok(())

@@ -86,7 +86,7 @@ impl TrackedCluster {
     }
 }
 
-fn produce(servers: &str, topic: &str, partitions: i32, from: usize, n: usize) {
+pub(super) fn produce(servers: &str, topic: &str, partitions: i32, from: usize, n: usize) {
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", servers)
         .create()
@@ -102,7 +102,7 @@ fn produce(servers: &str, topic: &str, partitions: i32, from: usize, n: usize) {
 }
 
 /// Poll `condition` until it holds, or panic naming `what` after `timeout`.
-fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+pub(super) fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !condition() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -111,7 +111,7 @@ fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool
 }
 
 /// A job running on its own thread until told to stop.
-struct Running {
+pub(super) struct Running {
     stop: watch::Sender<bool>,
     out: Arc<Mutex<Vec<Record>>>,
     stats: Arc<JobStats>,
@@ -119,7 +119,7 @@ struct Running {
 }
 
 impl Running {
-    fn start(source: KafkaSource, state: Option<&std::path::Path>) -> Running {
+    pub(super) fn start(source: KafkaSource, state: Option<&std::path::Path>) -> Running {
         let (sink, out) = CollectSink::new();
         let (stop, stopped) = watch::channel(false);
         let stats = Arc::new(JobStats::default());
@@ -144,7 +144,7 @@ impl Running {
         readers.iter().map(|r| r.finished(FinishReason::Removed)).sum()
     }
 
-    fn records(&self) -> usize {
+    pub(super) fn records(&self) -> usize {
         self.out.lock().unwrap().len()
     }
 
@@ -165,14 +165,14 @@ impl Running {
     }
 
     /// The job's end on its own, within `timeout`.
-    fn join(self, timeout: Duration) -> (JobReport<KafkaPartitionSplit>, Vec<u64>) {
+    pub(super) fn join(self, timeout: Duration) -> (JobReport<KafkaPartitionSplit>, Vec<u64>) {
         wait_until("the job to end", timeout, || self.handle.is_finished());
         let values = self.values();
         let report = self.handle.join().expect("job thread").expect("the job ends cleanly");
         (report, values)
     }
 
-    fn stop(self) -> (JobReport<KafkaPartitionSplit>, Vec<u64>) {
+    pub(super) fn stop(self) -> (JobReport<KafkaPartitionSplit>, Vec<u64>) {
         let values = self.values();
         let _ = self.stop.send(true);
         let report = self.handle.join().expect("job thread").expect("the job ends cleanly");
@@ -180,7 +180,7 @@ impl Running {
     }
 }
 
-fn removed(report: &JobReport<KafkaPartitionSplit>) -> Vec<String> {
+pub(super) fn removed(report: &JobReport<KafkaPartitionSplit>) -> Vec<String> {
     report
         .splits
         .iter()
@@ -189,11 +189,11 @@ fn removed(report: &JobReport<KafkaPartitionSplit>) -> Vec<String> {
         .collect()
 }
 
-fn settings(servers: &str, topic: &str) -> KafkaSourceSettings {
+pub(super) fn settings(servers: &str, topic: &str) -> KafkaSourceSettings {
     KafkaSourceSettings::new(servers, Subscription::Topics(vec![topic.to_string()]))
 }
 
-fn source(settings: KafkaSourceSettings) -> KafkaSource {
+pub(super) fn source(settings: KafkaSourceSettings) -> KafkaSource {
     KafkaSource::builder().settings(settings).build().expect("source")
 }
 

@@ -43,6 +43,8 @@ pub use split_reader::KafkaPartitionSplitReader;
 #[cfg(test)]
 mod fault_tests;
 #[cfg(test)]
+mod restore_tests;
+#[cfg(test)]
 mod tests;
 
 /// What to read.

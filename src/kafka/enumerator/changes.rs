@@ -258,6 +258,8 @@ impl KafkaSourceEnumerator {
     }
 
     /// Assigned splits whose topic got another id (deleted and recreated while it was read).
+    /// Splits that finished before a restart are left alone; one that finished in this run is
+    /// not known to have (the readers keep that), so it is started again in the new topic too.
     fn handle_recreated(
         &mut self,
         ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
@@ -266,7 +268,7 @@ impl KafkaSourceEnumerator {
         let recreated: Vec<KafkaPartitionSplit> = self
             .known
             .values()
-            .filter(|k| !k.removed)
+            .filter(|k| !k.removed && !self.finished_before.contains(&k.split.split_id()))
             .filter(|k| {
                 let (then, now) = (&k.split.topic_id, d.topic_ids.get(&k.split.topic));
                 then.as_ref().is_some_and(|then| now.is_some_and(|now| now != then))
