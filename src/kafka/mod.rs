@@ -41,10 +41,6 @@ pub use split::KafkaPartitionSplit;
 pub use split_reader::KafkaPartitionSplitReader;
 
 #[cfg(test)]
-mod fault_tests;
-#[cfg(test)]
-mod restore_tests;
-#[cfg(test)]
 mod tests;
 
 /// What to read.

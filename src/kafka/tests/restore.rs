@@ -7,9 +7,9 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::ClientConfig;
 
-use super::fault_tests::{settings, source, wait_until, Running};
-use super::{KafkaSource, StoppingOffsets};
+use super::faults::{settings, source, wait_until, Running};
 use crate::core::{CollectSink, Job, JobOptions, StateStore};
+use crate::kafka::{KafkaSource, StoppingOffsets};
 
 fn produce_to(servers: &str, topic: &str, partition: i32, values: std::ops::Range<u64>) {
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()

@@ -12,13 +12,13 @@ use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::ClientConfig;
 use tokio::sync::watch;
 
-use super::batch_queue::BatchLimit;
-use super::split::KafkaPartitionSplit;
-use super::split_reader::KafkaPartitionSplitReader;
-use super::{KafkaSource, KafkaSourceSettings, StoppingOffsets, Subscription};
 use crate::core::{
     CollectSink, FinishReason, Job, JobOptions, JobReport, JobStats, SourceSplit, SplitReader, SplitsChange, StateStore,
 };
+use crate::kafka::batch_queue::BatchLimit;
+use crate::kafka::split::KafkaPartitionSplit;
+use crate::kafka::split_reader::KafkaPartitionSplitReader;
+use crate::kafka::{KafkaSource, KafkaSourceSettings, StoppingOffsets, Subscription};
 use crate::metrics::KafkaMetrics;
 use crate::record::Record;
 
