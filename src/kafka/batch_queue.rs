@@ -65,6 +65,8 @@ pub enum Event<'a> {
     PartitionEof {
         topic: &'a str,
         partition: i32,
+        /// The end: the offset the next record will have.
+        offset: i64,
     },
     /// A consumer error: librdkafka's code and description.
     Error {
@@ -174,6 +176,7 @@ unsafe fn view(m: &rd::rd_kafka_message_t) -> Event<'_> {
             return Event::PartitionEof {
                 topic,
                 partition: m.partition,
+                offset: m.offset,
             };
         }
         let text = rd::rd_kafka_message_errstr(m);

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::types::RDKafkaRespErr;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::client::client_config;
 use super::KafkaSourceSettings;
@@ -51,15 +51,38 @@ pub fn consumer_config(settings: &KafkaSourceSettings, reader_index: usize) -> C
 
 /// Consumer errors that say a partition cannot be read (authorization revoked, topic deleted):
 /// librdkafka retries them forever, so a bounded replay would wait without a word. They are
-/// logged at warn (once, then every 10 s per partition) and fail the job once they persisted,
-/// with no record from the partition, for the source's request timeout.
+/// logged at warn (once, then every 10 s per partition) and fail the job once they persisted for
+/// the source's request timeout.
+///
+/// librdkafka reports such an error once, not on every failed fetch, and says nothing when it
+/// stops; so an error is cleared by a sign of health (a record, the end of the partition, the
+/// position moving), and while one is open the split reader re-arms librdkafka's reporting
+/// every [`PROBE_EVERY`] (see [`PartitionErrors::due_probes`]): a partition that can be read
+/// again then reports its end, one that still cannot reports the error again.
 pub(super) struct PartitionErrors {
     pub(super) timeout: Duration,
-    /// (topic, partition) → (the error, first seen, last logged).
-    pub(super) open: HashMap<(String, i32), (String, Instant, Option<Instant>)>,
+    pub(super) open: HashMap<(String, i32), OpenError>,
+}
+
+/// How often an open error is probed.
+pub(super) const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// An error a partition reported and no sign of health since.
+pub(super) struct OpenError {
+    message: String,
+    since: Instant,
+    logged: Option<Instant>,
+    probed: Instant,
 }
 
 impl PartitionErrors {
+    pub(super) fn new(timeout: Duration) -> Self {
+        PartitionErrors {
+            timeout,
+            open: HashMap::new(),
+        }
+    }
+
     pub(super) fn is_persistent(code: RDKafkaRespErr) -> bool {
         use RDKafkaRespErr::*;
         matches!(
@@ -78,33 +101,61 @@ impl PartitionErrors {
         let entry = self
             .open
             .entry((topic.to_string(), partition))
-            .or_insert_with(|| (message.to_string(), now, None));
-        entry.0 = message.to_string();
+            .or_insert_with(|| OpenError {
+                message: message.to_string(),
+                since: now,
+                logged: None,
+                probed: now,
+            });
+        entry.message = message.to_string();
         if entry
-            .2
+            .logged
             .is_none_or(|logged| now.duration_since(logged) >= Duration::from_secs(10))
         {
-            entry.2 = Some(now);
-            warn!(topic, partition, error = %message, failing_in_s = timeout.saturating_sub(now.duration_since(entry.1)).as_secs(),
+            entry.logged = Some(now);
+            warn!(topic, partition, error = %message, failing_in_s = timeout.saturating_sub(now.duration_since(entry.since)).as_secs(),
                   "the partition cannot be read; the job fails if this lasts for source.request_timeout");
         }
     }
 
-    pub(super) fn cleared(&mut self, topic: &str, partition: i32) {
-        if !self.open.is_empty() {
-            self.open.remove(&(topic.to_string(), partition));
+    /// The partition showed it can be read (`sign`: what it did).
+    pub(super) fn cleared(&mut self, topic: &str, partition: i32, sign: &str) {
+        if self.open.is_empty() {
+            return;
         }
+        if let Some(e) = self.open.remove(&(topic.to_string(), partition)) {
+            info!(topic, partition, error = %e.message, after_ms = e.since.elapsed().as_millis() as u64, sign,
+                  "the partition can be read again");
+        }
+    }
+
+    /// Forget a partition's error without a sign of health (its split ended or was paused).
+    pub(super) fn forget(&mut self, topic: &str, partition: i32) -> bool {
+        !self.open.is_empty() && self.open.remove(&(topic.to_string(), partition)).is_some()
+    }
+
+    /// The partitions whose open error is due for a probe (each at most every [`PROBE_EVERY`]).
+    pub(super) fn due_probes(&mut self) -> Vec<(String, i32)> {
+        let now = Instant::now();
+        self.open
+            .iter_mut()
+            .filter(|(_, e)| now.duration_since(e.probed) >= PROBE_EVERY)
+            .map(|(tp, e)| {
+                e.probed = now;
+                tp.clone()
+            })
+            .collect()
     }
 
     /// The first error that outlasted the timeout.
     pub(super) fn failure(&self) -> Option<Error> {
         self.open
             .iter()
-            .find(|(_, (_, since, _))| since.elapsed() >= self.timeout)
-            .map(|((topic, partition), (message, _, _))| {
+            .find(|(_, e)| e.since.elapsed() >= self.timeout)
+            .map(|((topic, partition), e)| {
                 Error::runtime(
                     format!("reading {topic}:{partition}"),
-                    format!("{message} (for {:?}, the source's request_timeout)", self.timeout),
+                    format!("{} (for {:?}, the source's request_timeout)", e.message, self.timeout),
                 )
             })
     }

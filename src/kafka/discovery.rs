@@ -1,11 +1,13 @@
 //! Partition discovery for the Kafka enumerator: which subscribed partitions exist (this
-//! instance's share of them), their starting and stopping offsets when first seen, and which
-//! reader owns each (Flink's `KafkaSourceEnumerator.getSplitOwner`).
+//! instance's share of them), their starting and stopping offsets when first seen, which reader
+//! owns each (Flink's `KafkaSourceEnumerator.getSplitOwner`), the topics' ids, and which topics
+//! answered with an error rather than their partitions.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Mutex;
 
 use rdkafka::consumer::BaseConsumer;
+use rdkafka::types::RDKafkaRespErr;
+use tracing::debug;
 
 use super::client::TracingContext;
 use super::offsets::{OffsetsResolver, StartingOffsets, TopicPartition};
@@ -13,17 +15,57 @@ use super::split::{split_owner, KafkaPartitionSplit};
 use super::{Instance, KafkaSourceSettings, Subscription};
 use crate::error::{Error, Result};
 
+/// What the enumerator asks of one discovery, besides the partitions that exist.
+#[derive(Debug, Clone, Default)]
+pub struct DiscoveryRequest {
+    /// Partitions it knows: offsets are resolved for the others only.
+    pub known: HashSet<TopicPartition>,
+    /// The topic ids its splits' offsets belong to.
+    pub topic_ids: HashMap<String, String>,
+    /// Partitions whose log to report (restored splits, before they are assigned again). The
+    /// partitions of a topic whose id changed are reported too.
+    pub check: Vec<TopicPartition>,
+    /// The first discovery (with the configured starting offsets) happened.
+    pub initial_done: bool,
+}
+
 /// What one discovery found.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Discovery {
     /// Every subscribed partition that exists now (owned by this instance).
     pub partitions: BTreeSet<TopicPartition>,
     /// Partitions not known before, with resolved offsets.
     pub new_splits: Vec<KafkaPartitionSplit>,
-    /// Subscribed topics that do not exist.
+    /// Subscribed topics (or listed partitions) the broker says do not exist.
     pub missing_topics: Vec<String>,
-    /// New stops of the restored partitions, when the stopping offsets changed since the state.
-    pub restored_stops: Option<HashMap<TopicPartition, Option<i64>>>,
+    /// Subscribed topics the broker answered with an error other than "unknown" (leader not
+    /// available while a broker restarts): their partitions are not in `partitions`, but they
+    /// are not gone either.
+    pub unavailable: BTreeMap<String, String>,
+    /// The ids of the existing topics (empty where the broker has none).
+    pub topic_ids: HashMap<String, String>,
+    /// The log of each partition asked to be checked, as it is now.
+    pub logs: HashMap<TopicPartition, PartitionLog>,
+}
+
+/// A partition's log now, and the stop the configured stopping offsets give in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionLog {
+    pub earliest: i64,
+    /// The end (the last stable offset, read_committed).
+    pub latest: i64,
+    pub stop: Option<i64>,
+}
+
+/// Whether a topic error says the topic does not exist (rather than that it cannot be read now).
+fn is_unknown(error: RDKafkaRespErr) -> bool {
+    matches!(
+        error,
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART
+            | RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_ID
+            | RDKafkaRespErr::RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC
+            | RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION
+    )
 }
 
 /// The reader (of this instance) that owns a partition. With one instance this is Flink's
@@ -57,12 +99,12 @@ pub fn admin_consumer(settings: &KafkaSourceSettings) -> Result<BaseConsumer<Tra
         .map_err(|e| crate::error::kafka("creating the enumerator's client", e))
 }
 
-/// One discovery: the subscribed partitions that exist, and offsets for the new ones.
+/// One discovery: the subscribed partitions that exist, offsets for the new ones, and what the
+/// request asked to check.
 pub fn discover(
     settings: &KafkaSourceSettings,
     consumer: &BaseConsumer<TracingContext>,
-    known: &Mutex<HashSet<TopicPartition>>,
-    initial_done: bool,
+    request: &DiscoveryRequest,
     parallelism: usize,
 ) -> Result<Discovery> {
     let timeout = settings.request_timeout;
@@ -77,6 +119,10 @@ pub fn discover(
         .unwrap_or_default();
     let mut partitions = BTreeSet::new();
     let mut missing_topics = Vec::new();
+    let mut unavailable = BTreeMap::new();
+    let mut present = Vec::new();
+    // the broker that answered the metadata (-1: none yet)
+    let mut broker = -1;
     let mut add_topic = |topic: &rdkafka::metadata::MetadataTopic, only: Option<&BTreeSet<i32>>| {
         for p in topic.partitions() {
             if only.is_none_or(|o| o.contains(&p.id())) {
@@ -98,6 +144,7 @@ pub fn discover(
             };
             for name in topics {
                 let md = metadata(Some(name))?;
+                broker = md.orig_broker_id();
                 match md.topics().first() {
                     Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
                         let only = wanted.as_ref().and_then(|w| w.get(name.as_str()));
@@ -108,12 +155,10 @@ pub fn discover(
                                 }
                             }
                         }
+                        present.push(name.clone());
                         add_topic(t, only)
                     }
-                    Some(t)
-                        if t.error()
-                            == Some(rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED) =>
-                    {
+                    Some(t) if t.error() == Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED) => {
                         return Err(Error::runtime(
                             "partition discovery",
                             format!(
@@ -121,20 +166,47 @@ pub fn discover(
                             ),
                         ));
                     }
-                    _ => missing_topics.push(format!("topic {name}")),
+                    Some(t) => match t.error() {
+                        Some(e) if is_unknown(e) => missing_topics.push(format!("topic {name}")),
+                        Some(e) => {
+                            unavailable.insert(name.clone(), rdkafka::types::RDKafkaErrorCode::from(e).to_string());
+                        }
+                        None => {
+                            unavailable.insert(name.clone(), "no partitions in its metadata".to_string());
+                        }
+                    },
+                    None => missing_topics.push(format!("topic {name}")),
                 }
             }
         }
         Subscription::Pattern(pattern) => {
             let md = metadata(None)?;
+            broker = md.orig_broker_id();
             for t in md.topics() {
-                if t.error().is_none() && pattern.is_match(t.name()) && !t.name().starts_with("__") {
-                    add_topic(t, None);
+                if !pattern.is_match(t.name()) || t.name().starts_with("__") {
+                    continue;
+                }
+                match t.error() {
+                    None if !t.partitions().is_empty() => {
+                        present.push(t.name().to_string());
+                        add_topic(t, None);
+                    }
+                    // a topic being deleted: listed no more soon; not there now
+                    Some(e) if is_unknown(e) => {}
+                    Some(e) => {
+                        unavailable.insert(
+                            t.name().to_string(),
+                            rdkafka::types::RDKafkaErrorCode::from(e).to_string(),
+                        );
+                    }
+                    None => {
+                        unavailable.insert(t.name().to_string(), "no partitions in its metadata".to_string());
+                    }
                 }
             }
         }
     }
-    if !initial_done {
+    if !request.initial_done {
         // offsets given for partitions that do not exist would be ignored without a word
         let starts = match &settings.starting {
             StartingOffsets::Specific(map) => Some(map),
@@ -146,7 +218,10 @@ pub fn discover(
         };
         for (key, map) in [("source.starting_offsets", starts), ("source.stopping_offsets", stops)] {
             for (t, p) in map.into_iter().flat_map(|m| m.keys()) {
-                if missing_topics.iter().any(|m| m.ends_with(t.as_str())) || partitions.contains(&(t.clone(), *p)) {
+                if missing_topics.iter().any(|m| m.ends_with(t.as_str()))
+                    || unavailable.contains_key(t)
+                    || partitions.contains(&(t.clone(), *p))
+                {
                     continue;
                 }
                 let of_topic: Vec<i32> = partitions.iter().filter(|(pt, _)| pt == t).map(|(_, pp)| *pp).collect();
@@ -163,14 +238,23 @@ pub fn discover(
         }
     }
     partitions.retain(|(t, p)| instance_owns(t, *p, parallelism, settings.instance));
-    let new: Vec<TopicPartition> = {
-        let known = known.lock().unwrap_or_else(|p| p.into_inner());
-        partitions.iter().filter(|tp| !known.contains(*tp)).cloned().collect()
+    // ids are a check, not a need: a broker without them (or refusing the call) leaves it out
+    let topic_ids = match super::topic_ids::topic_ids(consumer, &present, broker, timeout) {
+        Ok(ids) => ids,
+        Err(e) => {
+            debug!(error = %e, "no topic ids: a recreated topic is told only by its offsets");
+            HashMap::new()
+        }
     };
+    let new: Vec<TopicPartition> = partitions
+        .iter()
+        .filter(|tp| !request.known.contains(*tp))
+        .cloned()
+        .collect();
     let resolver = OffsetsResolver::new(consumer, timeout, settings.group_id.as_deref());
     // the configured starting offsets apply to the first discovery; later partitions are new
     // data, read from their beginning
-    let starting = if initial_done {
+    let starting = if request.initial_done {
         &StartingOffsets::Earliest
     } else {
         &settings.starting
@@ -182,14 +266,42 @@ pub fn discover(
         .map(|tp| {
             let start = starts.get(&tp).copied().unwrap_or(0);
             let stop = stops.get(&tp).copied().flatten();
-            KafkaPartitionSplit::new(tp.0, tp.1, start, stop)
+            let id = topic_ids.get(&tp.0).cloned();
+            KafkaPartitionSplit::new(tp.0, tp.1, start, stop).with_topic_id(id)
+        })
+        .collect();
+    // the logs asked for, and those of every partition of a topic recreated under the splits
+    let recreated = |t: &String| {
+        request
+            .topic_ids
+            .get(t)
+            .is_some_and(|old| topic_ids.get(t).is_some_and(|now| now != old))
+    };
+    let check: Vec<TopicPartition> = partitions
+        .iter()
+        .filter(|tp| request.check.contains(tp) || recreated(&tp.0))
+        .cloned()
+        .collect();
+    let (lows, highs) = (resolver.earliest(&check)?, resolver.latest(&check)?);
+    let check_stops = resolver.resolve_stop(&settings.stopping, &check)?;
+    let logs = check
+        .into_iter()
+        .filter_map(|tp| {
+            let log = PartitionLog {
+                earliest: *lows.get(&tp)?,
+                latest: *highs.get(&tp)?,
+                stop: check_stops.get(&tp).copied().flatten(),
+            };
+            Some((tp, log))
         })
         .collect();
     Ok(Discovery {
         partitions,
         new_splits,
         missing_topics,
-        restored_stops: None,
+        unavailable,
+        topic_ids,
+        logs,
     })
 }
 

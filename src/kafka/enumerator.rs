@@ -1,22 +1,32 @@
 //! The Kafka split enumerator (Flink's `KafkaSourceEnumerator`): discovers the subscribed
 //! partitions from metadata at start and every discovery interval, resolves their offsets once,
-//! assigns each split to its owner reader, and finishes the splits of partitions that disappear.
+//! assigns each split to its owner reader, and finishes the splits of partitions that are gone.
+//! What it does with each discovery's findings is in `changes`.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+mod changes;
 
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::BaseConsumer;
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
-use super::discovery::{admin_consumer, discover, reader_owner, Discovery};
-use super::offsets::{OffsetsResolver, TopicPartition};
+use super::client::TracingContext;
+use super::discovery::{admin_consumer, discover, reader_owner, Discovery, DiscoveryRequest};
+use super::offsets::TopicPartition;
 use super::split::KafkaPartitionSplit;
 use super::KafkaSourceSettings;
-use crate::core::{EnumeratorContext, RemoveSplits, SourceEvent, SourceSplit, SplitEnumerator, SplitId};
-use crate::error::{Error, Result};
+use crate::core::{EnumeratorContext, SourceSplit, SplitEnumerator, SplitId};
+use crate::error::Result;
 use crate::metrics::KafkaMetrics;
+
+/// How soon discovery looks again while something waits on it (topics to exist or to answer,
+/// restored splits to be checked, a partition that may be gone): at most the configured interval.
+const RETRY: Duration = Duration::from_secs(1);
+/// The longest wait between discoveries that keep failing while something waits on them.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// A split the enumerator knows, with its offsets as resolved at discovery.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -74,51 +84,65 @@ pub struct EndRule {
 pub struct KafkaSourceEnumerator {
     settings: Arc<KafkaSourceSettings>,
     known: BTreeMap<SplitId, KnownSplit>,
-    /// Shared with the discovery callable, so it only resolves offsets of new partitions.
-    known_partitions: Arc<Mutex<HashSet<TopicPartition>>>,
-    initial_done: Arc<AtomicBool>,
+    initial_done: bool,
     pending: BTreeMap<usize, Vec<SplitId>>,
     no_more_splits: bool,
     parallelism: usize,
     metrics: KafkaMetrics,
     /// The settings written into the state.
     fingerprint: Option<SettingsFingerprint>,
-    /// The stopping offsets changed since the restored state was written: its unfinished splits
-    /// wait here until the first discovery resolved their new stops.
-    restops: Option<Vec<KafkaPartitionSplit>>,
+    /// Restored splits not finished (the readers', and the ones no reader got): they wait for
+    /// the first discovery, which checks them against their partition's log (recreated or
+    /// truncated since?) before they are assigned. `None` once checked, or without a restore.
+    restored: Option<Vec<KafkaPartitionSplit>>,
+    /// The stopping offsets changed since the restored state was written: the restored splits
+    /// take the stops resolved at that first discovery.
+    stops_changed: bool,
+    /// The metadata client discovery uses (created at start).
+    consumer: Option<Arc<BaseConsumer<TracingContext>>>,
+    /// Known partitions the broker calls unknown, since when: gone once that lasts for the
+    /// request timeout.
+    missing_since: HashMap<TopicPartition, Instant>,
+    /// Topics the broker answered with an error (not "unknown"), since when.
+    unavailable_since: HashMap<String, Instant>,
+    /// Failed discoveries in a row.
+    failures: u32,
+    /// What the last "waiting for topics" line said, so it is not repeated every retry.
+    waiting_for: Vec<String>,
+    /// Splits the restored state had assigned and no reader gave back: finished before the
+    /// restart, so a topic recreated since does not concern them.
+    finished_before: std::collections::HashSet<SplitId>,
 }
 
 impl KafkaSourceEnumerator {
     pub fn new(settings: Arc<KafkaSourceSettings>, state: Option<KafkaEnumeratorState>, metrics: KafkaMetrics) -> Self {
+        let restoring = state.is_some();
         let state = state.unwrap_or_default();
         let known: BTreeMap<SplitId, KnownSplit> = state.splits.into_iter().map(|k| (k.split.split_id(), k)).collect();
         // restored splits no reader got (discovered, or given back by a stopped reader, just
-        // before the checkpoint) are assigned again; `start` finds their owners
-        let unassigned: Vec<SplitId> = known
-            .iter()
-            .filter(|(_, k)| !k.assigned && !k.removed)
-            .map(|(id, _)| id.clone())
-            .collect();
-        let pending = if unassigned.is_empty() {
-            BTreeMap::new()
-        } else {
-            BTreeMap::from([(0, unassigned)])
-        };
-        let partitions = known
+        // before the checkpoint) are assigned again, after the first discovery checked them
+        let unassigned: Vec<KafkaPartitionSplit> = known
             .values()
-            .map(|k| (k.split.topic.clone(), k.split.partition))
+            .filter(|k| !k.assigned && !k.removed)
+            .map(|k| k.split.clone())
             .collect();
         KafkaSourceEnumerator {
             settings,
             known,
-            known_partitions: Arc::new(Mutex::new(partitions)),
-            initial_done: Arc::new(AtomicBool::new(state.initial_discovery_done)),
-            pending,
+            initial_done: state.initial_discovery_done,
+            pending: BTreeMap::new(),
             no_more_splits: false,
             parallelism: 1,
             metrics,
             fingerprint: None,
-            restops: None,
+            restored: restoring.then_some(unassigned),
+            stops_changed: false,
+            consumer: None,
+            missing_since: HashMap::new(),
+            unavailable_since: HashMap::new(),
+            failures: 0,
+            waiting_for: Vec::new(),
+            finished_before: Default::default(),
         }
     }
 
@@ -131,14 +155,7 @@ impl KafkaSourceEnumerator {
     /// The configured stopping offsets changed since the restored state: resolve them again for
     /// its unfinished splits (and the unassigned ones) before they are assigned.
     pub fn resolving_stops_again(mut self) -> Self {
-        let unassigned: Vec<KafkaPartitionSplit> = self
-            .known
-            .values()
-            .filter(|k| !k.assigned && !k.removed)
-            .map(|k| k.split.clone())
-            .collect();
-        self.pending.clear(); // they wait for their new stops instead
-        self.restops = Some(unassigned);
+        self.stops_changed = true;
         self
     }
 
@@ -194,77 +211,57 @@ impl KafkaSourceEnumerator {
         Ok(())
     }
 
-    fn handle_discovery(
-        &mut self,
-        ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
-        d: Discovery,
-    ) -> Result<()> {
-        if let (Some(stops), Some(waiting)) = (&d.restored_stops, self.restops.take()) {
-            for mut split in waiting {
-                let stop = stops.get(&(split.topic.clone(), split.partition)).copied().flatten();
-                let old = split.describe();
-                split.stop_offset = stop;
-                info!(split_id = %split.split_id(), was = %old, now = %split.describe(),
-                      "stopping_offsets changed since the state file: the unfinished split gets the new stop");
-                self.add_pending(split);
+    /// Run a discovery after `delay`, once: each result says when the next one is due (see
+    /// [`Self::schedule_next`]), so discovery retries quickly only while something waits on it.
+    fn schedule(&mut self, ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>, delay: Duration) {
+        let Some(consumer) = self.consumer.clone() else {
+            return;
+        };
+        let live = self.known.values().filter(|k| !k.removed).map(|k| &k.split);
+        let restored = self.restored.iter().flatten();
+        let mut request = DiscoveryRequest {
+            initial_done: self.initial_done,
+            ..DiscoveryRequest::default()
+        };
+        for split in live.chain(restored.clone()) {
+            request.known.insert((split.topic.clone(), split.partition));
+            if let Some(id) = &split.topic_id {
+                request.topic_ids.insert(split.topic.clone(), id.clone());
             }
         }
-        let initial = !self.initial_done.load(Ordering::Acquire);
-        if initial && !d.missing_topics.is_empty() {
-            if self.settings.wait_for_topics {
-                info!(missing = %d.missing_topics.join(", "), "waiting for the subscribed topics to exist");
-                return Ok(());
-            }
-            return Err(Error::runtime(
-                "partition discovery",
-                format!(
-                    "{} does not exist (set source.wait_for_topics = true to wait for it)",
-                    d.missing_topics.join(", ")
-                ),
-            ));
-        }
-        {
-            let mut known = self.known_partitions.lock().unwrap_or_else(|p| p.into_inner());
-            for s in &d.new_splits {
-                known.insert((s.topic.clone(), s.partition));
-            }
-        }
-        if !d.new_splits.is_empty() {
-            info!(count = d.new_splits.len(), initial, "discovered new partitions");
-        }
-        for split in d.new_splits {
-            self.add_pending(split);
-        }
-        // partitions that disappeared: their splits end
-        let gone: Vec<SplitId> = self
-            .known
-            .iter()
-            .filter(|(_, k)| !k.removed && !d.partitions.contains(&(k.split.topic.clone(), k.split.partition)))
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in gone {
-            let Some(k) = self.known.get_mut(&id) else {
-                continue;
+        request.check = restored.map(|s| (s.topic.clone(), s.partition)).collect();
+        let settings = Arc::clone(&self.settings);
+        let parallelism = self.parallelism;
+        ctx.call_async(
+            move || discover(&settings, &consumer, &request, parallelism),
+            delay,
+            None,
+        );
+    }
+
+    /// After a discovery: look again soon while something waits on it, else after the
+    /// configured interval; with discovery off, no more splits can come.
+    fn schedule_next(&mut self, ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>) {
+        let interval = self.settings.discovery_interval;
+        let waiting = !self.initial_done
+            || self.restored.is_some()
+            || !self.missing_since.is_empty()
+            || !self.unavailable_since.is_empty();
+        if waiting || self.failures > 0 {
+            let backoff = RETRY
+                .saturating_mul(1 << self.failures.saturating_sub(1).min(5))
+                .min(MAX_BACKOFF);
+            let delay = match interval {
+                Some(p) if !waiting => p,
+                Some(p) => backoff.min(p),
+                None => backoff,
             };
-            warn!(split_id = %id, "partition no longer exists; finishing its split");
-            k.removed = true;
-            let owner = reader_owner(
-                &k.split.topic,
-                k.split.partition,
-                self.parallelism,
-                self.settings.instance,
-            );
-            if k.assigned {
-                ctx.send_event_to_reader(owner, SourceEvent(Box::new(RemoveSplits(vec![id.clone()]))))?;
-            } else if let Some(list) = self.pending.get_mut(&owner) {
-                list.retain(|p| *p != id);
-            }
-        }
-        self.initial_done.store(true, Ordering::Release);
-        if self.settings.discovery_interval.is_none() {
+            self.schedule(ctx, delay);
+        } else if let Some(p) = interval {
+            self.schedule(ctx, p);
+        } else {
             self.no_more_splits = true;
         }
-        self.assign_pending(ctx)
     }
 }
 
@@ -275,50 +272,18 @@ impl SplitEnumerator for KafkaSourceEnumerator {
 
     fn start(&mut self, ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>) -> Result<()> {
         self.parallelism = ctx.current_parallelism();
-        // pending restored splits were queued before the parallelism was known
-        let restored: Vec<KafkaPartitionSplit> = self
-            .pending
-            .values()
-            .flatten()
-            .filter_map(|id| self.known.get(id).map(|k| k.split.clone()))
-            .collect();
-        self.pending.clear();
-        for split in restored {
-            self.add_pending(split);
+        if let Some(restored) = &self.restored {
+            // the readers gave their unfinished splits back (add_splits_back) before start
+            let back: std::collections::HashSet<SplitId> = restored.iter().map(SourceSplit::split_id).collect();
+            self.finished_before = self
+                .known
+                .iter()
+                .filter(|(id, k)| k.assigned && !k.removed && !back.contains(*id))
+                .map(|(id, _)| id.clone())
+                .collect();
         }
-        let consumer = Arc::new(admin_consumer(&self.settings)?);
-        let settings = Arc::clone(&self.settings);
-        let known = Arc::clone(&self.known_partitions);
-        let initial_done = Arc::clone(&self.initial_done);
-        let parallelism = self.parallelism;
-        let mut restops: Option<Vec<TopicPartition>> = self
-            .restops
-            .as_ref()
-            .map(|splits| splits.iter().map(|s| (s.topic.clone(), s.partition)).collect());
-        let period = match (self.settings.discovery_interval, self.settings.wait_for_topics) {
-            (Some(p), _) => Some(p),
-            (None, true) => Some(Duration::from_secs(1)), // retry until the topics exist
-            (None, false) => None,
-        };
-        ctx.call_async(
-            move || {
-                let mut d = discover(
-                    &settings,
-                    &consumer,
-                    &known,
-                    initial_done.load(Ordering::Acquire),
-                    parallelism,
-                )?;
-                if let Some(partitions) = restops.take() {
-                    let resolver =
-                        OffsetsResolver::new(&consumer, settings.request_timeout, settings.group_id.as_deref());
-                    d.restored_stops = Some(resolver.resolve_stop(&settings.stopping, &partitions)?);
-                }
-                Ok(d)
-            },
-            Duration::ZERO,
-            period,
-        );
+        self.consumer = Some(Arc::new(admin_consumer(&self.settings)?));
+        self.schedule(ctx, Duration::ZERO);
         Ok(())
     }
 
@@ -327,16 +292,15 @@ impl SplitEnumerator for KafkaSourceEnumerator {
         _ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
         splits: Vec<KafkaPartitionSplit>,
     ) -> Result<()> {
-        if let Some(waiting) = self.restops.as_mut() {
-            waiting.extend(splits);
-            return Ok(());
-        }
-        for split in splits {
-            self.known_partitions
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert((split.topic.clone(), split.partition));
-            self.add_pending(split);
+        match self.restored.as_mut() {
+            // restored ones (before start), or given back before the first discovery checked
+            // the restored ones: checked with them
+            Some(waiting) => waiting.extend(splits),
+            None => {
+                for split in splits {
+                    self.add_pending(split);
+                }
+            }
         }
         Ok(())
     }
@@ -350,17 +314,21 @@ impl SplitEnumerator for KafkaSourceEnumerator {
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<KafkaEnumeratorState> {
-        let mut splits: Vec<KnownSplit> = self.known.values().cloned().collect();
-        // splits waiting for their new stops are unassigned, whatever the old state said
-        for waiting in self.restops.iter().flatten() {
-            if let Some(k) = splits.iter_mut().find(|k| k.split.split_id() == waiting.split_id()) {
-                k.split = waiting.clone();
-                k.assigned = false;
-            }
+        let mut known = self.known.clone();
+        // restored splits waiting for their check are unassigned, whatever the old state said
+        for waiting in self.restored.iter().flatten() {
+            known.insert(
+                waiting.split_id(),
+                KnownSplit {
+                    split: waiting.clone(),
+                    assigned: false,
+                    removed: false,
+                },
+            );
         }
         Ok(KafkaEnumeratorState {
-            initial_discovery_done: self.initial_done.load(Ordering::Acquire),
-            splits,
+            initial_discovery_done: self.initial_done,
+            splits: known.into_values().collect(),
             settings: self.fingerprint.clone(),
         })
     }
@@ -370,17 +338,22 @@ impl SplitEnumerator for KafkaSourceEnumerator {
         ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
         result: Result<Discovery>,
     ) -> Result<()> {
+        if self.no_more_splits {
+            return Ok(());
+        }
         match result {
             Ok(d) => {
-                if self.no_more_splits {
-                    return Ok(()); // a retry that raced the end of discovery
-                }
-                self.handle_discovery(ctx, d)
+                self.failures = 0;
+                self.handle_discovery(ctx, d)?;
+                self.schedule_next(ctx);
+                self.assign_pending(ctx)
             }
-            Err(e) if !self.initial_done.load(Ordering::Acquire) => Err(e),
+            Err(e) if !self.initial_done => Err(e),
             Err(e) => {
-                warn!(error = %e, "partition discovery failed; keeping the current splits");
+                warn!(error = %e, waiting_restored = self.restored.is_some(), "partition discovery failed; keeping the current splits and trying again");
                 self.metrics.discovery_failures.increment(1);
+                self.failures = self.failures.saturating_add(1);
+                self.schedule_next(ctx);
                 Ok(())
             }
         }

@@ -14,6 +14,7 @@ pub mod offsets;
 pub mod plan;
 pub mod split;
 pub mod split_reader;
+mod topic_ids;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -4,7 +4,6 @@
 //! the progress bar's expected total is the same sum ([`SourceSplit::remaining`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -89,8 +88,18 @@ pub fn plan(source: &KafkaSource, restored: Option<KafkaCheckpoint>) -> Result<V
             }
         }
     }
-    let known: HashSet<TopicPartition> = parts.keys().cloned().collect();
-    let discovery = discover(settings, &consumer, &Mutex::new(known), initial_done, 1)?;
+    let request = super::discovery::DiscoveryRequest {
+        known: parts.keys().cloned().collect(),
+        initial_done,
+        ..Default::default()
+    };
+    let discovery = discover(settings, &consumer, &request, 1)?;
+    if let Some((topic, error)) = discovery.unavailable.iter().next() {
+        return Err(Error::runtime(
+            "planning",
+            format!("topic {topic} cannot be described now: {error}"),
+        ));
+    }
     if !discovery.missing_topics.is_empty() && !initial_done {
         return Err(Error::runtime(
             "planning",

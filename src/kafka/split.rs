@@ -17,6 +17,10 @@ pub struct KafkaPartitionSplit {
     /// Where the split ends (exclusive); `None` for an unbounded split.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_offset: Option<i64>,
+    /// The id of the topic its offsets belong to (KIP-516): a topic deleted and recreated under
+    /// the same name has another. `None` when the broker gave none (or in older state files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_id: Option<String>,
 }
 
 impl KafkaPartitionSplit {
@@ -26,7 +30,14 @@ impl KafkaPartitionSplit {
             partition,
             next_offset,
             stop_offset,
+            topic_id: None,
         }
+    }
+
+    /// The same split, its offsets belonging to the topic with this id.
+    pub fn with_topic_id(mut self, topic_id: Option<String>) -> Self {
+        self.topic_id = topic_id;
+        self
     }
 
     /// `topic-partition`, the id Flink uses.

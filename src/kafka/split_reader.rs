@@ -11,10 +11,13 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, warn};
 
+mod health;
+
 use super::batch_queue::{BatchLimit, ConsumerQueue, Event, RECORD_SIZE};
 use super::client::TracingContext;
 use super::consumer::{consumer_config, PartitionErrors};
 use super::live_split::{index_in, LiveSplit};
+use super::offsets::StoppingOffsets;
 use super::split::KafkaPartitionSplit;
 use super::KafkaSourceSettings;
 use crate::core::{FinishReason, RecordsWithSplitIds, SourceSplit, SplitId, SplitReader, SplitsChange};
@@ -27,7 +30,7 @@ const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 /// How often positions of bounded splits are checked when records keep arriving.
 const POSITION_CHECK_EVERY: Duration = Duration::from_millis(500);
 /// How long a split may fetch nothing, while its partition has records past its position, before
-/// its fetch is restarted (see [`KafkaPartitionSplitReader::restart_stalled_fetches`]).
+/// its fetch is restarted (see `health::restart_stalled_fetches`).
 const STALL_AFTER: Duration = Duration::from_secs(15);
 
 /// Reads the splits of one fetcher with one consumer.
@@ -50,6 +53,13 @@ pub struct KafkaPartitionSplitReader {
     properties: std::collections::BTreeMap<String, String>,
     /// Splits at the end of their log, reported and (for a source-wide stop) confirmed.
     pub(super) caught_up: super::caught_up::CaughtUp,
+    /// How long a split may not move before its fetch is restarted ([`STALL_AFTER`]; shorter in tests).
+    stall_after: Duration,
+    /// The configured stops, to resolve again for a split whose log was reset under it.
+    stopping: StoppingOffsets,
+    request_timeout: Duration,
+    /// Fetch restarts so far (the metric's count, for tests).
+    restarts: u64,
 }
 
 impl KafkaPartitionSplitReader {
@@ -74,12 +84,13 @@ impl KafkaPartitionSplitReader {
             group_capacity: 64,
             last_position_check: Instant::now(),
             metrics,
-            partition_errors: PartitionErrors {
-                timeout: settings.request_timeout,
-                open: std::collections::HashMap::new(),
-            },
+            partition_errors: PartitionErrors::new(settings.request_timeout),
             properties: settings.properties.clone(),
             caught_up: Default::default(),
+            stall_after: STALL_AFTER,
+            stopping: settings.stopping.clone(),
+            request_timeout: settings.request_timeout,
+            restarts: 0,
         })
     }
 
@@ -102,6 +113,7 @@ impl KafkaPartitionSplitReader {
             return;
         };
         let split = self.splits.swap_remove(i);
+        self.partition_errors.forget(topic, partition);
         if let Some(g) = &split.metrics.remaining {
             g.set(0.0);
         }
@@ -136,6 +148,8 @@ impl KafkaPartitionSplitReader {
                 if pos > split.position {
                     split.position = pos;
                     split.progress_at = Instant::now();
+                    self.partition_errors
+                        .cleared(elem.topic(), elem.partition(), "position moved");
                 }
                 if let Some(stop) = split.stop {
                     if let Some(g) = &split.metrics.remaining {
@@ -151,66 +165,6 @@ impl KafkaPartitionSplitReader {
             self.finish(&topic, partition, FinishReason::StoppingOffset, out);
         }
         Ok(())
-    }
-
-    /// librdkafka sometimes stops fetching a manually assigned partition after its broker
-    /// connection broke and came back (librdkafka #5153, rust-rdkafka #597; seen here once in a
-    /// broker-pause test): the position stays while the partition has records, and a bounded
-    /// replay would wait forever without a word. A split that moved not at all for
-    /// `STALL_AFTER`, while the broker's last stable offset is past its position, is sought to its
-    /// position again, which restarts its fetcher; the restart is logged and counted.
-    fn restart_stalled_fetches(&mut self) {
-        let now = Instant::now();
-        for i in 0..self.splits.len() {
-            if now.duration_since(self.splits[i].progress_at) < STALL_AFTER {
-                continue;
-            }
-            self.splits[i].progress_at = now; // look again after another STALL_AFTER
-            let split = &self.splits[i];
-            let (topic, partition, position) = (split.topic.clone(), split.partition, split.position);
-            let before_stop = split.stop.is_none_or(|stop| position < stop);
-            // the consumer reads read_committed, so this is the last stable offset
-            let Ok((_, stable)) = self
-                .consumer
-                .fetch_watermarks(&topic, partition, Duration::from_secs(5))
-            else {
-                continue; // the broker does not answer: librdkafka is still reconnecting
-            };
-            if stable > position && before_stop {
-                warn!(split_id = %split.id, position, last_stable_offset = stable, stalled_s = STALL_AFTER.as_secs(),
-                      "no records fetched although the partition has more; restarting its fetch");
-                self.metrics.fetch_restarts.increment(1);
-                if let Err(e) = self
-                    .consumer
-                    .seek(&topic, partition, Offset::Offset(position), Duration::from_secs(5))
-                {
-                    warn!(split_id = %split.id, error = %e, "restarting the fetch failed; trying again later");
-                }
-            }
-        }
-    }
-
-    /// Which splits' positions retention deleted, for the error message.
-    fn describe_out_of_range(&self) -> String {
-        let mut lost = Vec::new();
-        for split in &self.splits {
-            if let Ok((low, _)) = self
-                .consumer
-                .fetch_watermarks(&split.topic, split.partition, Duration::from_secs(5))
-            {
-                if split.position < low {
-                    lost.push(format!(
-                        "{}:{} wants offset {} but the earliest available is {low}",
-                        split.topic, split.partition, split.position
-                    ));
-                }
-            }
-        }
-        if lost.is_empty() {
-            "a start offset is out of range".to_string()
-        } else {
-            lost.join("; ")
-        }
     }
 }
 
@@ -233,8 +187,8 @@ impl SplitReader for KafkaPartitionSplitReader {
         let mut timeout = POLL_TIMEOUT;
         let mut to_finish: Vec<(Arc<str>, i32)> = Vec::new();
         let mut failure: Option<Error> = None;
-        let mut out_of_range = false;
-        while count < self.limit.records && bytes < self.limit.bytes && failure.is_none() && !out_of_range {
+        let mut out_of_range: Vec<(String, i32)> = Vec::new();
+        while count < self.limit.records && bytes < self.limit.bytes && failure.is_none() && out_of_range.is_empty() {
             // librdkafka's batch read waits until it has all it was asked for or its timeout: the first
             // read asks for one record (waiting up to POLL_TIMEOUT), the next ones, without waiting, for
             // what is there, so a live tail's record (a market-close marker) goes on at once
@@ -258,6 +212,12 @@ impl SplitReader for KafkaPartitionSplitReader {
                     };
                     let split = &mut splits[index];
                     caught_up.record(&split.id);
+                    if split.reset_from.is_some() || m.offset < split.position {
+                        // librdkafka reset the position below the split's (a recreated or truncated
+                        // log): its records wait until the split's stop is resolved against that log
+                        split.reset_from.get_or_insert(m.offset);
+                        return;
+                    }
                     if split.stop.is_some_and(|stop| m.offset >= stop) {
                         to_finish.push((split.topic.clone(), split.partition));
                         return;
@@ -292,17 +252,30 @@ impl SplitReader for KafkaPartitionSplitReader {
                         to_finish.push((split.topic.clone(), split.partition));
                     }
                 }
-                Event::PartitionEof { topic, partition } => {
+                Event::PartitionEof {
+                    topic,
+                    partition,
+                    offset,
+                } => {
                     eof = true;
+                    partition_errors.cleared(topic, partition, "end of the partition");
                     if let Some(index) = index_in(splits, last_hit, topic, partition) {
-                        caught_up.end_of_log(&splits[index].id);
+                        let split = &mut splits[index];
+                        if offset < split.position || split.reset_from.is_some() {
+                            // the log ends below the split's position: reset under it (see above)
+                            split.reset_from.get_or_insert(offset);
+                        } else {
+                            caught_up.end_of_log(&split.id);
+                        }
                     }
                 }
                 Event::Error {
                     code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET,
+                    topic,
+                    partition,
                     ..
                 } => {
-                    out_of_range = true;
+                    out_of_range.push((topic.to_string(), partition));
                 }
                 Event::Error {
                     code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__FATAL,
@@ -349,14 +322,8 @@ impl SplitReader for KafkaPartitionSplitReader {
         if let Some(e) = failure {
             return Err(e);
         }
-        if out_of_range {
-            return Err(Error::runtime(
-                "reading Kafka",
-                format!(
-                    "{} (retention deleted it; set source.offset_reset = \"earliest\" or \"latest\" to continue from there)",
-                    self.describe_out_of_range()
-                ),
-            ));
+        if !out_of_range.is_empty() {
+            return Err(self.out_of_range_error(&out_of_range));
         }
         if let Some(e) = self.consumer.context().authentication_failure(&self.properties) {
             return Err(e);
@@ -369,7 +336,7 @@ impl SplitReader for KafkaPartitionSplitReader {
         for split in &mut self.splits {
             split.slot = None;
             if split.fetched_records > 0 {
-                self.partition_errors.cleared(&split.topic, split.partition);
+                self.partition_errors.cleared(&split.topic, split.partition, "records");
                 split.progress_at = now;
                 split.metrics.records_in.increment(split.fetched_records);
                 split.metrics.bytes_in.increment(split.fetched_bytes);
@@ -393,6 +360,8 @@ impl SplitReader for KafkaPartitionSplitReader {
             self.check_positions(&mut finished)?;
             self.restart_stalled_fetches();
         }
+        self.apply_resets(&mut finished)?;
+        self.probe_partition_errors();
         if let Some(most) = groups.iter().map(|(_, records)| records.len()).max() {
             self.group_capacity = most.max(16).min(self.limit.records);
         }
@@ -415,7 +384,6 @@ impl SplitReader for KafkaPartitionSplitReader {
                     }
                     tpl.add_partition_offset(&split.topic, split.partition, Offset::Offset(split.next_offset))
                         .map_err(|e| crate::error::kafka(format!("assigning {id}"), e))?;
-                    let topic: Arc<str> = Arc::from(split.topic.as_str());
                     let metrics = self
                         .metrics
                         .partition(&split.topic, split.partition, split.stop_offset.is_some());
@@ -425,19 +393,7 @@ impl SplitReader for KafkaPartitionSplitReader {
                         }
                     }
                     debug!(split_id = %id, next_offset = split.next_offset, "fetching split");
-                    let live = LiveSplit {
-                        id,
-                        topic,
-                        partition: split.partition,
-                        stop: split.stop_offset,
-                        position: split.next_offset,
-                        metrics,
-                        slot: None,
-                        fetched_records: 0,
-                        fetched_bytes: 0,
-                        last_timestamp: None,
-                        progress_at: Instant::now(),
-                    };
+                    let live = LiveSplit::new(&split, id, metrics);
                     match self.index_of(&split.topic, split.partition) {
                         Some(i) => self.splits[i] = live,
                         None => self.splits.push(live),
@@ -451,10 +407,12 @@ impl SplitReader for KafkaPartitionSplitReader {
             }
             SplitsChange::Remove(ids) => {
                 let mut tpl = TopicPartitionList::new();
+                let errors = &mut self.partition_errors;
                 self.splits.retain(|s| {
                     let keep = !ids.contains(&s.id);
                     if !keep {
                         tpl.add_partition(&s.topic, s.partition);
+                        errors.forget(&s.topic, s.partition);
                     }
                     keep
                 });
@@ -474,16 +432,24 @@ impl SplitReader for KafkaPartitionSplitReader {
     }
 
     fn pause_or_resume_splits(&mut self, pause: &[SplitId], resume: &[SplitId]) -> Result<()> {
-        let collect = |ids: &[SplitId]| {
-            let mut tpl = TopicPartitionList::new();
-            for s in &self.splits {
-                if ids.contains(&s.id) {
-                    tpl.add_partition(&s.topic, s.partition);
+        let (mut p, mut r) = (TopicPartitionList::new(), TopicPartitionList::new());
+        let mut rearm = Vec::new();
+        let now = Instant::now();
+        for s in &mut self.splits {
+            if pause.contains(&s.id) {
+                p.add_partition(&s.topic, s.partition);
+                s.paused = true;
+                // a paused split cannot show it is healthy: its error is looked at again on resume
+                s.rearm |= self.partition_errors.forget(&s.topic, s.partition);
+            } else if resume.contains(&s.id) {
+                r.add_partition(&s.topic, s.partition);
+                s.paused = false;
+                s.progress_at = now; // the stall clock starts again
+                if std::mem::take(&mut s.rearm) {
+                    rearm.push((s.topic.clone(), s.partition, s.position));
                 }
             }
-            tpl
-        };
-        let (p, r) = (collect(pause), collect(resume));
+        }
         if p.count() > 0 {
             self.consumer
                 .pause(&p)
@@ -493,6 +459,9 @@ impl SplitReader for KafkaPartitionSplitReader {
             self.consumer
                 .resume(&r)
                 .map_err(|e| crate::error::kafka("resuming splits", e))?;
+        }
+        for (topic, partition, position) in rearm {
+            self.rearm(&topic, partition, position);
         }
         Ok(())
     }

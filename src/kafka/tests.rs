@@ -10,6 +10,9 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::ClientConfig;
 
 use super::{KafkaSource, StoppingOffsets};
+
+mod faults;
+mod restore;
 use crate::core::{CollectSink, FinishReason, Job, JobOptions, Sink};
 use crate::record::{Record, ValueFormat};
 

@@ -18,6 +18,7 @@ mod kubernetes;
 mod own_broker;
 mod periodic;
 mod plan;
+mod recreated;
 mod restore;
 mod schema_registry;
 mod security;

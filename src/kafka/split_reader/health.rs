@@ -1,0 +1,187 @@
+//! The split reader's watchdogs: fetches that stalled, partition errors that may have stopped,
+//! positions out of range, and logs reset under a split by `offset_reset`.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::Consumer;
+use rdkafka::Offset;
+use tracing::warn;
+
+use super::KafkaPartitionSplitReader;
+use crate::core::{FinishReason, SplitId};
+use crate::error::Error;
+use crate::kafka::offsets::OffsetsResolver;
+
+impl KafkaPartitionSplitReader {
+    /// A shorter stall threshold, so a test need not wait 15 s.
+    #[cfg(test)]
+    pub(in crate::kafka) fn set_stall_after(&mut self, after: Duration) {
+        self.stall_after = after;
+    }
+
+    /// Fetches restarted as stalled so far.
+    #[cfg(test)]
+    pub(in crate::kafka) fn restarts(&self) -> u64 {
+        self.restarts
+    }
+
+    /// Partitions with an error that would fail the job if it lasted.
+    #[cfg(test)]
+    pub(in crate::kafka) fn open_partition_errors(&self) -> usize {
+        self.partition_errors.open.len()
+    }
+
+    /// librdkafka sometimes stops fetching a manually assigned partition after its broker
+    /// connection broke and came back (librdkafka #5153, rust-rdkafka #597; seen here once in a
+    /// broker-pause test): the position stays while the partition has records, and a bounded
+    /// replay would wait forever without a word. A split that moved not at all for
+    /// `stall_after`, while the broker's last stable offset is past its position, is sought to its
+    /// position again, which restarts its fetcher; the restart is logged and counted. A paused
+    /// split fetches nothing on purpose: it is never stalled, and its clock starts again when it
+    /// resumes.
+    pub(super) fn restart_stalled_fetches(&mut self) {
+        let now = Instant::now();
+        for i in 0..self.splits.len() {
+            if self.splits[i].paused || now.duration_since(self.splits[i].progress_at) < self.stall_after {
+                continue;
+            }
+            self.splits[i].progress_at = now; // look again after another stall_after
+            let split = &self.splits[i];
+            let (topic, partition, position) = (split.topic.clone(), split.partition, split.position);
+            let before_stop = split.stop.is_none_or(|stop| position < stop);
+            // the consumer reads read_committed, so this is the last stable offset
+            let Ok((_, stable)) = self
+                .consumer
+                .fetch_watermarks(&topic, partition, Duration::from_secs(5))
+            else {
+                continue; // the broker does not answer: librdkafka is still reconnecting
+            };
+            if stable > position && before_stop {
+                warn!(split_id = %split.id, position, last_stable_offset = stable, stalled_s = self.stall_after.as_secs(),
+                      "no records fetched although the partition has more; restarting its fetch");
+                self.metrics.fetch_restarts.increment(1);
+                self.restarts += 1;
+                if let Err(e) = self
+                    .consumer
+                    .seek(&topic, partition, Offset::Offset(position), Duration::from_secs(5))
+                {
+                    warn!(split_id = %split.id, error = %e, "restarting the fetch failed; trying again later");
+                }
+            }
+        }
+    }
+
+    /// Seek a partition to where it stands: librdkafka starts its fetch over, forgets the last
+    /// error it reported and the end it reported, so the next fetch says either (the end, or the
+    /// error again).
+    pub(super) fn rearm(&self, topic: &str, partition: i32, position: i64) {
+        if let Err(e) = self
+            .consumer
+            .seek(topic, partition, Offset::Offset(position), Duration::from_secs(5))
+        {
+            warn!(topic, partition, error = %e, "could not look at the partition's error again");
+        }
+    }
+
+    /// Re-arm the partitions whose open error is due for a look (see `PartitionErrors`).
+    pub(super) fn probe_partition_errors(&mut self) {
+        if self.partition_errors.open.is_empty() {
+            return;
+        }
+        for (topic, partition) in self.partition_errors.due_probes() {
+            let Some(split) = self
+                .splits
+                .iter()
+                .find(|s| s.partition == partition && *s.topic == *topic && !s.paused)
+            else {
+                continue;
+            };
+            self.rearm(&topic, partition, split.position);
+        }
+    }
+
+    /// The error for positions librdkafka found out of range (`offset_reset = "error"`): per
+    /// partition, the stored offset, the log's current range, and what likely happened.
+    pub(super) fn out_of_range_error(&self, partitions: &[(String, i32)]) -> Error {
+        let mut lines = Vec::new();
+        for (topic, partition) in partitions {
+            let Some(split) = self
+                .splits
+                .iter()
+                .find(|s| s.partition == *partition && *s.topic == **topic)
+            else {
+                continue;
+            };
+            let position = split.position;
+            let line = match self
+                .consumer
+                .fetch_watermarks(topic, *partition, Duration::from_secs(5))
+            {
+                Ok((low, _)) if position < low => format!(
+                    "{topic}:{partition} wants offset {position} but the earliest available is {low} \
+                     (retention deleted it; set source.offset_reset = \"earliest\" or \"latest\" to continue from there)"
+                ),
+                Ok((low, high)) => format!(
+                    "{topic}:{partition}: the stored offset {position} is beyond the end of the log, which now holds \
+                     offsets {low} to {high}: the topic was likely deleted and recreated (or truncated) since that \
+                     offset was stored. To read the new log, set source.offset_reset = \"earliest\" (from its start) \
+                     or \"latest\" (from its end); to start the job over, run it with --reset-state"
+                ),
+                Err(e) => format!(
+                    "{topic}:{partition}: offset {position} is out of range, and the log's range could not be read \
+                     ({e}); set source.offset_reset = \"earliest\" or \"latest\" to continue from the log's start or end"
+                ),
+            };
+            lines.push(line);
+        }
+        if lines.is_empty() {
+            lines.push("a stored offset is out of range (set source.offset_reset = \"earliest\" or \"latest\")".into());
+        }
+        Error::runtime("reading Kafka", lines.join("; "))
+    }
+
+    /// Splits whose log librdkafka reset under them (`offset_reset` = earliest or latest, their
+    /// position beyond the end of the log: it was recreated or truncated): their stop belonged
+    /// to the old log, so it is resolved again from the configured stopping offsets against this
+    /// one (a bounded split ends), the decision logged, and the split read from where the reset
+    /// put it.
+    pub(super) fn apply_resets(&mut self, out: &mut Vec<(SplitId, FinishReason)>) -> crate::error::Result<()> {
+        let mut ended = Vec::new();
+        for i in 0..self.splits.len() {
+            let Some(from) = self.splits[i].reset_from.take() else {
+                continue;
+            };
+            let split = &self.splits[i];
+            let tp = (split.topic.to_string(), split.partition);
+            let stop = match split.stop {
+                None => None,
+                Some(_) => OffsetsResolver::new(&self.consumer, self.request_timeout, None)
+                    .resolve_stop(&self.stopping, std::slice::from_ref(&tp))
+                    .map_err(|e| Error::runtime(format!("resolving the stop of {}:{} again", tp.0, tp.1), e))?
+                    .get(&tp)
+                    .copied()
+                    .flatten(),
+            };
+            warn!(split_id = %split.id, stored_offset = split.position, now_at = from, old_stop = ?split.stop, stop = ?stop,
+                  "the partition's log no longer holds the split's position (the topic was recreated or truncated): \
+                   source.offset_reset moved it, and its stop is resolved again from source.stopping_offsets");
+            let split = &mut self.splits[i];
+            split.position = from;
+            split.stop = stop;
+            split.progress_at = Instant::now();
+            if let (Some(stop), Some(g)) = (stop, &split.metrics.remaining) {
+                g.set((stop - from).max(0) as f64);
+            }
+            if stop.is_some_and(|stop| from >= stop) {
+                ended.push((split.topic.clone(), split.partition));
+            } else {
+                // the records after the reset this fetch set aside are fetched again
+                self.rearm(&tp.0, tp.1, from);
+            }
+        }
+        for (topic, partition) in ended {
+            self.finish(&topic, partition, FinishReason::StoppingOffset, out);
+        }
+        Ok(())
+    }
+}
