@@ -4,6 +4,7 @@
 mod broker;
 mod common;
 mod daemon;
+mod daemon_exit;
 mod daemon_util;
 mod datagen;
 mod event_time;
