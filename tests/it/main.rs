@@ -21,3 +21,4 @@ mod plan;
 mod restore;
 mod schema_registry;
 mod security;
+mod testing_api;

@@ -123,7 +123,12 @@ fn a_failure_that_passes_is_retried_and_one_that_stays_fails_with_the_last_error
         Err(crate::Error::runtime("reading something else", "no leader"))
     })
     .unwrap_err();
-    let text = format!("{err}: {}", std::error::Error::source(&err).map(|s| s.to_string()).unwrap_or_default());
+    let text = format!(
+        "{err}: {}",
+        std::error::Error::source(&err)
+            .map(|s| s.to_string())
+            .unwrap_or_default()
+    );
     assert!(text.contains("reading something else: still failing after"), "{text}");
     assert!(text.contains("no leader"), "{text}");
 }
