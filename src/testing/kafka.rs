@@ -73,7 +73,14 @@ extern "C" fn drop_shared_container() {
         Ok(mut slot) => slot.take(),
         Err(poisoned) => poisoned.into_inner().take(),
     };
-    drop(container);
+    // on a thread of its own: by now the exiting thread's thread-locals (tokio's runtime
+    // context among them) may be destroyed
+    if let Some(container) = container {
+        let _ = std::thread::Builder::new()
+            .name("tidegate-kafka-removal".into())
+            .spawn(move || drop(container))
+            .map(|removal| removal.join());
+    }
 }
 
 impl Kafka {

@@ -3,6 +3,7 @@
 
 mod broker;
 mod common;
+mod containers;
 mod daemon;
 mod daemon_exit;
 mod daemon_util;
