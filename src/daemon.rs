@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -21,13 +21,48 @@ use crate::record::Record;
 /// How long a graceful stop may take before the process gives up and exits 1.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Set up `tracing`: level from `RUST_LOG` (default `info`), text or JSON on stderr.
+/// How long work still running once the job has ended may take before the process exits
+/// anyway. By then the final checkpoint is durable and the sink closed; what is left (a
+/// partition discovery, a progress commit to the consumer group) waits on a broker and is not
+/// part of the job's result, so a broker that does not answer must not hold the exit for its
+/// request timeout.
+pub const LEFTOVER_WAIT: Duration = Duration::from_secs(2);
+
+/// Standard error for the logs and the daemon's own lines, ignoring write errors: a reader that
+/// went away (`tidegate run … 2>&1 | head -1`) must not end the job. (`eprintln!` panics on a
+/// closed pipe, and tracing-subscriber reports a failed write with `eprintln!`.)
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QuietStderr;
+
+impl Write for QuietStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // the line is lost where nobody reads it; the job goes on
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
+/// `eprintln!` that never panics: writes through [`QuietStderr`].
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(QuietStderr, $($arg)*);
+    }};
+}
+
+/// Set up `tracing`: level from `RUST_LOG` (default `info`), text or JSON on stderr (write
+/// errors ignored, see [`QuietStderr`]).
 pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| QuietStderr)
+        .log_internal_errors(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
@@ -78,7 +113,22 @@ pub fn run(args: RunArgs) -> Result<()> {
         .thread_name("tidegate")
         .build()
         .map_err(|e| Error::io("starting the async runtime", e))?;
-    runtime.block_on(run_config(&config, store, sink, args.no_progress, resuming))
+    let result = runtime.block_on(run_config(&config, store, sink, args.no_progress, resuming));
+    shut_down(runtime);
+    result
+}
+
+/// Drop the runtime once the job has ended, waiting at most [`LEFTOVER_WAIT`] for blocking
+/// work still running (a runtime's drop would wait for it without a bound).
+pub(crate) fn shut_down(runtime: tokio::runtime::Runtime) {
+    let started = Instant::now();
+    runtime.shutdown_timeout(LEFTOVER_WAIT);
+    if started.elapsed() >= LEFTOVER_WAIT {
+        info!(
+            waited_ms = started.elapsed().as_millis() as u64,
+            "work left after the job (waiting on a broker) abandoned at exit; the final checkpoint is unaffected"
+        );
+    }
 }
 
 /// What the configured source is built with.
@@ -169,11 +219,11 @@ async fn handle_signals(stop: watch::Sender<bool>) {
         _ = term.recv() => {}
         _ = int.recv() => {}
         _ = tokio::time::sleep(SHUTDOWN_TIMEOUT) => {
-            eprintln!("tidegate: the graceful stop took longer than {SHUTDOWN_TIMEOUT:?}; exiting without a final checkpoint");
+            say!("tidegate: the graceful stop took longer than {SHUTDOWN_TIMEOUT:?}; exiting without a final checkpoint");
             std::process::exit(1);
         }
     }
-    eprintln!("tidegate: second signal: exiting now, without a final checkpoint (the last completed one stands)");
+    say!("tidegate: second signal: exiting now, without a final checkpoint (the last completed one stands)");
     std::process::exit(1);
 }
 
@@ -213,7 +263,7 @@ fn print_summary<S: SourceSplit>(job: &str, report: &JobReport<S>) {
     } else {
         String::new()
     };
-    eprintln!(
+    say!(
         "tidegate: job {job} {how} after {:.1}s: {} records emitted, {} written ({:.0}/s){dead}, {} checkpoints",
         secs,
         report.records_emitted,
@@ -229,7 +279,7 @@ fn print_summary<S: SourceSplit>(job: &str, report: &JobReport<S>) {
             },
             None => "unfinished".to_string(),
         };
-        eprintln!(
+        say!(
             "  split {:<24} {:<22} {}",
             s.split.split_id(),
             status,

@@ -36,7 +36,12 @@ fn main() {
             }
             source = s.source();
         }
-        eprintln!("tidegate: error: {message}");
+        // (not `eprintln!`: it panics when nobody reads stderr any more, and the exit code is
+        // what is left to tell)
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            format!("tidegate: error: {message}\n").as_bytes(),
+        );
         std::process::exit(e.exit_code());
     }
 }

@@ -4,6 +4,7 @@
 pub mod batch_queue;
 mod caught_up;
 pub mod client;
+mod committer;
 pub mod config;
 pub mod consumer;
 mod discovery;
@@ -20,10 +21,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
 use regex::Regex;
-use tracing::{debug, info, warn};
+use tracing::info;
 
 use crate::core::{
     Boundedness, EofOnRecordEvaluator, EventTimeOptions, FetcherMode, ReaderContext, ReaderOptions, Source,
@@ -405,7 +404,7 @@ impl Source for KafkaSource {
             }
         }));
         if let Some(group) = self.settings.group_id.clone() {
-            reader = reader.with_checkpoint_listener(offset_committer(&self.settings, group, index)?);
+            reader = reader.with_checkpoint_listener(committer::offset_committer(&self.settings, group, index)?);
         }
         Ok(reader)
     }
@@ -504,49 +503,4 @@ impl KafkaSource {
             ),
         }
     }
-}
-
-/// Commits the checkpointed positions to the consumer group, asynchronously: a progress report
-/// for monitoring (the state file stays the source of truth).
-fn offset_committer(
-    settings: &KafkaSourceSettings,
-    group: String,
-    reader: usize,
-) -> Result<crate::core::reader_base::CheckpointListener<KafkaPartitionSplit>> {
-    let client_id = format!("tidegate-committer-{reader}");
-    let consumer: BaseConsumer<client::TracingContext> = client::client_config(
-        &settings.bootstrap_servers,
-        &[
-            ("group.id", &group),
-            ("client.id", &client_id),
-            ("enable.auto.commit", "false"),
-        ],
-        &settings.properties,
-    )
-    .create_with_context(client::TracingContext::new(format!("committer-{reader}")))
-    .map_err(|e| crate::error::kafka("creating the offset committer", e))?;
-    Ok(Box::new(move |checkpoint, splits, is_final| {
-        let mut tpl = TopicPartitionList::new();
-        for s in splits {
-            tpl.add_partition_offset(&s.split.topic, s.split.partition, Offset::Offset(s.split.next_offset))
-                .map_err(|e| crate::error::kafka("building the offsets to commit", e))?;
-        }
-        if tpl.count() == 0 {
-            return Ok(());
-        }
-        // The final commit is synchronous: the reader (and this consumer) ends right after it.
-        // Earlier ones are asynchronous, so a slow group coordinator never stalls reading.
-        let mode = if is_final { CommitMode::Sync } else { CommitMode::Async };
-        match consumer.commit(&tpl, mode) {
-            Ok(()) => {
-                debug!(checkpoint, group = %group, partitions = tpl.count(), "offsets committed")
-            }
-            Err(e) => {
-                warn!(checkpoint, group = %group, error = %e, "committing offsets failed (progress report only)")
-            }
-        }
-        // serve the commit callbacks queued on the consumer
-        let _ = consumer.poll(Duration::ZERO);
-        Ok(())
-    }))
 }

@@ -3,7 +3,9 @@
 
 mod broker;
 mod common;
+mod containers;
 mod daemon;
+mod daemon_exit;
 mod daemon_util;
 mod datagen;
 mod event_time;
@@ -22,3 +24,4 @@ mod recreated;
 mod restore;
 mod schema_registry;
 mod security;
+mod testing_api;

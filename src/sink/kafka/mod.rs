@@ -9,7 +9,7 @@ mod transaction;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -273,6 +273,28 @@ impl KafkaSink {
             .is_some_and(|t| t.error().is_none() && !t.partitions().is_empty()))
     }
 
+    /// The sink topic's partitions, from one metadata request of up to `timeout`. A topic error,
+    /// or a topic without partitions, is an error: never "no partition to write to".
+    fn partitions(&self, timeout: Duration) -> Result<Vec<i32>> {
+        let topic = &self.settings.topic;
+        let context = format!("reading the partitions of {topic}");
+        let metadata = self
+            .producer
+            .client()
+            .fetch_metadata(Some(topic), timeout)
+            .map_err(|e| crate::error::kafka(&context, e))?;
+        let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
+            return Err(Error::runtime(context, "the broker's metadata does not list the topic"));
+        };
+        if let Some(code) = found.error() {
+            return Err(Error::runtime(context, RDKafkaErrorCode::from(code)));
+        }
+        if found.partitions().is_empty() {
+            return Err(Error::runtime(context, "the topic has no partitions"));
+        }
+        Ok(found.partitions().iter().map(|p| p.id()).collect())
+    }
+
     /// Wait until every send is acknowledged, up to `flush_timeout`, in short slices so a
     /// refused authentication or a failed delivery ends the wait at once.
     fn flush(&mut self) -> Result<()> {
@@ -292,6 +314,32 @@ impl KafkaSink {
                 Err(_) => {}
             }
         }
+    }
+}
+
+/// Call `attempt` with the time left until it succeeds or `timeout` has passed, then fail with
+/// its last error and `what`. For broker answers that may be passing (a topic being created, a
+/// partition without a leader, a coordinator loading) and must never be read as answers.
+fn retried<T>(what: &str, timeout: Duration, mut attempt: impl FnMut(Duration) -> Result<T>) -> Result<T> {
+    const PAUSE: Duration = Duration::from_millis(200);
+    let deadline = Instant::now() + timeout;
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let left = deadline.saturating_duration_since(Instant::now()).max(PAUSE);
+        let e = match attempt(left) {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::client(
+                format!("{what}: still failing after {attempts} attempts in {timeout:?}"),
+                e,
+            ));
+        }
+        tracing::debug!(error = %e, attempts, "{what}: retrying");
+        std::thread::sleep(PAUSE.min(left));
     }
 }
 
@@ -379,16 +427,8 @@ impl Sink<Record> for KafkaSink {
         };
         // every generated record first, then one marker per partition
         self.flush()?;
-        let metadata = self
-            .producer
-            .client()
-            .fetch_metadata(Some(&self.settings.topic), Duration::from_secs(30))
-            .map_err(|e| crate::error::kafka(format!("reading the partitions of {}", self.settings.topic), e))?;
-        let partitions: Vec<i32> = metadata
-            .topics()
-            .first()
-            .map(|t| t.partitions().iter().map(|p| p.id()).collect())
-            .unwrap_or_default();
+        let what = format!("writing the end markers to {}", self.settings.topic);
+        let partitions = retried(&what, self.settings.flush_timeout, |left| self.partitions(left))?;
         for p in &partitions {
             self.send(&marker, Some(*p))?;
         }
@@ -403,3 +443,6 @@ impl Sink<Record> for KafkaSink {
         self.flush()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -175,16 +175,7 @@ impl Transactions {
         let Some(token) = state.and_then(|s| s.get("transaction")).and_then(|t| t.as_str()) else {
             return Ok(true);
         };
-        let mut wanted = TopicPartitionList::new();
-        wanted.add_partition(&self.topic, 0);
-        let committed = self
-            .markers
-            .committed_offsets(wanted, self.timeout)
-            .map_err(|e| self.error("reading the commit markers", e))?;
-        let marker = committed
-            .find_partition(&self.topic, 0)
-            .map(|e| e.metadata().to_string())
-            .unwrap_or_default();
+        let marker = self.read_marker()?;
         let done = marker == token;
         debug!(checkpoint, marker = %marker, token, "commit marker read");
         if done {
@@ -193,6 +184,31 @@ impl Transactions {
             warn!(checkpoint, transactional_id = %self.id, "the last checkpoint's transaction was not committed (aborted now)");
         }
         Ok(done)
+    }
+
+    /// The commit marker's metadata (empty when none was committed). A lookup that fails, for
+    /// the whole request or for the partition, is retried up to the timeout and then an error:
+    /// read as "not committed", it would write the checkpoint's records again.
+    fn read_marker(&self) -> Result<String> {
+        let what = format!(
+            "reading the commit marker of {}:0 (transactional.id {})",
+            self.topic, self.id
+        );
+        super::retried(&what, self.timeout, |left| {
+            let mut wanted = TopicPartitionList::new();
+            wanted.add_partition(&self.topic, 0);
+            let committed = self
+                .markers
+                .committed_offsets(wanted, left)
+                .map_err(|e| self.error("reading the commit markers", e))?;
+            let marker = committed
+                .find_partition(&self.topic, 0)
+                .ok_or_else(|| Error::runtime(&what, "the broker's answer does not list the partition"))?;
+            marker
+                .error()
+                .map_err(|e| crate::error::kafka(format!("{what}: the partition's answer"), e))?;
+            Ok(marker.metadata().to_string())
+        })
     }
 
     /// Abort a transaction still open at the end (nothing should be in it).

@@ -1,0 +1,134 @@
+//! Broker-free tests of the Kafka sink on librdkafka's mock cluster
+//! (`rdkafka::mocking::MockCluster`): errors the broker gives must stay errors, never answers.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::mocking::MockCluster;
+use rdkafka::types::RDKafkaRespErr;
+use serde_json::json;
+
+use super::{Delivery, KafkaSink, KafkaSinkSettings};
+use crate::core::Sink;
+use crate::record::Record;
+
+/// How long the sink retries before it fails (short: the faults below do not clear).
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+fn settings(servers: &str, topic: &str) -> KafkaSinkSettings {
+    let mut s = KafkaSinkSettings::new(servers, topic);
+    s.flush_timeout = TIMEOUT;
+    s
+}
+
+fn record(value: &str) -> Record {
+    Record {
+        value: Some(value.as_bytes().to_vec()),
+        ..Record::default()
+    }
+}
+
+#[test]
+fn a_partition_error_reading_the_commit_marker_is_an_error_not_an_abort() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    // the sink's topic is unknown to the cluster: the committed-offsets lookup answers its
+    // partition with UNKNOWN_TOPIC_OR_PART (and no metadata), a partition-level error
+    let mut settings = settings(&cluster.bootstrap_servers(), "eo-marker-missing");
+    settings.delivery = Delivery::ExactlyOnce;
+    settings.transactional_id = Some("tidegate-test-recover".into());
+    let mut sink = KafkaSink::new(settings, None).expect("sink");
+    let state = json!({ "transactional_id": "tidegate-test-recover", "transaction": "a-token" });
+    let result = sink.recover(Some((7, Some(&state))));
+    let err = match result {
+        Ok(committed) => panic!("the lookup failed, yet it answered committed = {committed}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("eo-marker-missing"), "{err}");
+    assert!(err.contains("commit marker"), "{err}");
+    // retried for the timeout before it gave up
+    assert!(err.contains("attempts in 2s"), "{err}");
+}
+
+#[test]
+fn end_markers_to_a_topic_without_partitions_are_an_error_naming_it() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("markets", 3, 1).expect("topic");
+    let mut sink =
+        KafkaSink::new(settings(&cluster.bootstrap_servers(), "markets"), Some(record("CLOSE"))).expect("sink");
+    sink.write(vec![record("trade-1"), record("trade-2")]).expect("write");
+    sink.prepare_commit(1).expect("every trade acknowledged");
+    // now the topic's metadata is an error with no partitions
+    cluster
+        .topic_error("markets", RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+        .expect("topic error");
+    let err = match sink.end_of_input() {
+        Ok(()) => panic!("no partition to write the end markers to, yet the end of input succeeded"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("markets"), "{err}");
+    assert!(err.contains("end marker"), "{err}");
+    assert!(err.contains("attempts in 2s"), "{err}");
+}
+
+#[test]
+fn end_markers_go_to_every_partition() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("markets-ok", 3, 1).expect("topic");
+    let mut sink = KafkaSink::new(
+        settings(&cluster.bootstrap_servers(), "markets-ok"),
+        Some(record("CLOSE")),
+    )
+    .expect("sink");
+    sink.write(vec![record("trade-1")]).expect("write");
+    sink.end_of_input().expect("end markers");
+    sink.close().expect("close");
+    // read every partition back: one CLOSE each
+    let consumer: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap_servers())
+        .set("group.id", "end-markers-check")
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition_offset("markets-ok", p, rdkafka::Offset::Beginning)
+            .expect("partition");
+    }
+    rdkafka::consumer::Consumer::assign(&consumer, &tpl).expect("assign");
+    let mut closes = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while closes.len() < 3 {
+        assert!(Instant::now() < deadline, "end markers seen in partitions {closes:?}");
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+            if rdkafka::Message::payload(&m) == Some(b"CLOSE".as_slice()) {
+                closes.insert(rdkafka::Message::partition(&m));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_failure_that_passes_is_retried_and_one_that_stays_fails_with_the_last_error() {
+    let mut calls = 0;
+    let value = super::retried("reading something", TIMEOUT, |_| {
+        calls += 1;
+        if calls < 3 {
+            Err(crate::Error::runtime("reading something", format!("not yet ({calls})")))
+        } else {
+            Ok(calls)
+        }
+    })
+    .expect("the third attempt succeeds");
+    assert_eq!(value, 3);
+
+    let err = super::retried::<()>("reading something else", Duration::from_millis(500), |_| {
+        Err(crate::Error::runtime("reading something else", "no leader"))
+    })
+    .unwrap_err();
+    let text = format!(
+        "{err}: {}",
+        std::error::Error::source(&err)
+            .map(|s| s.to_string())
+            .unwrap_or_default()
+    );
+    assert!(text.contains("reading something else: still failing after"), "{text}");
+    assert!(text.contains("no leader"), "{text}");
+}

@@ -1,0 +1,199 @@
+//! The Kafka broker of a test process: the one `KAFKA_BOOTSTRAP_SERVERS` names, else a container
+//! started with testcontainers, whose own lifecycle removes it (see [`Kafka::get`] for when).
+
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use testcontainers_modules::kafka::apache::{Kafka as KafkaImage, KAFKA_PORT};
+use testcontainers_modules::testcontainers::Container;
+
+use super::{block_on_own, off_runtime};
+use crate::error::{Error, Result};
+
+/// A Kafka broker for tests.
+///
+/// [`Kafka::get`] gives the process's broker: the one `KAFKA_BOOTSTRAP_SERVERS` names, else a
+/// container it starts with testcontainers (the image `TIDEGATE_KAFKA_IMAGE` names, by default
+/// the testcontainers module's `apache/kafka-native`), shared by every test of the process.
+/// [`Kafka::start`] gives a container of your own. Containers carry the label `tidegate.test=1`.
+#[derive(Debug, Clone)]
+pub struct Kafka {
+    bootstrap: String,
+}
+
+/// A Kafka container of a test's own ([`Kafka::start`]): testcontainers removes it when this is
+/// dropped (at the end of the test's scope, also when the test panics).
+pub struct KafkaContainer {
+    kafka: Kafka,
+    id: String,
+    container: Option<Container<KafkaImage>>,
+}
+
+impl KafkaContainer {
+    /// The broker in the container.
+    pub fn kafka(&self) -> &Kafka {
+        &self.kafka
+    }
+
+    /// The container's Docker id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl std::fmt::Debug for KafkaContainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaContainer")
+            .field("id", &self.id)
+            .field("bootstrap", &self.kafka.bootstrap)
+            .finish()
+    }
+}
+
+impl Drop for KafkaContainer {
+    fn drop(&mut self) {
+        // testcontainers' blocking `Container` removes itself on its own runtime, which cannot
+        // be entered from within another one (a `#[tokio::test]`)
+        if let Some(container) = self.container.take() {
+            off_runtime(move || drop(container));
+        }
+    }
+}
+
+/// The process's broker, reached or started once.
+static SHARED: OnceLock<std::result::Result<String, String>> = OnceLock::new();
+/// The process's shared container, dropped (so removed by testcontainers) when the process exits.
+static SHARED_CONTAINER: Mutex<Option<Container<KafkaImage>>> = Mutex::new(None);
+
+extern "C" fn drop_shared_container() {
+    let container = match SHARED_CONTAINER.lock() {
+        Ok(mut slot) => slot.take(),
+        Err(poisoned) => poisoned.into_inner().take(),
+    };
+    // on a thread of its own: by now the exiting thread's thread-locals (tokio's runtime
+    // context among them) may be destroyed
+    if let Some(container) = container {
+        let _ = std::thread::Builder::new()
+            .name("tidegate-kafka-removal".into())
+            .spawn(move || drop(container))
+            .map(|removal| removal.join());
+    }
+}
+
+impl Kafka {
+    /// The process's broker: reached or started on first use, then shared.
+    ///
+    /// When it is a container, testcontainers removes it (through the Docker API: no `docker`
+    /// command needed) when the process exits normally, which is how `cargo test` ends a test
+    /// binary, also after failed tests; and on SIGINT, SIGTERM or SIGQUIT (Ctrl-C on
+    /// `cargo test`), through testcontainers' watchdog, before the process ends. A process
+    /// killed with SIGKILL, or one that aborts, leaves it running:
+    /// `docker rm -f $(docker ps -aq --filter label=tidegate.test=1)` removes such leftovers
+    /// (`scripts/docker test` does). `TESTCONTAINERS_COMMAND=keep` keeps containers on purpose.
+    pub fn get() -> Result<Kafka> {
+        let shared = SHARED.get_or_init(|| {
+            if let Ok(servers) = std::env::var("KAFKA_BOOTSTRAP_SERVERS") {
+                if !servers.trim().is_empty() {
+                    eprintln!("tidegate tests: the Kafka broker at {servers} (KAFKA_BOOTSTRAP_SERVERS)");
+                    return Ok(servers);
+                }
+            }
+            let (bootstrap, id, container) = off_runtime(start_container)?;
+            eprintln!("tidegate tests: shared Kafka container {id} at {bootstrap}, removed when the process exits");
+            *SHARED_CONTAINER.lock().unwrap_or_else(|p| p.into_inner()) = Some(container);
+            // SAFETY: registers a plain `extern "C"` function without arguments, run once when
+            // the process exits: a static is never dropped, so this is where the container is.
+            unsafe {
+                libc::atexit(drop_shared_container);
+            }
+            Ok(bootstrap)
+        });
+        match shared {
+            Ok(bootstrap) => Ok(Kafka {
+                bootstrap: bootstrap.clone(),
+            }),
+            Err(e) => Err(Error::runtime("starting a Kafka for the tests", e.clone())),
+        }
+    }
+
+    /// A Kafka container of the caller's own (never `KAFKA_BOOTSTRAP_SERVERS`), removed when the
+    /// returned [`KafkaContainer`] is dropped; on SIGINT, SIGTERM or SIGQUIT as in [`Kafka::get`].
+    pub fn start() -> Result<KafkaContainer> {
+        let (bootstrap, id, container) =
+            off_runtime(start_container).map_err(|e| Error::runtime("starting a Kafka container", e))?;
+        Ok(KafkaContainer {
+            kafka: Kafka { bootstrap },
+            id,
+            container: Some(container),
+        })
+    }
+
+    /// A broker at `bootstrap` (one you run yourself).
+    pub fn at(bootstrap: impl Into<String>) -> Kafka {
+        Kafka {
+            bootstrap: bootstrap.into(),
+        }
+    }
+
+    /// Its bootstrap servers, for clients and configs.
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    /// Create `topic` with `partitions` partitions (replication factor 1); an existing topic is
+    /// an error. Safe to call from within an async runtime (it blocks the calling thread);
+    /// [`Kafka::create_topic_async`] awaits instead.
+    pub fn create_topic(&self, topic: &str, partitions: i32) -> Result<()> {
+        let kafka = self.clone();
+        let topic = topic.to_string();
+        block_on_own(move || async move { kafka.create_topic_async(&topic, partitions).await })
+    }
+
+    /// [`Kafka::create_topic`], awaited.
+    pub async fn create_topic_async(&self, topic: &str, partitions: i32) -> Result<()> {
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .create()
+            .map_err(|e| crate::error::kafka("creating an admin client", e))?;
+        let topics = [NewTopic::new(topic, partitions, TopicReplication::Fixed(1))];
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        let results = admin
+            .create_topics(&topics, &options)
+            .await
+            .map_err(|e| crate::error::kafka(format!("creating topic {topic}"), e))?;
+        for result in results {
+            if let Err((name, code)) = result {
+                return Err(Error::runtime(format!("creating topic {name}"), code.to_string()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Start a Kafka container: its bootstrap address, id and handle.
+fn start_container() -> std::result::Result<(String, String, Container<KafkaImage>), String> {
+    use testcontainers_modules::testcontainers::runners::SyncRunner;
+    use testcontainers_modules::testcontainers::{ContainerRequest, ImageExt};
+    let kafka = KafkaImage::default();
+    let mut image = "apache/kafka-native (the testcontainers module's default)".to_string();
+    let request: ContainerRequest<_> = match std::env::var("TIDEGATE_KAFKA_IMAGE") {
+        Ok(wanted) if !wanted.trim().is_empty() => {
+            let (name, tag) = wanted.rsplit_once(':').unwrap_or((wanted.as_str(), "latest"));
+            image = wanted.clone();
+            kafka.with_name(name).with_tag(tag)
+        }
+        _ => kafka.into(),
+    };
+    let container = request
+        .with_label("tidegate.test", "1")
+        .start()
+        .map_err(|e| format!("no KAFKA_BOOTSTRAP_SERVERS, and a Kafka container ({image}) did not start: {e}"))?;
+    let port = container
+        .get_host_port_ipv4(KAFKA_PORT)
+        .map_err(|e| format!("the Kafka container's port: {e}"))?;
+    let id = container.id().to_string();
+    Ok((format!("127.0.0.1:{port}"), id, container))
+}
