@@ -109,7 +109,13 @@ impl Sink<Record> for FileSink {
 
     /// The file it writes: a state file is resumed only into the same file.
     fn fingerprint(&self) -> Option<SinkState> {
-        Some(serde_json::json!({ "type": "file", "path": self.path.display().to_string() }))
+        // `./out.jsonl` and `out.jsonl` are one file
+        let path: PathBuf = self
+            .path
+            .components()
+            .filter(|c| !matches!(c, std::path::Component::CurDir))
+            .collect();
+        Some(serde_json::json!({ "type": "file", "path": path.display().to_string() }))
     }
 
     /// Flush and fsync; the checkpoint records the file's length.
