@@ -452,14 +452,11 @@ impl SourceConnector for KafkaSourceConfig {
             None => Some(Vec::new()),
             Some(e) => e.value_fields().map(<[String]>::to_vec),
         };
-        let decoder = match (self.format, fields) {
-            (ValueFormat::Json, Some(fields)) => {
-                let factory: crate::format::DecoderFactory = Arc::new(move || {
-                    Ok(Box::new(crate::format::JsonFieldsDecoder::new(fields.clone()))
-                        as Box<dyn crate::format::ValueDecoder>)
-                });
-                factory
-            }
+        let decoder: crate::format::DecoderFactory = match (self.format, fields) {
+            (ValueFormat::Json, Some(fields)) => Arc::new(move || {
+                Ok(Box::new(crate::format::JsonFieldsDecoder::new(fields.clone()))
+                    as Box<dyn crate::format::ValueDecoder>)
+            }),
             _ => crate::format::decoder_factory(self.format, self.avro.as_ref(), self.settings.request_timeout)?,
         };
         let mut builder = KafkaSource::builder()

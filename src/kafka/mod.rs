@@ -13,6 +13,7 @@ pub mod enumerator;
 mod live_split;
 pub mod offsets;
 pub mod plan;
+mod restore;
 pub mod split;
 pub mod split_reader;
 mod topic_ids;
@@ -22,7 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use regex::Regex;
-use tracing::info;
 
 use crate::core::{
     Boundedness, EofOnRecordEvaluator, EventTimeOptions, FetcherMode, ReaderContext, ReaderOptions, Source,
@@ -411,96 +411,8 @@ impl Source for KafkaSource {
 }
 
 impl KafkaSource {
-    /// Check the settings a state was written with against the config: a changed subscription,
-    /// start or format is an error (the state's positions belong to the old one). Returns
-    /// whether the stopping offsets changed (they then apply to the unfinished splits).
-    pub fn check_restored_settings(&self, then: Option<&enumerator::SettingsFingerprint>) -> Result<bool> {
-        let Some(then) = then else {
-            return Ok(false);
-        };
-        let now = self.fingerprint();
-        for (key, old, new) in [
-            ("source.topics", &then.subscription, &now.subscription),
-            ("source.starting_offsets", &then.starting, &now.starting),
-            ("source.format", &then.format, &now.format),
-        ] {
-            if old != new {
-                return Err(Error::config(
-                    key,
-                    format!(
-                        "changed since the state file was written (was {old}, now {new}): the saved positions \
-                         belong to the old setting; restore it, or start over with --reset-state"
-                    ),
-                ));
-            }
-        }
-        if let (Some(was), Some(is)) = (&then.end, &now.end) {
-            for (key, old, new) in [
-                ("source.eof", was.eof.clone(), is.eof.clone()),
-                ("source.eof_scope", was.eof_scope.clone(), is.eof_scope.clone()),
-                (
-                    "source.eof_emit_marker",
-                    was.eof_emit_marker.to_string(),
-                    is.eof_emit_marker.to_string(),
-                ),
-            ] {
-                if old != new {
-                    return Err(Error::config(
-                        key,
-                        format!(
-                            "changed since the state file was written (was {old}, now {new}): the state's \
-                             finished splits (and a source-wide stop it found) were judged by the old rule, and \
-                             the records written so far with it; finish with the old setting, or start over \
-                             with --reset-state"
-                        ),
-                    ));
-                }
-            }
-        }
-        if let (Some(was), Some(is)) = (&then.replay_speed, &now.replay_speed) {
-            if was != is {
-                info!(was = %was, now = %is, "replay_speed changed since the state file was written: the new pace applies from here");
-            }
-        }
-        let changed = then.stopping != now.stopping;
-        if changed {
-            info!(was = %then.stopping, now = %now.stopping, "stopping_offsets changed since the state file was written: they apply to the unfinished splits");
-        }
-        Ok(changed)
-    }
-
     /// The settings it reads with.
     pub fn settings(&self) -> &KafkaSourceSettings {
         &self.settings
-    }
-
-    /// The settings a state depends on, in words (stored with each checkpoint).
-    pub fn fingerprint(&self) -> enumerator::SettingsFingerprint {
-        let s = &self.settings;
-        enumerator::SettingsFingerprint {
-            subscription: s.subscription.to_string(),
-            starting: s.starting.to_string(),
-            stopping: s.stopping.to_string(),
-            format: self.format.to_string(),
-            end: Some(enumerator::EndRule {
-                eof: match (&self.eof_text, &self.eof) {
-                    (Some(text), _) => text.clone(),
-                    (None, Some(_)) => "a Rust evaluator".to_string(),
-                    (None, None) => "none".to_string(),
-                },
-                eof_emit_marker: self.eof_emit_marker,
-                eof_scope: if self.event_time.source_wide_stop {
-                    "source"
-                } else {
-                    "partition"
-                }
-                .to_string(),
-            }),
-            replay_speed: Some(
-                self.event_time
-                    .speed
-                    .map_or_else(|| "none".to_string(), |s| s.to_string()),
-            ),
-        }
     }
 }
