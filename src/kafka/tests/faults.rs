@@ -87,7 +87,7 @@ impl TrackedCluster {
         }
     }
 
-    fn clear_requests(&self) {
+    pub(super) fn clear_requests(&self) {
         // SAFETY: as above
         unsafe { rd::rd_kafka_mock_clear_requests(self.raw()) }
     }
