@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::types::RDKafkaRespErr;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::client::client_config;
 use super::KafkaSourceSettings;
@@ -55,12 +55,22 @@ pub fn consumer_config(settings: &KafkaSourceSettings, reader_index: usize) -> C
 /// the source's request timeout.
 ///
 /// librdkafka reports such an error once, not on every failed fetch, and says nothing when it
-/// stops; so an error is cleared by a sign of health (a record, the end of the partition, the
-/// position moving), and while one is open the split reader re-arms librdkafka's reporting
-/// every [`PROBE_EVERY`] (see [`PartitionErrors::due_probes`]): a partition that can be read
-/// again then reports its end, one that still cannot reports the error again.
+/// stops; so while one is open the split reader re-arms librdkafka's reporting every
+/// [`PROBE_EVERY`] (see [`PartitionErrors::due_probes`]) by seeking the partition to where it
+/// stands: a partition that can be read again then reports its end, one that still cannot
+/// reports the error again. A record handed over after the error clears it at once (its fetch
+/// succeeded); so does the position moving past where the reader stood. The end of the partition
+/// only clears it if the error does not come back within [`PartitionErrors::confirm_after`]:
+/// librdkafka turns a fetch answer at the fetch position into an end-of-partition event before it
+/// looks at the answer's error, so a broker that answers an error with the partition's high
+/// watermark (librdkafka's mock cluster does; Apache Kafka answers -1) makes the first refused
+/// fetch after each re-seek look like the end, and the next one reports the error again.
 pub(super) struct PartitionErrors {
     pub(super) timeout: Duration,
+    /// How long an end of the partition must stand without the error coming back to clear it:
+    /// the next fetch reports the error again, and a broker holds an answer without records up to
+    /// `fetch.wait.max.ms`; a probe interval more is the margin for the round trip.
+    confirm_after: Duration,
     pub(super) open: HashMap<(String, i32), OpenError>,
 }
 
@@ -73,12 +83,18 @@ pub(super) struct OpenError {
     since: Instant,
     logged: Option<Instant>,
     probed: Instant,
+    /// When the partition reported its end since the error, if it did: the error is cleared once
+    /// that end stood for `confirm_after`, kept (with its first `since`) if the error came back.
+    ended: Option<Instant>,
 }
 
 impl PartitionErrors {
-    pub(super) fn new(timeout: Duration) -> Self {
+    /// Errors that fail the job after `timeout`, for a consumer whose fetches wait up to
+    /// `fetch_wait` (`fetch.wait.max.ms`) for records.
+    pub(super) fn new(timeout: Duration, fetch_wait: Duration) -> Self {
         PartitionErrors {
             timeout,
+            confirm_after: fetch_wait + PROBE_EVERY,
             open: HashMap::new(),
         }
     }
@@ -106,8 +122,13 @@ impl PartitionErrors {
                 since: now,
                 logged: None,
                 probed: now,
+                ended: None,
             });
         entry.message = message.to_string();
+        if let Some(ended) = entry.ended.take() {
+            debug!(topic, partition, error = %message, end_ms_ago = now.duration_since(ended).as_millis() as u64,
+                   "the error came back after the partition reported its end: that end was the refused fetch's answer");
+        }
         if entry
             .logged
             .is_none_or(|logged| now.duration_since(logged) >= Duration::from_secs(10))
@@ -115,6 +136,17 @@ impl PartitionErrors {
             entry.logged = Some(now);
             warn!(topic, partition, error = %message, failing_in_s = timeout.saturating_sub(now.duration_since(entry.since)).as_secs(),
                   "the partition cannot be read; the job fails if this lasts for source.request_timeout");
+        }
+    }
+
+    /// The partition reported its end: a sign of health once it stood for `confirm_after`
+    /// without the error coming back (see the type's doc).
+    pub(super) fn ended(&mut self, topic: &str, partition: i32) {
+        if self.open.is_empty() {
+            return;
+        }
+        if let Some(e) = self.open.get_mut(&(topic.to_string(), partition)) {
+            e.ended.get_or_insert_with(Instant::now);
         }
     }
 
@@ -134,12 +166,13 @@ impl PartitionErrors {
         !self.open.is_empty() && self.open.remove(&(topic.to_string(), partition)).is_some()
     }
 
-    /// The partitions whose open error is due for a probe (each at most every [`PROBE_EVERY`]).
+    /// The partitions whose open error is due for a probe (each at most every [`PROBE_EVERY`]);
+    /// not those whose end is being confirmed: the probe that brought it re-armed the reporting.
     pub(super) fn due_probes(&mut self) -> Vec<(String, i32)> {
         let now = Instant::now();
         self.open
             .iter_mut()
-            .filter(|(_, e)| now.duration_since(e.probed) >= PROBE_EVERY)
+            .filter(|(_, e)| e.ended.is_none() && now.duration_since(e.probed) >= PROBE_EVERY)
             .map(|(tp, e)| {
                 e.probed = now;
                 tp.clone()
@@ -147,11 +180,27 @@ impl PartitionErrors {
             .collect()
     }
 
-    /// The first error that outlasted the timeout.
-    pub(super) fn failure(&self) -> Option<Error> {
+    /// The first error that outlasted the timeout, after clearing those whose partition's end
+    /// stood for `confirm_after`. An error whose end is still being confirmed does not fail yet:
+    /// either it is cleared, or it comes back and fails at once, within `confirm_after` of the
+    /// timeout.
+    pub(super) fn failure(&mut self) -> Option<Error> {
+        if self.open.is_empty() {
+            return None;
+        }
+        let confirm_after = self.confirm_after;
+        let confirmed: Vec<(String, i32)> = self
+            .open
+            .iter()
+            .filter(|(_, e)| e.ended.is_some_and(|ended| ended.elapsed() >= confirm_after))
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for (topic, partition) in confirmed {
+            self.cleared(&topic, partition, "end of the partition");
+        }
         self.open
             .iter()
-            .find(|(_, e)| e.since.elapsed() >= self.timeout)
+            .find(|(_, e)| e.ended.is_none() && e.since.elapsed() >= self.timeout)
             .map(|((topic, partition), e)| {
                 Error::runtime(
                     format!("reading {topic}:{partition}"),

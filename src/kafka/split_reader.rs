@@ -84,7 +84,7 @@ impl KafkaPartitionSplitReader {
             group_capacity: 64,
             last_position_check: Instant::now(),
             metrics,
-            partition_errors: PartitionErrors::new(settings.request_timeout),
+            partition_errors: PartitionErrors::new(settings.request_timeout, fetch_wait(settings)),
             properties: settings.properties.clone(),
             caught_up: Default::default(),
             stall_after: STALL_AFTER,
@@ -168,6 +168,17 @@ impl KafkaPartitionSplitReader {
     }
 }
 
+/// How long the consumer's fetches wait for records (`fetch.wait.max.ms`, librdkafka's default
+/// 500 ms unless the source's properties set it).
+fn fetch_wait(settings: &KafkaSourceSettings) -> Duration {
+    let ms = settings
+        .properties
+        .get("fetch.wait.max.ms")
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(500);
+    Duration::from_millis(ms)
+}
+
 impl SplitReader for KafkaPartitionSplitReader {
     type Element = Record;
     type Split = KafkaPartitionSplit;
@@ -211,6 +222,8 @@ impl SplitReader for KafkaPartitionSplitReader {
                         return; // a split removed a moment ago
                     };
                     let split = &mut splits[index];
+                    // in queue order: a record behind the error came from a fetch after it
+                    partition_errors.cleared(m.topic, m.partition, "records");
                     caught_up.record(&split.id);
                     if split.reset_from.is_some() || m.offset < split.position {
                         // librdkafka reset the position below the split's (a recreated or truncated
@@ -258,7 +271,7 @@ impl SplitReader for KafkaPartitionSplitReader {
                     offset,
                 } => {
                     eof = true;
-                    partition_errors.cleared(topic, partition, "end of the partition");
+                    partition_errors.ended(topic, partition);
                     if let Some(index) = index_in(splits, last_hit, topic, partition) {
                         let split = &mut splits[index];
                         if offset < split.position || split.reset_from.is_some() {
@@ -336,7 +349,6 @@ impl SplitReader for KafkaPartitionSplitReader {
         for split in &mut self.splits {
             split.slot = None;
             if split.fetched_records > 0 {
-                self.partition_errors.cleared(&split.topic, split.partition, "records");
                 split.progress_at = now;
                 split.metrics.records_in.increment(split.fetched_records);
                 split.metrics.bytes_in.increment(split.fetched_bytes);

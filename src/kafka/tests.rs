@@ -12,6 +12,7 @@ use rdkafka::ClientConfig;
 use super::{KafkaSource, StoppingOffsets};
 
 mod faults;
+mod partition_errors;
 mod restore;
 use crate::core::{CollectSink, FinishReason, Job, JobOptions, Sink};
 use crate::record::{Record, ValueFormat};

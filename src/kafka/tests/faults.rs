@@ -1,6 +1,7 @@
 //! Broker-free tests of how the Kafka source lives through faults, on librdkafka's mock cluster:
-//! topic errors in discovery (transient, or unknown for a while), partition errors that stop,
-//! paused splits that must not look stalled, and how often discovery asks the cluster.
+//! topic errors in discovery (transient, or unknown for a while), paused splits that must not look
+//! stalled, and how often discovery asks the cluster; with the helpers the other mock-cluster test
+//! modules share (partition errors live in `partition_errors`).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use rdkafka::bindings as rd;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use rdkafka::types::RDKafkaRespErr;
 use rdkafka::ClientConfig;
 use tokio::sync::watch;
 
@@ -28,12 +29,12 @@ const METADATA: i16 = 3;
 /// A mock cluster that also counts the requests it receives (rust-rdkafka's `MockCluster` does
 /// not expose librdkafka's request tracking): owned by a producer created with
 /// `test.mock.num.brokers`, driven through librdkafka's mock API.
-struct TrackedCluster {
+pub(super) struct TrackedCluster {
     owner: BaseProducer,
 }
 
 impl TrackedCluster {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let owner: BaseProducer = ClientConfig::new()
             .set("test.mock.num.brokers", "1")
             .create()
@@ -53,16 +54,22 @@ impl TrackedCluster {
         raw
     }
 
-    fn cluster(&self) -> MockCluster<'_, DefaultProducerContext> {
+    pub(super) fn cluster(&self) -> MockCluster<'_, DefaultProducerContext> {
         self.owner.client().mock_cluster().expect("mock cluster")
     }
 
-    fn servers(&self) -> String {
+    pub(super) fn servers(&self) -> String {
         self.cluster().bootstrap_servers()
     }
 
     /// Metadata requests received since tracking started or was last cleared.
     fn metadata_requests(&self) -> usize {
+        self.requests(METADATA)
+    }
+
+    /// Requests of `api_key` (librdkafka's numbering) received since tracking started or was last
+    /// cleared.
+    pub(super) fn requests(&self, api_key: i16) -> usize {
         let mut count = 0usize;
         // SAFETY: the array and its requests are ours to destroy, after reading them
         unsafe {
@@ -73,14 +80,14 @@ impl TrackedCluster {
             let slice = std::slice::from_raw_parts(requests, count);
             let n = slice
                 .iter()
-                .filter(|r| rd::rd_kafka_mock_request_api_key(**r) == METADATA)
+                .filter(|r| rd::rd_kafka_mock_request_api_key(**r) == api_key)
                 .count();
             rd::rd_kafka_mock_request_destroy_array(requests, count);
             n
         }
     }
 
-    fn clear_requests(&self) {
+    pub(super) fn clear_requests(&self) {
         // SAFETY: as above
         unsafe { rd::rd_kafka_mock_clear_requests(self.raw()) }
     }
@@ -340,92 +347,12 @@ fn discovery_stops_once_the_awaited_topic_exists() {
     );
 }
 
-fn reader(settings: &KafkaSourceSettings) -> KafkaPartitionSplitReader {
+pub(super) fn reader(settings: &KafkaSourceSettings) -> KafkaPartitionSplitReader {
     let limit = BatchLimit {
         records: 1000,
         bytes: 1 << 20,
     };
     KafkaPartitionSplitReader::new(settings, 0, limit, KafkaMetrics::noop()).expect("reader")
-}
-
-/// A reader on the mock cluster, caught up with the `n` records of `topic`'s partition 0 (idle at
-/// its end), whose errors fail it after `timeout`.
-fn caught_up_reader(
-    cluster: &MockCluster<'_, DefaultProducerContext>,
-    topic: &str,
-    timeout: Duration,
-) -> KafkaPartitionSplitReader {
-    cluster.create_topic(topic, 1, 1).expect("topic");
-    produce(&cluster.bootstrap_servers(), topic, 1, 0, 5);
-    let mut s = settings(&cluster.bootstrap_servers(), topic);
-    s.request_timeout = timeout;
-    // an authorization failure backs a partition's fetch off by 10 times this (at least 1 s)
-    s.properties.insert("fetch.error.backoff.ms".into(), "100".into());
-    let mut reader = reader(&s);
-    reader
-        .handle_splits_changes(SplitsChange::Add(vec![KafkaPartitionSplit::new(topic, 0, 0, None)]))
-        .expect("assign");
-    let (mut read, mut caught_up) = (0, false);
-    wait_until("the records", Duration::from_secs(30), || {
-        let batch = reader.fetch().expect("fetch");
-        read += batch.record_count();
-        caught_up |= !batch.caught_up.is_empty();
-        read >= 5 && caught_up
-    });
-    reader
-}
-
-/// An error that says a partition cannot be read (here: the broker refuses one fetch as not
-/// authorized, as while an ACL is changed) and then stops must not fail the job once the request
-/// timeout passed, though the partition, idle at its end, delivers no record to prove it healthy.
-#[test]
-fn a_partition_error_that_stops_does_not_fail_the_reader() {
-    let cluster = MockCluster::new(1).expect("mock cluster");
-    let timeout = Duration::from_secs(3);
-    let mut reader = caught_up_reader(&cluster, "mock-flaky", timeout);
-    cluster.request_errors(
-        RDKafkaApiKey::Fetch,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED],
-    );
-    wait_until("the reader to see the error", Duration::from_secs(30), || {
-        reader.fetch().expect("fetch during the error");
-        reader.open_partition_errors() == 1
-    });
-    // the next fetches succeed: well past the timeout, the reader must not fail
-    let seen = Instant::now();
-    while seen.elapsed() < 3 * timeout {
-        if let Err(e) = reader.fetch() {
-            panic!("an error that stopped failed the reader: {e}");
-        }
-    }
-    assert_eq!(reader.open_partition_errors(), 0);
-}
-
-/// The same error, when it does not stop, fails the reader after the request timeout, naming
-/// the partition.
-#[test]
-fn a_partition_error_that_persists_fails_the_reader() {
-    let cluster = MockCluster::new(1).expect("mock cluster");
-    let mut reader = caught_up_reader(&cluster, "mock-lost", Duration::from_secs(2));
-    cluster.request_errors(
-        RDKafkaApiKey::Fetch,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 200],
-    );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let err = loop {
-        assert!(
-            Instant::now() < deadline,
-            "a persistent partition error never failed the reader"
-        );
-        if let Err(e) = reader.fetch() {
-            break e;
-        }
-    };
-    let text = err.to_string();
-    assert!(
-        text.contains("mock-lost:0") && text.contains("request_timeout"),
-        "{text}"
-    );
 }
 
 /// A split paused for pacing or alignment fetches nothing on purpose: it must not be restarted as
