@@ -29,6 +29,9 @@ pub struct DiscoveryRequest {
     pub initial_done: bool,
 }
 
+/// How long a discovery waits for the topic ids (a check, see `discover`).
+const TOPIC_IDS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What one discovery found.
 #[derive(Debug, Default)]
 pub struct Discovery {
@@ -238,8 +241,11 @@ pub fn discover(
         }
     }
     partitions.retain(|(t, p)| instance_owns(t, *p, parallelism, settings.instance));
-    // ids are a check, not a need: a broker without them (or refusing the call) leaves it out
-    let topic_ids = match super::topic_ids::topic_ids(consumer, &present, broker, timeout) {
+    // ids are a check, not a need: a broker without them (or refusing the call) leaves it out,
+    // and so does one slow to answer (librdkafka may wait for a controller it does not know):
+    // the check must not hold a discovery for the whole request timeout
+    let ids_timeout = timeout.min(TOPIC_IDS_TIMEOUT);
+    let topic_ids = match super::topic_ids::topic_ids(consumer, &present, broker, ids_timeout) {
         Ok(ids) => ids,
         Err(e) => {
             debug!(error = %e, "no topic ids: a recreated topic is told only by its offsets");
