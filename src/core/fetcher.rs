@@ -1,7 +1,7 @@
 //! Split fetchers on OS threads and their manager (Flink's `SplitFetcher` and
 //! `SplitFetcherManager`): each fetcher drives one blocking [`SplitReader`] and puts its batches
 //! into the reader's bounded [`ElementQueue`]. (Under a simulation, a fetcher is a task: see
-//! [`crate::rt`].)
+//! `rt`.)
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
