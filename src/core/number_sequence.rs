@@ -223,11 +223,23 @@ impl Source for NumberSequenceSource {
     }
 
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {
+        self.reader(context, true)
+    }
+}
+
+impl NumberSequenceSource {
+    /// Reader `context.index`, reading with this source's settings; `pull`: it asks the
+    /// enumerator for splits (else they are pushed to it).
+    pub(crate) fn reader(
+        &self,
+        context: ReaderContext,
+        pull: bool,
+    ) -> Result<SourceReaderBase<NumberSequenceSplitReader, u64, NumberEmitter>> {
         let batch_size = self.batch_size;
         let mut options = ReaderOptions::new(context.index);
         options.fetcher_mode = self.fetcher_mode;
         options.queue_capacity = self.queue_capacity;
-        options.request_splits = true;
+        options.request_splits = pull;
         options.eof = self.eof.clone();
         options.stats = context.fetch_stats;
         Ok(SourceReaderBase::new(

@@ -167,10 +167,8 @@ impl Plan {
             count: self.count,
             splits: self.splits,
             discovery_delay: delay,
-            batch_size: self.batch_size,
-            queue_capacity: self.queue_capacity,
-            fetcher_mode: self.fetcher_mode,
-            eof: None,
+            // its markers are not drawn: the numbers it reads depend on where it resolved
+            reading: self.source(),
         }
     }
 

@@ -14,10 +14,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::enumerator::{EnumeratorContext, SplitEnumerator};
 use crate::error::Result;
-use crate::number_sequence::{split_range, NumberEmitter, NumberSequenceSplit, NumberSequenceSplitReader};
-use crate::reader_base::{ReaderOptions, SourceReaderBase};
+use crate::number_sequence::{
+    split_range, NumberEmitter, NumberSequenceSource, NumberSequenceSplit, NumberSequenceSplitReader,
+};
+use crate::reader_base::SourceReaderBase;
 use crate::source::{Boundedness, ReaderContext, Source, SourceSplit, SplitId};
-use crate::{EofOnRecordEvaluator, FetcherMode};
 
 /// What outlives the simulated processes: the log's end, which every discovery moves (records
 /// keep arriving).
@@ -39,10 +40,8 @@ pub(crate) struct ResolvingSource {
     pub(crate) count: u64,
     pub(crate) splits: usize,
     pub(crate) discovery_delay: Duration,
-    pub(crate) batch_size: usize,
-    pub(crate) queue_capacity: usize,
-    pub(crate) fetcher_mode: FetcherMode,
-    pub(crate) eof: Option<Arc<dyn EofOnRecordEvaluator<u64>>>,
+    /// How its readers read (batch size, queue, fetcher mode): as the number sequence's do.
+    pub(crate) reading: NumberSequenceSource,
 }
 
 pub(crate) struct ResolvingEnumerator {
@@ -179,16 +178,6 @@ impl Source for ResolvingSource {
     }
 
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {
-        let batch_size = self.batch_size;
-        let mut options = ReaderOptions::new(context.index);
-        options.fetcher_mode = self.fetcher_mode;
-        options.queue_capacity = self.queue_capacity;
-        options.eof = self.eof.clone();
-        options.stats = context.fetch_stats;
-        Ok(SourceReaderBase::new(
-            Box::new(move || Ok(NumberSequenceSplitReader::new(batch_size))),
-            NumberEmitter,
-            options,
-        ))
+        self.reading.reader(context, false)
     }
 }
