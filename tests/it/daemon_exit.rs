@@ -159,24 +159,7 @@ fn sigint_while_the_broker_does_not_answer(group: bool, out: Out) {
     });
     // the broker stops answering (its connections stay open, as behind a dead network)
     broker.signal(libc::SIGSTOP);
-    let stopped_at = Instant::now();
-    daemon.signal(libc::SIGINT);
-    let deadline = Instant::now() + request_timeout * 3;
-    let mut daemon = daemon;
-    let status = loop {
-        if let Some(status) = daemon.child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = daemon.child.kill();
-            broker.signal(libc::SIGCONT);
-            panic!("tidegate did not end; log:\n{}", daemon.log_text());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let took = stopped_at.elapsed();
-    broker.signal(libc::SIGCONT);
-    let log = daemon.log_text();
+    let (status, took, log) = interrupt(daemon, &broker, request_timeout * 3);
     eprintln!(
         "exit: SIGINT with the broker paused: exit {:?} after {took:?}",
         status.code()
@@ -208,14 +191,30 @@ fn sigint_during_a_partition_discovery_the_broker_does_not_answer_exits_promptly
     let state_path = dir.path("job.state");
     // the broker stops answering before the job starts: its first discovery waits for it
     broker.signal(libc::SIGSTOP);
-    let mut daemon = Daemon::start(&config, &[]);
+    let daemon = Daemon::start(&config, &[]);
     // a checkpoint (of no split yet): the job runs, its discovery asked and waits
     wait_until("a first checkpoint", MINUTE, || {
         state(&state_path)["checkpoint_id"].as_u64().is_some()
     });
+    let (status, took, log) = interrupt(daemon, &broker, request_timeout * 3);
+    eprintln!(
+        "exit: SIGINT during a discovery with the broker paused: exit {:?} after {took:?}",
+        status.code()
+    );
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(log.contains("stopped"), "{log}");
+    assert!(
+        took < request_timeout / 3,
+        "the process lived {took:?} after SIGINT (request timeout {request_timeout:?}); log:\n{log}"
+    );
+}
+
+/// SIGINT to `daemon`, whose broker is paused: its exit status, how long it took, and its log
+/// (the broker resumes either way; past `limit` the daemon is killed and the test fails).
+fn interrupt(mut daemon: Daemon, broker: &OwnBroker, limit: Duration) -> (std::process::ExitStatus, Duration, String) {
     let stopped_at = Instant::now();
     daemon.signal(libc::SIGINT);
-    let deadline = Instant::now() + request_timeout * 3;
+    let deadline = stopped_at + limit;
     let status = loop {
         if let Some(status) = daemon.child.try_wait().expect("try_wait") {
             break status;
@@ -229,15 +228,5 @@ fn sigint_during_a_partition_discovery_the_broker_does_not_answer_exits_promptly
     };
     let took = stopped_at.elapsed();
     broker.signal(libc::SIGCONT);
-    let log = daemon.log_text();
-    eprintln!(
-        "exit: SIGINT during a discovery with the broker paused: exit {:?} after {took:?}",
-        status.code()
-    );
-    assert_eq!(status.code(), Some(0), "{log}");
-    assert!(log.contains("stopped"), "{log}");
-    assert!(
-        took < request_timeout / 3,
-        "the process lived {took:?} after SIGINT (request timeout {request_timeout:?}); log:\n{log}"
-    );
+    (status, took, daemon.log_text())
 }
