@@ -143,20 +143,16 @@ fn resumed_after_a_shorter_recreation(without_ids: bool) {
     }
     let (code, log) = run(&config, &[], MINUTE);
     assert_eq!(code, 1, "{log}");
-    for expected in [
-        format!("{topic}:0"),
-        format!("stored offset {stored}"),
-        "holds offsets 0 to 10".to_string(),
-        "recreated".to_string(),
-        "source.offset_reset".to_string(),
-    ] {
-        assert!(log.contains(&expected), "the error says {expected:?}: {log}");
-    }
-    let said = log
-        .lines()
-        .find(|l| l.starts_with("tidegate: error"))
-        .unwrap_or_default()
-        .to_string();
+    let said = error_saying(
+        &log,
+        &[
+            format!("{topic}:0"),
+            format!("stored offset {stored}"),
+            "holds offsets 0 to 10".to_string(),
+            "recreated".to_string(),
+            "source.offset_reset".to_string(),
+        ],
+    );
     let (code, log) = run(&config, &["--set", "source.offset_reset=\"earliest\""], MINUTE);
     assert_eq!(code, 0, "{log}");
     assert!(
@@ -195,19 +191,15 @@ fn a_topic_recreated_longer_is_told_by_its_id() {
     let bounded = ["--set", "source.stopping_offsets=\"latest\""];
     let (code, log) = run(&config, &bounded, MINUTE);
     assert_eq!(code, 1, "{log}");
-    for expected in [
-        format!("{topic}:0"),
-        "was deleted and recreated since the state file was written (its id was".to_string(),
-        "stored offset 20".to_string(),
-        "holds offsets 0 to 50".to_string(),
-    ] {
-        assert!(log.contains(&expected), "the error says {expected:?}: {log}");
-    }
-    let said = log
-        .lines()
-        .find(|l| l.starts_with("tidegate: error"))
-        .unwrap_or_default()
-        .to_string();
+    let said = error_saying(
+        &log,
+        &[
+            format!("{topic}:0"),
+            "was deleted and recreated since the state file was written (its id was".to_string(),
+            "stored offset 20".to_string(),
+            "holds offsets 0 to 50".to_string(),
+        ],
+    );
     let (code, log) = run(
         &config,
         &[bounded[0], bounded[1], "--set", "source.offset_reset=\"earliest\""],
@@ -295,4 +287,15 @@ fn a_topic_recreated_while_read_with_discovery_on_is_an_error() {
         )),
         "{log}"
     );
+}
+
+/// The daemon's error line, which must say each of `expected` (the log is shown otherwise).
+fn error_saying(log: &str, expected: &[String]) -> String {
+    for e in expected {
+        assert!(log.contains(e.as_str()), "the error says {e:?}: {log}");
+    }
+    log.lines()
+        .find(|l| l.starts_with("tidegate: error"))
+        .unwrap_or_default()
+        .to_string()
 }
