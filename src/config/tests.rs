@@ -182,6 +182,37 @@ fn dotted_librdkafka_keys_survive_loading() {
 }
 
 #[test]
+fn property_secrets_come_from_files_and_unset_variables_are_named() {
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("kafka-password");
+    std::fs::write(&secret, "s3cret\n").unwrap();
+    let text = format!(
+        "{BASE}\n[source.properties]\n\"sasl.password\" = {{ file = {:?} }}\n",
+        secret.display().to_string()
+    );
+    let c = load(&write(&dir, &text), &[]).unwrap();
+    let SourceConfig::Kafka(k) = c.source else { panic!() };
+    assert_eq!(
+        k.settings.properties.get("sasl.password").map(String::as_str),
+        Some("s3cret")
+    );
+    let e = error_of(
+        &BASE.replace(
+            "type = \"null\"",
+            "type = \"kafka\"\nbootstrap_servers = \"127.0.0.1:1\"\ntopic = \"t\"\nproperties = { \"sasl.password\" = { env = \"TIDEGATE_TEST_NEVER_SET\" } }",
+        ),
+        &[],
+    );
+    assert_eq!(key_of(&e), "sink.properties.\"sasl.password\"", "{e}");
+    assert!(
+        e.to_string()
+            .contains("the environment variable TIDEGATE_TEST_NEVER_SET is not set"),
+        "{e}"
+    );
+}
+
+#[test]
 fn environment_and_set_override_the_file() {
     let _env = env_lock();
     let dir = tempfile::tempdir().unwrap();

@@ -4,6 +4,7 @@
 //! The config loader knows no connector, and no connector imports the loader.
 
 pub mod registry;
+pub mod secret;
 pub mod values;
 
 use std::future::Future;

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::secret::SecretRef;
 use crate::error::{Error, Result};
 
 /// Deserialize a subtree, naming the exact key on error (`prefix` is the subtree's own path).
@@ -177,7 +178,8 @@ pub fn single_entry<'a>(key: &str, v: &'a Value, expected: &str) -> Result<(&'a 
     }
 }
 
-/// A librdkafka property value: text, a number or a boolean.
+/// A librdkafka property value: text, a number, a boolean, or a secret kept outside the config
+/// (`{ file = "…" }` or `{ env = "…" }`, see [`SecretRef`]).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum PropertyValue {
@@ -185,6 +187,7 @@ pub enum PropertyValue {
     Int(i64),
     Float(f64),
     Bool(bool),
+    Secret(SecretRef),
 }
 
 impl std::fmt::Display for PropertyValue {
@@ -194,13 +197,24 @@ impl std::fmt::Display for PropertyValue {
             PropertyValue::Int(i) => write!(f, "{i}"),
             PropertyValue::Float(x) => write!(f, "{x}"),
             PropertyValue::Bool(b) => write!(f, "{b}"),
+            PropertyValue::Secret(SecretRef::File { file }) => write!(f, "{{ file = {:?} }}", file.display()),
+            PropertyValue::Secret(SecretRef::Env { env }) => write!(f, "{{ env = {env:?} }}"),
         }
     }
 }
 
-/// librdkafka properties as the client takes them: every value as text.
-pub fn properties(map: BTreeMap<String, PropertyValue>) -> BTreeMap<String, String> {
-    map.into_iter().map(|(k, v)| (k, v.to_string())).collect()
+/// librdkafka properties as the client takes them: every value as text, secrets read from their
+/// file or variable (an error names `section.properties."key"`).
+pub fn properties(section: &str, map: BTreeMap<String, PropertyValue>) -> Result<BTreeMap<String, String>> {
+    map.into_iter()
+        .map(|(k, v)| {
+            let value = match &v {
+                PropertyValue::Secret(secret) => secret.resolve(&format!("{section}.properties.\"{k}\""))?,
+                other => other.to_string(),
+            };
+            Ok((k, value))
+        })
+        .collect()
 }
 
 #[cfg(test)]

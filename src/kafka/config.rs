@@ -268,7 +268,7 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
     settings.discovery_interval = discovery;
     settings.wait_for_topics = raw.wait_for_topics;
     settings.group_id = raw.group_id;
-    settings.properties = properties(raw.properties);
+    settings.properties = properties("source", raw.properties)?;
     settings.request_timeout = duration_at("source.request_timeout", &raw.request_timeout)?;
     settings.instance = job.instance;
     settings.offset_reset = offset_reset.to_string();

@@ -111,7 +111,7 @@ impl SinkConnector for KafkaSinkConfig {
                 ("exactly_once", Delivery::ExactlyOnce),
             ],
         )?;
-        let properties = properties(raw.properties);
+        let properties = properties("sink", raw.properties)?;
         if delivery == Delivery::ExactlyOnce {
             if let Some(key) = ["transactional.id", "enable.idempotence"]
                 .into_iter()
