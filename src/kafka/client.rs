@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::client::ClientContext;
+use rdkafka::client::{Client, ClientContext};
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -130,8 +130,9 @@ impl ClientContext for TracingContext {
 
 impl ConsumerContext for TracingContext {}
 
-/// `fetch_metadata` in short slices up to `timeout`, so a refused authentication fails at once
-/// instead of after the whole timeout (librdkafka reports it only to the context).
+/// `fetch_metadata` in short slices up to `timeout`, so a refused authentication or TLS
+/// handshake fails at once instead of after the whole timeout (librdkafka reports it only to the
+/// context).
 pub fn fetch_metadata(
     consumer: &BaseConsumer<TracingContext>,
     topic: Option<&str>,
@@ -139,15 +140,29 @@ pub fn fetch_metadata(
     properties: &BTreeMap<String, String>,
     what: &str,
 ) -> crate::error::Result<Metadata> {
+    metadata_unless_refused(consumer.client(), topic, timeout, what, || {
+        // serve the client's events: librdkafka reports a refused authentication as one
+        let _ = consumer.poll(Duration::ZERO);
+        consumer.context().authentication_failure(properties)
+    })
+}
+
+/// Any client's `fetch_metadata` in short slices up to `timeout`, ending at once when `refused`
+/// says the cluster refused the client.
+pub fn metadata_unless_refused<C: ClientContext>(
+    client: &Client<C>,
+    topic: Option<&str>,
+    timeout: Duration,
+    what: &str,
+    mut refused: impl FnMut() -> Option<Error>,
+) -> crate::error::Result<Metadata> {
     let deadline = Instant::now() + timeout;
     loop {
         let slice = deadline
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(500));
-        let result = consumer.fetch_metadata(topic, slice);
-        // serve the client's events: librdkafka reports a refused authentication as one
-        let _ = consumer.poll(Duration::ZERO);
-        if let Some(e) = consumer.context().authentication_failure(properties) {
+        let result = client.fetch_metadata(topic, slice);
+        if let Some(e) = refused() {
             return Err(e);
         }
         match result {
@@ -156,6 +171,18 @@ pub fn fetch_metadata(
             Err(_) => {}
         }
     }
+}
+
+/// `validate --connect`'s line for a client that reached its cluster: how, as whom, and `found`.
+pub fn connected_line(role: &str, servers: &str, properties: &BTreeMap<String, String>, found: &str) -> String {
+    let protocol = properties
+        .get("security.protocol")
+        .map_or("PLAINTEXT".to_string(), |p| p.to_ascii_uppercase());
+    let user = properties
+        .get("sasl.username")
+        .map(|u| format!(" as {u}"))
+        .unwrap_or_default();
+    format!("{role}: connected to {servers} over {protocol}{user}: {found}")
 }
 
 /// Property names whose values must never be logged or printed.

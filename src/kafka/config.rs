@@ -434,6 +434,16 @@ impl SourceConnector for KafkaSourceConfig {
         lines
     }
 
+    fn check_connection(&self) -> Result<Vec<String>> {
+        let s = &self.settings;
+        let consumer = super::discovery::admin_consumer(s)?;
+        let what = format!("connecting to {}", s.bootstrap_servers);
+        let metadata = super::client::fetch_metadata(&consumer, None, s.request_timeout, &s.properties, &what)?;
+        let brokers = metadata.brokers().len();
+        let found = format!("{brokers} broker{}", if brokers == 1 { "" } else { "s" });
+        Ok(vec![super::client::connected_line("source", &s.bootstrap_servers, &s.properties, &found)])
+    }
+
     fn build(&self, ctx: &SourceContext<'_>) -> Result<KafkaSource> {
         // the envelope prints a JSON value as its bytes (checked in full by the decoder): only
         // Avro values are printed from their decoded form
