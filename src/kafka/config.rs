@@ -441,7 +441,12 @@ impl SourceConnector for KafkaSourceConfig {
         let metadata = super::client::fetch_metadata(&consumer, None, s.request_timeout, &s.properties, &what)?;
         let brokers = metadata.brokers().len();
         let found = format!("{brokers} broker{}", if brokers == 1 { "" } else { "s" });
-        Ok(vec![super::client::connected_line("source", &s.bootstrap_servers, &s.properties, &found)])
+        Ok(vec![super::client::connected_line(
+            "source",
+            &s.bootstrap_servers,
+            &s.properties,
+            &found,
+        )])
     }
 
     fn build(&self, ctx: &SourceContext<'_>) -> Result<KafkaSource> {

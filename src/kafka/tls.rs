@@ -44,8 +44,11 @@ pub fn explain(reason: &str, properties: &BTreeMap<String, String>) -> String {
         return match properties
             .get("ssl.certificate.location")
             .map(|l| format!("ssl.certificate.location = {l}"))
-            .or_else(|| properties.get("ssl.certificate.pem").map(|_| "ssl.certificate.pem".into()))
-        {
+            .or_else(|| {
+                properties
+                    .get("ssl.certificate.pem")
+                    .map(|_| "ssl.certificate.pem".into())
+            }) {
             None => format!(
                 "TLS: {at} requires a client certificate (mTLS) and none is configured: set \
                  ssl.certificate.location and ssl.key.location (librdkafka: {reason})"
@@ -96,7 +99,11 @@ fn look_again(address: &str, properties: &BTreeMap<String, String>) -> Result<Op
         }
         (None, Some(l)) if l != "probe" => {
             let path = std::path::Path::new(l);
-            let (file, dir) = if path.is_dir() { (None, Some(path)) } else { (Some(path), None) };
+            let (file, dir) = if path.is_dir() {
+                (None, Some(path))
+            } else {
+                (Some(path), None)
+            };
             builder
                 .load_verify_locations(file, dir)
                 .map_err(|e| format!("ssl.ca.location {l}: {e}"))?;
@@ -143,7 +150,13 @@ fn look_again(address: &str, properties: &BTreeMap<String, String>) -> Result<Op
 fn describe(cert: &X509Ref) -> String {
     let name = |n: &openssl::x509::X509NameRef| {
         n.entries()
-            .filter_map(|e| Some(format!("{}={}", e.object().nid().short_name().ok()?, e.data().to_string().ok()?)))
+            .filter_map(|e| {
+                Some(format!(
+                    "{}={}",
+                    e.object().nid().short_name().ok()?,
+                    e.data().to_string().ok()?
+                ))
+            })
             .collect::<Vec<_>>()
             .join(",")
     };
@@ -155,7 +168,9 @@ fn describe(cert: &X509Ref) -> String {
                     n.dnsname().map(|d| format!("DNS:{d}")).or_else(|| {
                         n.ipaddress().and_then(|ip| match ip.len() {
                             4 => Some(format!("IP:{}", std::net::Ipv4Addr::new(ip[0], ip[1], ip[2], ip[3]))),
-                            16 => <[u8; 16]>::try_from(ip).ok().map(|b| format!("IP:{}", std::net::Ipv6Addr::from(b))),
+                            16 => <[u8; 16]>::try_from(ip)
+                                .ok()
+                                .map(|b| format!("IP:{}", std::net::Ipv6Addr::from(b))),
                             _ => None,
                         })
                     })
@@ -169,7 +184,11 @@ fn describe(cert: &X509Ref) -> String {
         name(cert.issuer_name()),
         cert.not_before(),
         cert.not_after(),
-        if names.is_empty() { "none".to_string() } else { names.join(", ") }
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
     )
 }
 
@@ -188,7 +207,9 @@ mod tests {
         assert!(!is_refusal(
             "ssl://127.0.0.1:9400/bootstrap: SSL handshake failed: Disconnected: SSL connection closed by peer"
         ));
-        assert!(!is_refusal("127.0.0.1:9092/1: Connect to ipv4#127.0.0.1:9092 failed: Connection refused"));
+        assert!(!is_refusal(
+            "127.0.0.1:9092/1: Connect to ipv4#127.0.0.1:9092 failed: Connection refused"
+        ));
     }
 
     #[test]
@@ -202,11 +223,15 @@ mod tests {
 
     #[test]
     fn a_missing_client_certificate_is_named() {
-        let reason = "ssl://127.0.0.1:9405/bootstrap: Receive failed: error:0A000412:SSL routines::sslv3 alert bad certificate";
+        let reason =
+            "ssl://127.0.0.1:9405/bootstrap: Receive failed: error:0A000412:SSL routines::sslv3 alert bad certificate";
         let said = explain(reason, &BTreeMap::new());
         assert!(said.contains("127.0.0.1:9405 requires a client certificate"), "{said}");
         let props = [("ssl.certificate.location".to_string(), "/c.pem".to_string())].into();
         let said = explain(reason, &props);
-        assert!(said.contains("refused the client certificate (ssl.certificate.location = /c.pem): bad certificate"), "{said}");
+        assert!(
+            said.contains("refused the client certificate (ssl.certificate.location = /c.pem): bad certificate"),
+            "{said}"
+        );
     }
 }
