@@ -288,6 +288,9 @@ mod tests {
             ("sasl.password", "hunter2"),
             ("ssl.key.password", "k"),
             ("sasl.oauthbearer.client.secret", "s"),
+            ("ssl.key.pem", "-----BEGIN PRIVATE KEY-----"),
+            ("ssl.keystore.password", "k"),
+            ("ssl.ca.location", "/ca.pem"),
             ("fetch.min.bytes", "1"),
         ]
         .into_iter()
@@ -297,6 +300,9 @@ mod tests {
         assert_eq!(shown["sasl.password"], "***");
         assert_eq!(shown["ssl.key.password"], "***");
         assert_eq!(shown["sasl.oauthbearer.client.secret"], "***");
+        assert_eq!(shown["ssl.key.pem"], "***");
+        assert_eq!(shown["ssl.keystore.password"], "***");
+        assert_eq!(shown["ssl.ca.location"], "/ca.pem");
         assert_eq!(shown["fetch.min.bytes"], "1");
         assert!(!format!("{shown:?}").contains("hunter2"));
     }
