@@ -453,5 +453,25 @@ fn refused_certificates_fail_at_once_naming_the_cause() {
         assert!(err.contains(&said), "{what}: validate --connect: {err}");
         seen.push(format!("{what} in {:.1} s", took.as_secs_f64()));
     }
+    // the sink's producer: the same refusal, at once
+    let out = b.plain.create_topic("tls-refused-out", 1);
+    let config = dir.config(&format!(
+        "[job]\nname = \"tls-refused-sink\"\n\n[source]\ntype = \"datagen\"\ncount = 10\nformat = \"json\"\n\n\
+         [source.fields]\nn = {{ sequence = {{ start = 0 }} }}\n\n[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{ssl}\"\n\
+         topic = \"{out}\"\nflush_timeout = \"{REQUEST_TIMEOUT}\"\n\n[sink.properties]\n{}",
+        b.ssl(&other_ca)
+    ));
+    let said =
+        format!("kafka (sink): TLS: the certificate of {ssl} is not trusted: unable to get local issuer certificate");
+    let started = Instant::now();
+    let (code, log) = run(&config, &[], MINUTE);
+    let took = started.elapsed();
+    assert_eq!(code, 1, "the sink: {log}");
+    assert!(log.contains(&said), "the sink: {said:?} not in {log}");
+    assert!(took < Duration::from_secs(20), "the sink: refused after {took:?}");
+    let (code, _, err) = validate_connect(&config);
+    assert_eq!(code, 1, "the sink: validate --connect: {err}");
+    assert!(err.contains(&said), "the sink: validate --connect: {err}");
+    seen.push(format!("the sink's wrong CA in {:.1} s", took.as_secs_f64()));
     eprintln!("tls: refused at once: {}", seen.join(", "));
 }
