@@ -24,6 +24,10 @@ pub enum Command {
         /// Override a config key, e.g. `--set job.parallelism=4` (repeatable).
         #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
         sets: Vec<String>,
+        /// Also connect to the Kafka clusters the job reads and writes, as the job would (TLS,
+        /// SASL): a refusal or an unreachable cluster exits 1.
+        #[arg(long)]
+        connect: bool,
     },
     /// Show what a Kafka replay will read, without reading it: each partition's resolved start
     /// and stop, the offsets in between, the first and last timestamps, and a total.

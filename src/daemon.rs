@@ -289,7 +289,7 @@ fn print_summary<S: SourceSplit>(job: &str, report: &JobReport<S>) {
 }
 
 /// `tidegate validate`: the config as it would run, in its own words.
-pub fn validate(config: &Path, sets: &[String]) -> Result<()> {
+pub fn validate(config: &Path, sets: &[String], connect: bool) -> Result<()> {
     let c = crate::config::load(config, sets)?;
     let mut out = std::io::stdout().lock();
     let job = &c.job;
@@ -324,6 +324,16 @@ pub fn validate(config: &Path, sets: &[String]) -> Result<()> {
         Some(addr) => format!("  metrics on http://{addr}/metrics"),
         None => "  no metrics endpoint".to_string(),
     });
+    if connect {
+        init_logging(c.log.format);
+        lines.extend(
+            c.source
+                .check_connection()?
+                .into_iter()
+                .chain(c.sink.check_connection()?)
+                .map(|l| format!("  {l}")),
+        );
+    }
     for line in lines {
         // a closed pipe (`validate | head`) ends the output, it is not a failure
         if writeln!(out, "{line}").is_err() {

@@ -95,6 +95,12 @@ pub trait SourceConnector: Clone + std::fmt::Debug + Send + Sync + Sized + 'stat
     /// The source to run.
     fn build(&self, ctx: &SourceContext<'_>) -> Result<Self::Source>;
 
+    /// `validate --connect`: reach what the source reads, one line each on what was found; an
+    /// unreachable or refusing service is an error.
+    fn check_connection(&self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+
     /// A record the sink writes once at the end of input (the data generator's end marker).
     fn end_marker(&self, _ctx: &SourceContext<'_>) -> Result<Option<Record>> {
         Ok(None)
@@ -139,6 +145,12 @@ pub trait SinkConnector: Clone + std::fmt::Debug + Send + Sync + Sized + 'static
     /// Refuse a checkpoint interval the sink cannot work with (a transaction that would time out).
     fn check_checkpoint_interval(&self, _interval: std::time::Duration) -> Result<()> {
         Ok(())
+    }
+
+    /// `validate --connect`: reach what the sink writes to (see
+    /// [`SourceConnector::check_connection`]).
+    fn check_connection(&self) -> Result<Vec<String>> {
+        Ok(Vec::new())
     }
 
     /// The sink to write to. Runs before the job's async runtime starts.

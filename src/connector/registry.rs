@@ -51,6 +51,11 @@ macro_rules! connectors {
                 match self { $(Self::$source(c) => c.describe(),)+ }
             }
 
+            /// What `validate --connect` found.
+            pub fn check_connection(&self) -> Result<Vec<String>> {
+                match self { $(Self::$source(c) => c.check_connection(),)+ }
+            }
+
             /// The record the sink writes at the end of input, if the source has one.
             pub fn end_marker(&self, ctx: &SourceContext<'_>) -> Result<Option<Record>> {
                 match self { $(Self::$source(c) => c.end_marker(ctx),)+ }
@@ -114,6 +119,11 @@ macro_rules! connectors {
             /// What `validate` prints of it.
             pub fn describe(&self) -> Vec<String> {
                 match self { $(Self::$sink(c) => c.describe(),)+ }
+            }
+
+            /// What `validate --connect` found.
+            pub fn check_connection(&self) -> Result<Vec<String>> {
+                match self { $(Self::$sink(c) => c.check_connection(),)+ }
             }
 
             /// Whether it prints decoded values.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::client::ClientContext;
+use rdkafka::client::{Client, ClientContext};
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -18,12 +18,24 @@ use crate::error::Error;
 use tracing::{debug, error, info, warn};
 
 /// Routes librdkafka's logs and errors to `tracing` (rust-rdkafka would use the `log` crate), and
-/// keeps an authentication failure, which librdkafka only reports here (its calls just time out).
+/// keeps a refused authentication or TLS handshake, which librdkafka only reports here (its
+/// calls just time out).
 #[derive(Debug, Clone, Default)]
 pub struct TracingContext {
     /// Which client this is, for the logs ("reader-0", "sink").
     pub name: String,
-    authentication: Arc<Mutex<Option<String>>>,
+    authentication: Arc<Mutex<Option<Refusal>>>,
+}
+
+/// Why the cluster refused this client, in librdkafka's words.
+#[derive(Debug, Clone)]
+enum Refusal {
+    /// SASL: the credentials.
+    Credentials(String),
+    /// TLS: a certificate, not yet explained.
+    Tls(String),
+    /// TLS, with its cause found ([`super::tls::explain`]).
+    TlsExplained(String),
 }
 
 impl TracingContext {
@@ -34,17 +46,40 @@ impl TracingContext {
         }
     }
 
-    /// The broker refused this client's credentials (SASL): fatal, retrying cannot help.
+    /// The broker refused this client's credentials (SASL) or a certificate (TLS): fatal,
+    /// retrying cannot help. A TLS refusal is explained once, with a second look at the broker's
+    /// certificate (a network round trip, outside the lock librdkafka's callback takes).
     pub fn authentication_failure(&self, properties: &BTreeMap<String, String>) -> Option<Error> {
-        let reason = self.authentication.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
-        let user = properties
-            .get("sasl.username")
-            .map(|u| format!(" for user {u}"))
-            .unwrap_or_default();
-        Some(Error::runtime(
-            format!("kafka ({})", self.name),
-            format!("authentication failed{user}: {reason}"),
-        ))
+        let refusal = self.authentication.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let message = match refusal {
+            Refusal::Credentials(reason) => {
+                let user = properties
+                    .get("sasl.username")
+                    .map(|u| format!(" for user {u}"))
+                    .unwrap_or_default();
+                format!("authentication failed{user}: {reason}")
+            }
+            Refusal::Tls(reason) => {
+                let explained = super::tls::explain(&reason, properties);
+                *self.authentication.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(Refusal::TlsExplained(explained.clone()));
+                explained
+            }
+            Refusal::TlsExplained(explained) => explained,
+        };
+        Some(Error::runtime(format!("kafka ({})", self.name), message))
+    }
+}
+
+impl TracingContext {
+    /// Keep the first refusal; whether this was it.
+    fn refuse(&self, refusal: Refusal) -> bool {
+        let mut slot = self.authentication.lock().unwrap_or_else(|p| p.into_inner());
+        let first = slot.is_none();
+        if first {
+            *slot = Some(refusal);
+        }
+        first
     }
 }
 
@@ -53,7 +88,12 @@ impl ClientContext for TracingContext {
         let client = self.name.as_str();
         match level {
             RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
-                error!(client, facility = fac, "librdkafka: {log_message}")
+                error!(client, facility = fac, "librdkafka: {log_message}");
+                // a refused TLS handshake is logged by the broker's thread at once; its error
+                // event waits in a queue the client may not serve until much later
+                if super::tls::is_refusal(log_message) {
+                    self.refuse(Refusal::Tls(log_message.to_string()));
+                }
             }
             RDKafkaLogLevel::Warning => warn!(client, facility = fac, "librdkafka: {log_message}"),
             RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
@@ -70,11 +110,16 @@ impl ClientContext for TracingContext {
             debug!(client = %self.name, "librdkafka: {reason}");
             return;
         }
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication) {
-            let mut slot = self.authentication.lock().unwrap_or_else(|p| p.into_inner());
-            if slot.is_none() {
+        let refusal = if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication) {
+            Some(Refusal::Credentials(reason.to_string()))
+        } else if super::tls::is_refusal(reason) {
+            Some(Refusal::Tls(reason.to_string()))
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            if self.refuse(refusal) {
                 error!(client = %self.name, "librdkafka: {reason}");
-                *slot = Some(reason.to_string());
             }
             return;
         }
@@ -85,8 +130,9 @@ impl ClientContext for TracingContext {
 
 impl ConsumerContext for TracingContext {}
 
-/// `fetch_metadata` in short slices up to `timeout`, so a refused authentication fails at once
-/// instead of after the whole timeout (librdkafka reports it only to the context).
+/// `fetch_metadata` in short slices up to `timeout`, so a refused authentication or TLS
+/// handshake fails at once instead of after the whole timeout (librdkafka reports it only to the
+/// context).
 pub fn fetch_metadata(
     consumer: &BaseConsumer<TracingContext>,
     topic: Option<&str>,
@@ -94,15 +140,29 @@ pub fn fetch_metadata(
     properties: &BTreeMap<String, String>,
     what: &str,
 ) -> crate::error::Result<Metadata> {
+    metadata_unless_refused(consumer.client(), topic, timeout, what, || {
+        // serve the client's events: librdkafka reports a refused authentication as one
+        let _ = consumer.poll(Duration::ZERO);
+        consumer.context().authentication_failure(properties)
+    })
+}
+
+/// Any client's `fetch_metadata` in short slices up to `timeout`, ending at once when `refused`
+/// says the cluster refused the client.
+pub fn metadata_unless_refused<C: ClientContext>(
+    client: &Client<C>,
+    topic: Option<&str>,
+    timeout: Duration,
+    what: &str,
+    mut refused: impl FnMut() -> Option<Error>,
+) -> crate::error::Result<Metadata> {
     let deadline = Instant::now() + timeout;
     loop {
         let slice = deadline
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(500));
-        let result = consumer.fetch_metadata(topic, slice);
-        // serve the client's events: librdkafka reports a refused authentication as one
-        let _ = consumer.poll(Duration::ZERO);
-        if let Some(e) = consumer.context().authentication_failure(properties) {
+        let result = client.fetch_metadata(topic, slice);
+        if let Some(e) = refused() {
             return Err(e);
         }
         match result {
@@ -111,6 +171,18 @@ pub fn fetch_metadata(
             Err(_) => {}
         }
     }
+}
+
+/// `validate --connect`'s line for a client that reached its cluster: how, as whom, and `found`.
+pub fn connected_line(role: &str, servers: &str, properties: &BTreeMap<String, String>, found: &str) -> String {
+    let protocol = properties
+        .get("security.protocol")
+        .map_or("PLAINTEXT".to_string(), |p| p.to_ascii_uppercase());
+    let user = properties
+        .get("sasl.username")
+        .map(|u| format!(" as {u}"))
+        .unwrap_or_default();
+    format!("{role}: connected to {servers} over {protocol}{user}: {found}")
 }
 
 /// Property names whose values must never be logged or printed.
@@ -216,6 +288,9 @@ mod tests {
             ("sasl.password", "hunter2"),
             ("ssl.key.password", "k"),
             ("sasl.oauthbearer.client.secret", "s"),
+            ("ssl.key.pem", "-----BEGIN PRIVATE KEY-----"),
+            ("ssl.keystore.password", "k"),
+            ("ssl.ca.location", "/ca.pem"),
             ("fetch.min.bytes", "1"),
         ]
         .into_iter()
@@ -225,6 +300,9 @@ mod tests {
         assert_eq!(shown["sasl.password"], "***");
         assert_eq!(shown["ssl.key.password"], "***");
         assert_eq!(shown["sasl.oauthbearer.client.secret"], "***");
+        assert_eq!(shown["ssl.key.pem"], "***");
+        assert_eq!(shown["ssl.keystore.password"], "***");
+        assert_eq!(shown["ssl.ca.location"], "/ca.pem");
         assert_eq!(shown["fetch.min.bytes"], "1");
         assert!(!format!("{shown:?}").contains("hunter2"));
     }

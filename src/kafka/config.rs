@@ -434,6 +434,10 @@ impl SourceConnector for KafkaSourceConfig {
         lines
     }
 
+    fn check_connection(&self) -> Result<Vec<String>> {
+        super::discovery::check_connection(&self.settings).map(|line| vec![line])
+    }
+
     fn build(&self, ctx: &SourceContext<'_>) -> Result<KafkaSource> {
         // the envelope prints a JSON value as its bytes (checked in full by the decoder): only
         // Avro values are printed from their decoded form
@@ -482,17 +486,14 @@ impl SourceConnector for KafkaSourceConfig {
         let Some(topic) = &self.dead_letter_topic else {
             return Ok(sink);
         };
-        // the dead-letter producer reaches the cluster as the source does (SASL, TLS)
-        let mut settings = crate::sink::kafka::KafkaSinkSettings::new(&self.settings.bootstrap_servers, topic);
-        settings.properties = crate::kafka::client::connection_properties(&self.settings.properties);
-        let dead = crate::sink::kafka::KafkaSink::new(settings, None)?;
-        // a missing dead-letter topic is found now, not at the first undecodable record
-        if !dead.topic_exists(self.settings.request_timeout)? {
-            return Err(Error::config(
-                "source.dead_letter_topic",
-                format!("topic {topic} does not exist: create it first"),
-            ));
-        }
-        Ok(Box::new(crate::sink::dead_letter::DeadLetterSink::new(sink, dead)))
+        let s = &self.settings;
+        let sink = crate::sink::dead_letter::DeadLetterSink::to_topic(
+            sink,
+            &s.bootstrap_servers,
+            &s.properties,
+            topic,
+            s.request_timeout,
+        )?;
+        Ok(Box::new(sink))
     }
 }

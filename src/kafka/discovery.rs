@@ -102,6 +102,22 @@ pub fn admin_consumer(settings: &KafkaSourceSettings) -> Result<BaseConsumer<Tra
         .map_err(|e| crate::error::kafka("creating the enumerator's client", e))
 }
 
+/// `validate --connect`: the cluster's metadata, as the enumerator reaches it; a line saying so.
+pub fn check_connection(settings: &KafkaSourceSettings) -> Result<String> {
+    let consumer = admin_consumer(settings)?;
+    let what = format!("connecting to {}", settings.bootstrap_servers);
+    let properties = &settings.properties;
+    let metadata = super::client::fetch_metadata(&consumer, None, settings.request_timeout, properties, &what)?;
+    let brokers = metadata.brokers().len();
+    let found = format!("{brokers} broker{}", if brokers == 1 { "" } else { "s" });
+    Ok(super::client::connected_line(
+        "source",
+        &settings.bootstrap_servers,
+        properties,
+        &found,
+    ))
+}
+
 /// One discovery: the subscribed partitions that exist, offsets for the new ones, and what the
 /// request asked to check.
 pub fn discover(

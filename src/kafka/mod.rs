@@ -16,6 +16,7 @@ pub mod plan;
 mod restore;
 pub mod split;
 pub mod split_reader;
+pub mod tls;
 mod topic_ids;
 
 use std::collections::BTreeMap;

@@ -2,8 +2,11 @@
 //! with the error and their origin in headers; everything else goes to the job's sink. Both are
 //! made durable at each checkpoint.
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
 use crate::core::{Sink, SinkState};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::record::{Header, Record};
 
 use super::kafka::KafkaSink;
@@ -29,6 +32,28 @@ impl DeadLetterSink {
             dead_letters,
             diverted: 0,
         }
+    }
+
+    /// `inner`, with dead letters produced to `topic` by a producer that reaches the cluster as
+    /// the source does (`properties`: SASL, TLS). A missing topic is found now (a request of up to
+    /// `timeout`), not at the first undecodable record.
+    pub fn to_topic(
+        inner: Box<dyn Sink<Record>>,
+        bootstrap_servers: &str,
+        properties: &BTreeMap<String, String>,
+        topic: &str,
+        timeout: Duration,
+    ) -> Result<Self> {
+        let mut settings = super::kafka::KafkaSinkSettings::new(bootstrap_servers, topic);
+        settings.properties = crate::kafka::client::connection_properties(properties);
+        let dead = KafkaSink::new(settings, None)?;
+        if !dead.topic_exists(timeout)? {
+            return Err(Error::config(
+                "source.dead_letter_topic",
+                format!("topic {topic} does not exist: create it first"),
+            ));
+        }
+        Ok(Self::new(inner, dead))
     }
 }
 

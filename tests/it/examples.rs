@@ -19,6 +19,8 @@ fn validate_shows_each_example_config_in_its_own_words() {
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
         let out = std::process::Command::new(binary())
             .current_dir(root)
+            // the secret config/secured-cluster.toml reads from the environment
+            .env("KAFKA_PASSWORD", "example-password")
             .args(["validate", "--config", &format!("config/{name}.toml")])
             .output()
             .unwrap();

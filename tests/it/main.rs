@@ -25,3 +25,4 @@ mod restore;
 mod schema_registry;
 mod security;
 mod testing_api;
+mod tls;

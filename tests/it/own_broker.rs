@@ -1,5 +1,5 @@
 //! A Kafka broker of a test's own (`scripts/kafka` on free ports and a temp directory), which the
-//! test may kill, pause, or start with SASL/SCRAM and ACLs.
+//! test may kill, pause, or start with SASL/SCRAM and ACLs, or with TLS listeners.
 
 use std::process::Command;
 
@@ -18,7 +18,7 @@ impl OwnBroker {
         Self::start_with(&[])
     }
 
-    /// A broker with more of `scripts/kafka`'s environment (`KAFKA_SASL_USERS`).
+    /// A broker with more of `scripts/kafka`'s environment (`KAFKA_SASL_USERS`, `KAFKA_TLS`).
     pub fn start_with(extra: &[(&str, &str)]) -> OwnBroker {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
@@ -26,6 +26,9 @@ impl OwnBroker {
             ("KAFKA_PORT".to_string(), port.to_string()),
             ("KAFKA_CONTROLLER_PORT".to_string(), free_port().to_string()),
             ("KAFKA_INTERNAL_PORT".to_string(), free_port().to_string()),
+            ("KAFKA_SSL_PORT".to_string(), free_port().to_string()),
+            ("KAFKA_SASL_SSL_PORT".to_string(), free_port().to_string()),
+            ("KAFKA_MTLS_PORT".to_string(), free_port().to_string()),
             ("KAFKA_DIR".to_string(), dir.path().display().to_string()),
         ];
         env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
@@ -49,6 +52,17 @@ impl OwnBroker {
             "scripts/kafka {verb}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// The loopback address of the listener whose port is in `var` (`KAFKA_SSL_PORT`, say).
+    pub fn address(&self, var: &str) -> String {
+        let port = self
+            .env
+            .iter()
+            .find(|(k, _)| k == var)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no {var} in the broker's environment"));
+        format!("127.0.0.1:{port}")
     }
 
     pub fn pid(&self) -> i32 {

@@ -163,6 +163,24 @@ impl SinkConnector for KafkaSinkConfig {
         Ok(())
     }
 
+    fn check_connection(&self) -> Result<Vec<String>> {
+        let s = &self.settings;
+        // an idempotent producer reaches the cluster as the job's would, without a transaction
+        let mut probe = s.clone();
+        probe.delivery = Delivery::AtLeastOnce;
+        let sink = super::KafkaSink::new(probe, None)?;
+        let found = match sink.topic_exists(s.flush_timeout)? {
+            true => format!("topic {} exists", s.topic),
+            false => format!("topic {} does not exist", s.topic),
+        };
+        Ok(vec![crate::kafka::client::connected_line(
+            "sink",
+            &s.bootstrap_servers,
+            &s.properties,
+            &found,
+        )])
+    }
+
     fn describe(&self) -> Vec<String> {
         let s = &self.settings;
         let delivery = match s.delivery {

@@ -260,13 +260,21 @@ impl KafkaSink {
         }
     }
 
+    /// `topic`'s metadata, up to `timeout`; a refused authentication or TLS handshake ends the
+    /// wait at once.
+    fn metadata(&self, topic: &str, timeout: Duration, what: &str) -> Result<rdkafka::metadata::Metadata> {
+        crate::kafka::client::metadata_unless_refused(self.producer.client(), Some(topic), timeout, what, || {
+            self.producer
+                .context()
+                .log
+                .authentication_failure(&self.settings.properties)
+        })
+    }
+
     /// Whether the sink's topic exists (a metadata request, up to `timeout`).
     pub fn topic_exists(&self, timeout: Duration) -> Result<bool> {
-        let metadata = self
-            .producer
-            .client()
-            .fetch_metadata(Some(&self.settings.topic), timeout)
-            .map_err(|e| crate::error::kafka(format!("looking up topic {}", self.settings.topic), e))?;
+        let what = format!("looking up topic {}", self.settings.topic);
+        let metadata = self.metadata(&self.settings.topic, timeout, &what)?;
         Ok(metadata
             .topics()
             .first()
@@ -278,11 +286,7 @@ impl KafkaSink {
     fn partitions(&self, timeout: Duration) -> Result<Vec<i32>> {
         let topic = &self.settings.topic;
         let context = format!("reading the partitions of {topic}");
-        let metadata = self
-            .producer
-            .client()
-            .fetch_metadata(Some(topic), timeout)
-            .map_err(|e| crate::error::kafka(&context, e))?;
+        let metadata = self.metadata(topic, timeout, &context)?;
         let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
             return Err(Error::runtime(context, "the broker's metadata does not list the topic"));
         };
