@@ -24,6 +24,10 @@ pub enum Command {
         /// Override a config key, e.g. `--set job.parallelism=4` (repeatable).
         #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
         sets: Vec<String>,
+        /// Contact nothing: by default the schema registry a source uses is asked for its
+        /// subjects, so a wrong URL, refused credentials or an untrusted certificate show now.
+        #[arg(long)]
+        offline: bool,
     },
     /// Show what a Kafka replay will read, without reading it: each partition's resolved start
     /// and stop, the offsets in between, the first and last timestamps, and a total.

@@ -289,7 +289,8 @@ fn print_summary<S: SourceSplit>(job: &str, report: &JobReport<S>) {
 }
 
 /// `tidegate validate`: the config as it would run, in its own words.
-pub fn validate(config: &Path, sets: &[String]) -> Result<()> {
+/// Unless `offline`, the schema registries the source uses are contacted.
+pub fn validate(config: &Path, sets: &[String], offline: bool) -> Result<()> {
     let c = crate::config::load(config, sets)?;
     let mut out = std::io::stdout().lock();
     let job = &c.job;
@@ -312,6 +313,12 @@ pub fn validate(config: &Path, sets: &[String]) -> Result<()> {
     ));
     if let Some(d) = job.max_duration {
         lines.push(format!("  stops after {}", humantime::format_duration(d)));
+    }
+    // the registry is contacted (reachable, credentials accepted, certificate trusted): a
+    // mistake there would otherwise show only at the first record
+    for registry in c.source.schema_registries().into_iter().filter(|_| !offline) {
+        let subjects = crate::format::registry::check(registry)?;
+        lines.push(format!("  schema registry {registry}: reachable, {subjects} subjects"));
     }
     lines.extend(
         c.source

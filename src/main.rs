@@ -9,7 +9,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => tidegate::daemon::run(args),
-        Command::Validate { config, sets } => tidegate::daemon::validate(&config, &sets),
+        Command::Validate { config, sets, offline } => tidegate::daemon::validate(&config, &sets, offline),
         Command::Plan(args) => tidegate::daemon::plan(args),
         Command::State {
             command: StateCommand::Show { file },

@@ -95,6 +95,11 @@ pub trait SourceConnector: Clone + std::fmt::Debug + Send + Sync + Sized + 'stat
     /// The source to run.
     fn build(&self, ctx: &SourceContext<'_>) -> Result<Self::Source>;
 
+    /// The schema registries it uses, for `validate` to contact.
+    fn schema_registries(&self) -> Vec<&crate::format::registry::RegistrySettings> {
+        Vec::new()
+    }
+
     /// A record the sink writes once at the end of input (the data generator's end marker).
     fn end_marker(&self, _ctx: &SourceContext<'_>) -> Result<Option<Record>> {
         Ok(None)

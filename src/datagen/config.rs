@@ -225,7 +225,11 @@ impl SourceConnector for DatagenConfig {
     const TYPE: &'static str = "datagen";
     type Raw = RawDatagenSource;
     type Source = DataGeneratorSource;
-    const PATH_KEYS: &'static [&'static str] = &["avro.schema_file"];
+    const PATH_KEYS: &'static [&'static str] = &[
+        "avro.schema_file",
+        "avro.schema_registry.ca_file",
+        "avro.schema_registry.password.file",
+    ];
 
     fn validate(raw: RawDatagenSource, job: &JobConfig) -> Result<Self> {
         let config = validate_datagen(raw)?;
@@ -237,6 +241,10 @@ impl SourceConnector for DatagenConfig {
             ));
         }
         Ok(config)
+    }
+
+    fn schema_registries(&self) -> Vec<&crate::format::registry::RegistrySettings> {
+        self.avro.iter().filter_map(|a| a.schema_registry.as_ref()).collect()
     }
 
     fn describe(&self) -> Vec<String> {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::registry::{RawRegistry, RegistrySettings, SubjectNameStrategy};
 use crate::error::{Error, Result};
 use crate::record::ValueFormat;
 
@@ -13,27 +14,39 @@ use crate::record::ValueFormat;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawAvro {
-    /// Confluent Schema Registry URL: values are in the Confluent wire format (magic byte, schema
-    /// id, datum). Reading fetches each schema once by id; writing registers `schema_file` under
-    /// the subject `<topic>-value`.
-    pub schema_registry: Option<String>,
+    /// Confluent Schema Registry: its URL, or `{ url, username, password, ca_file }` (basic auth,
+    /// the password as text, `{ file = … }` or `{ env = … }`; a PEM CA for `https`). Values are
+    /// in the Confluent wire format (magic byte, schema id, datum). Reading fetches each schema
+    /// once by id; writing registers `schema_file` under the subject `subject_name_strategy` names.
+    pub schema_registry: Option<RawRegistry>,
     /// A local `.avsc` schema: without a registry, values are raw Avro datums of it. Writing
     /// always needs it.
     pub schema_file: Option<String>,
+    /// Writing with a registry: the subject the schema is registered under. `topic` (default,
+    /// Confluent's TopicNameStrategy: `<topic>-value`, `<topic>-key` for keys), `record`
+    /// (RecordNameStrategy: the schema's full name) or `topic_record` (`<topic>-<full name>`).
+    pub subject_name_strategy: Option<SubjectNameStrategy>,
 }
 
 /// Validated Avro settings.
 #[derive(Debug, Clone)]
 pub struct AvroConfig {
-    pub schema_registry: Option<String>,
+    pub schema_registry: Option<RegistrySettings>,
     pub schema_file: Option<PathBuf>,
+    pub subject_name_strategy: SubjectNameStrategy,
 }
 
 /// As the config says it.
 impl std::fmt::Display for AvroConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (&self.schema_file, &self.schema_registry) {
-            (Some(file), Some(url)) => write!(f, "schema_file {}, registered at {url}", file.display()),
+            (Some(file), Some(url)) => {
+                write!(f, "schema_file {}, registered at {url}", file.display())?;
+                match self.subject_name_strategy {
+                    SubjectNameStrategy::Topic => Ok(()),
+                    s => write!(f, " (subject name strategy {s:?})"),
+                }
+            }
             (Some(file), None) => write!(f, "schema_file {}", file.display()),
             (None, Some(url)) => write!(f, "schema_registry {url}"),
             (None, None) => f.write_str("no schema"),
@@ -94,9 +107,20 @@ pub fn avro(key: &str, format: ValueFormat, raw: Option<RawAvro>) -> Result<Opti
             if let Some(file) = &a.schema_file {
                 super::avro::read_schema(&format!("{key}.schema_file"), std::path::Path::new(file))?;
             }
+            let schema_registry = match a.schema_registry {
+                Some(r) => Some(RegistrySettings::from_raw(&format!("{key}.schema_registry"), r)?),
+                None => None,
+            };
+            if a.subject_name_strategy.is_some() && schema_registry.is_none() {
+                return Err(Error::config(
+                    format!("{key}.subject_name_strategy"),
+                    "only applies with a schema_registry",
+                ));
+            }
             Ok(Some(AvroConfig {
-                schema_registry: a.schema_registry,
+                schema_registry,
                 schema_file: a.schema_file.map(PathBuf::from),
+                subject_name_strategy: a.subject_name_strategy.unwrap_or_default(),
             }))
         }
         (ValueFormat::Avro, None) => Err(Error::config(

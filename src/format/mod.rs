@@ -6,6 +6,7 @@ pub mod avro;
 pub mod config;
 mod json;
 mod json_scan;
+pub mod registry;
 
 use std::sync::Arc;
 
@@ -139,10 +140,10 @@ pub fn decoder_factory(
         ));
     };
     match (&avro.schema_registry, &avro.schema_file) {
-        (Some(url), _) => {
-            let url = url.clone();
+        (Some(registry), _) => {
+            let registry = registry.clone();
             Ok(Arc::new(move || {
-                Ok(Box::new(avro::RegistryDecoder::new(&url, request_timeout)) as Box<dyn ValueDecoder>)
+                Ok(Box::new(avro::RegistryDecoder::new(registry.clone(), request_timeout)) as Box<dyn ValueDecoder>)
             }))
         }
         (None, Some(path)) => {
@@ -182,14 +183,22 @@ pub fn encoder_for(
     };
     let schema = avro::read_schema(&format!("{key}.schema_file"), path)?;
     Ok(Some(EncoderHandle(match &avro.schema_registry {
-        Some(url) => {
+        Some(registry) => {
             let Some(topic) = topic else {
                 return Err(crate::Error::config(
                     format!("{key}.schema_registry"),
                     "registering a schema needs a Kafka sink (its topic names the subject)",
                 ));
             };
-            Arc::new(avro::RegistryEncoder::new(url, topic, schema)?)
+            let record = match &schema {
+                apache_avro::Schema::Record(r) => Some(r.name.fullname(None)),
+                _ => None,
+            };
+            let subject = avro
+                .subject_name_strategy
+                .subject(topic, record.as_deref(), false)
+                .map_err(|e| crate::Error::config(format!("{key}.subject_name_strategy"), e))?;
+            Arc::new(avro::RegistryEncoder::new(registry.clone(), subject, schema)?)
         }
         None => Arc::new(avro::SchemaFileEncoder::new(schema)?),
     })))

@@ -373,10 +373,18 @@ impl SourceConnector for KafkaSourceConfig {
     const TYPE: &'static str = "kafka";
     type Raw = RawKafkaSource;
     type Source = KafkaSource;
-    const PATH_KEYS: &'static [&'static str] = &["avro.schema_file"];
+    const PATH_KEYS: &'static [&'static str] = &[
+        "avro.schema_file",
+        "avro.schema_registry.ca_file",
+        "avro.schema_registry.password.file",
+    ];
 
     fn validate(raw: RawKafkaSource, job: &JobConfig) -> Result<Self> {
         validate_kafka_source(raw, job)
+    }
+
+    fn schema_registries(&self) -> Vec<&crate::format::registry::RegistrySettings> {
+        self.avro.iter().filter_map(|a| a.schema_registry.as_ref()).collect()
     }
 
     fn describe(&self) -> Vec<String> {
