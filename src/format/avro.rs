@@ -248,7 +248,11 @@ pub struct RegistryEncoder {
 
 impl RegistryEncoder {
     pub fn new(registry: RegistrySettings, subject: String, schema: Schema) -> Result<Self> {
-        let supplied = SuppliedSchema::new(None, SchemaType::Avro, schema.canonical_form());
+        // the full schema, not its Parsing Canonical Form: that drops field defaults, and the
+        // registry's compatibility check needs them (a defaulted new field is BACKWARD compatible)
+        let text = serde_json::to_string(&schema)
+            .map_err(|e| Error::runtime(format!("registering the Avro schema under subject {subject}"), e))?;
+        let supplied = SuppliedSchema::new(None, SchemaType::Avro, text);
         let s = subject.clone();
         let id = registry_call(&registry, move |client| post_schema(client, s, supplied).map(|r| r.id)).map_err(
             |e| match e {

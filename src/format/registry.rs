@@ -246,7 +246,11 @@ fn classify(settings: &RegistrySettings, e: &SRCError) -> RegistryError {
         Some(s) if s >= 500 => RegistryError::Unreachable(format!("the schema registry {}: {detail}", settings.url)),
         Some(_) => RegistryError::Rejected {
             status,
-            message: e.cause.clone().unwrap_or_else(|| e.error.clone()),
+            // the registry's own words: `{"error_code": 409, "message": "…"}` as the client shows it
+            message: match &e.cause {
+                Some(c) => c.split_once(", message: ").map_or(c.as_str(), |(_, m)| m).to_string(),
+                None => e.error.clone(),
+            },
         },
         // OpenSSL's verification failures ("certificate verify failed", "self-signed certificate
         // in certificate chain") and name mismatches reach us only as text
