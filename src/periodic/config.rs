@@ -81,7 +81,7 @@ fn validate_periodic(raw: RawPeriodicSource) -> Result<PeriodicSettings> {
             ("all", CatchUp::All),
         ],
     )?;
-    let (format, avro) = produced_format(raw.format.as_deref(), raw.avro)?;
+    let (format, avro) = produced_format(raw.format.as_deref(), None, raw.avro)?;
     Ok(PeriodicSettings {
         supplier,
         discover_interval,

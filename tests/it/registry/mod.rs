@@ -1,8 +1,8 @@
 //! Avro against a real schema registry: Apicurio Registry 3.0.9's Confluent API, plain and behind
 //! nginx with TLS and basic auth (`scripts/registry`). What users meet: datagen writes and a replay
 //! reads, a schema evolving under a running reader, the subject name strategies, a schema the
-//! registry refuses, refused credentials and an untrusted certificate. Fault injection stays with
-//! the in-process double (`schema_registry`).
+//! registry refuses (here); Avro keys (`keys`); refused credentials and an untrusted certificate
+//! (`secured`). Fault injection stays with the in-process double (`schema_registry`).
 //!
 //! The registry comes from the environment (`eval "$(scripts/registry env)"` prints it):
 //! `SCHEMA_REGISTRY_URL` (plain), `SCHEMA_REGISTRY_TLS_URL`, `SCHEMA_REGISTRY_CA`,
@@ -17,47 +17,33 @@ use serde_json::{json, Value};
 use crate::common::TestKafka;
 use crate::daemon_util::*;
 
-const MINUTE: Duration = Duration::from_secs(60);
+mod keys;
+mod secured;
 
-const HOW: &str = "start the registry with \
+pub const MINUTE: Duration = Duration::from_secs(60);
+
+pub const HOW: &str = "start the registry with \
     `REGISTRY_TLS_PORT=8443 REGISTRY_USERS=tidegate:secret scripts/registry start` \
     and export its variables with `eval \"$(REGISTRY_TLS_PORT=8443 REGISTRY_USERS=tidegate:secret scripts/registry env)\"`";
 
-fn var(name: &str) -> String {
+pub fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: {HOW}"))
 }
 
 /// The plain registry.
-fn plain() -> String {
+pub fn plain() -> String {
     var("SCHEMA_REGISTRY_URL")
 }
 
-/// The registry behind TLS and basic auth: (url, CA file, user, password).
-struct Secured {
-    url: String,
-    ca: String,
-    user: String,
-    password: String,
-}
-
-fn secured() -> Secured {
-    Secured {
-        url: var("SCHEMA_REGISTRY_TLS_URL"),
-        ca: var("SCHEMA_REGISTRY_CA"),
-        user: var("SCHEMA_REGISTRY_USER"),
-        password: var("SCHEMA_REGISTRY_PASSWORD"),
-    }
-}
-
 /// Talks to the registry's Confluent API directly, as an operator would with curl.
-fn http() -> reqwest::blocking::Client {
+pub fn http() -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
         .expect("an HTTP client")
 }
 
-fn subjects(url: &str) -> Vec<String> {
+pub fn subjects(url: &str) -> Vec<String> {
     let r = http()
         .get(format!("{url}/subjects"))
         .send()
@@ -66,7 +52,7 @@ fn subjects(url: &str) -> Vec<String> {
     r.json().expect("a subject list")
 }
 
-fn versions(url: &str, subject: &str) -> Vec<u32> {
+pub fn versions(url: &str, subject: &str) -> Vec<u32> {
     let r = http()
         .get(format!("{url}/subjects/{subject}/versions"))
         .send()
@@ -75,7 +61,7 @@ fn versions(url: &str, subject: &str) -> Vec<u32> {
     r.json().expect("a version list")
 }
 
-fn set_compatibility(url: &str, subject: &str, level: &str) {
+pub fn set_compatibility(url: &str, subject: &str, level: &str) {
     let r = http()
         .put(format!("{url}/config/{subject}"))
         .header("Content-Type", "application/vnd.schemaregistry.v1+json")
@@ -92,7 +78,7 @@ fn set_compatibility(url: &str, subject: &str, level: &str) {
 
 /// A record schema named `name` (unique per test: the registry outlives test runs) with the
 /// fields `type` and `seq`, and `extra` fields.
-fn schema(dir: &JobDir, file: &str, name: &str, extra: &[Value]) -> String {
+pub fn schema(dir: &JobDir, file: &str, name: &str, extra: &[Value]) -> String {
     let mut fields = vec![
         json!({"name": "type", "type": "string"}),
         json!({"name": "seq", "type": "long"}),
@@ -105,7 +91,7 @@ fn schema(dir: &JobDir, file: &str, name: &str, extra: &[Value]) -> String {
 }
 
 /// A unique record name: Apicurio keeps subjects until it stops.
-fn unique_name(prefix: &str) -> String {
+pub fn unique_name(prefix: &str) -> String {
     format!(
         "{prefix}{}_{}",
         std::process::id(),
@@ -119,7 +105,7 @@ fn unique_name(prefix: &str) -> String {
 /// A datagen job writing `count` records `{type = "TICK", seq = start…}` plus `fields` in Avro
 /// to `topic` (one partition), `avro` being the `[source.avro]` table's lines, and a `CLOSE`
 /// end marker with `marker_extra` fields when given.
-fn datagen(
+pub fn datagen(
     kafka: &TestKafka,
     topic: &str,
     avro: &str,
@@ -161,7 +147,7 @@ topic = "{topic}"
 
 /// A replay of `topic` with the `[source.avro]` lines `avro`, to `{dir}/out.jsonl`; bounded at
 /// the ends unless `live`, then it runs until the `CLOSE` record.
-fn replay(kafka: &TestKafka, topic: &str, avro: &str, live: bool) -> String {
+pub fn replay(kafka: &TestKafka, topic: &str, avro: &str, live: bool) -> String {
     let stop = if live { "none" } else { "latest" };
     format!(
         r#"
@@ -188,14 +174,14 @@ path = "{{dir}}/out.jsonl"
     )
 }
 
-fn run_ok(dir: &JobDir, config: &str) -> String {
+pub fn run_ok(dir: &JobDir, config: &str) -> String {
     let (code, log) = run(&dir.config(config), &[], MINUTE);
     assert_eq!(code, 0, "{log}");
     log
 }
 
 /// Poll until `path` holds `n` lines.
-fn wait_lines(path: &Path, n: usize, daemon: &Daemon) {
+pub fn wait_lines(path: &Path, n: usize, daemon: &Daemon) {
     let deadline = Instant::now() + MINUTE;
     while line_count(path) < n {
         assert!(
@@ -388,129 +374,5 @@ fn a_schema_the_registry_refuses_as_incompatible_fails_the_writer_naming_subject
         kafka.read_all(&topic).len(),
         3,
         "nothing written with the refused schema"
-    );
-}
-
-/// `[source.avro]` lines for the secured registry, its CA when `ca`; the password comes from the
-/// environment variable `TIDEGATE_IT_SR_PASSWORD`, set per child process by [`tidegate`].
-fn secured_avro(s: &Secured, ca: bool, schema_file: Option<&str>) -> String {
-    let mut lines = String::new();
-    if let Some(f) = schema_file {
-        lines.push_str(&format!("schema_file = \"{f}\"\n"));
-    }
-    lines.push_str(&format!(
-        "schema_registry = {{ url = \"{}\", username = \"{}\", password = {{ env = \"TIDEGATE_IT_SR_PASSWORD\" }}{} }}",
-        s.url,
-        s.user,
-        if ca {
-            format!(", ca_file = \"{}\"", s.ca)
-        } else {
-            String::new()
-        }
-    ));
-    lines
-}
-
-/// Run `tidegate ARGS` with the registry password `password` in the environment.
-fn tidegate(args: &[&str], config: &Path, password: &str, timeout: Duration) -> (i32, String, String) {
-    let mut child = std::process::Command::new(binary())
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .env("TIDEGATE_IT_SR_PASSWORD", password)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start tidegate");
-    let deadline = Instant::now() + timeout;
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "tidegate {args:?} did not end within {timeout:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("output");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-#[test]
-fn tls_and_basic_auth_through_a_proxy_work_and_refusals_are_named() {
-    let kafka = TestKafka::get();
-    let s = secured();
-    let dir = JobDir::new();
-    let topic = kafka.create_topic("registry-secured", 1);
-    let name = unique_name("Tick");
-    let avsc = schema(&dir, "tick.avsc", &name, &[]);
-
-    // the right CA and credentials: validate contacts the registry, datagen registers, a replay reads
-    let writer = dir.config(&datagen(
-        &kafka,
-        &topic,
-        &secured_avro(&s, true, Some(&avsc)),
-        20,
-        0,
-        "",
-        Some(""),
-    ));
-    let (code, out, err) = tidegate(&["validate"], &writer, &s.password, MINUTE);
-    assert_eq!(code, 0, "{err}");
-    assert!(
-        out.contains(&format!(
-            "schema registry {} (user {}, CA {}): reachable",
-            s.url, s.user, s.ca
-        )),
-        "{out}"
-    );
-    assert!(
-        !out.contains(&s.password) && !err.contains(&s.password),
-        "the password never shows"
-    );
-    let (code, _, err) = tidegate(&["run", "--no-progress"], &writer, &s.password, MINUTE);
-    assert_eq!(code, 0, "{err}");
-    let reader = JobDir::new();
-    let read_config = reader.config(&replay(&kafka, &topic, &secured_avro(&s, true, None), false));
-    let (code, _, err) = tidegate(&["run", "--no-progress"], &read_config, &s.password, MINUTE);
-    assert_eq!(code, 0, "{err}");
-    let seqs: Vec<Value> = read_jsonl(&reader.path("out.jsonl"))
-        .into_iter()
-        .map(|l| l["value"]["seq"].clone())
-        .collect();
-    assert_eq!(seqs, (0..20).map(|i| json!(i)).collect::<Vec<_>>());
-
-    // a wrong password: named at validate (exit 1), and at run at once, reader and writer —
-    // the reader's timeout is ten minutes: refused credentials are not retried
-    let refused = format!("the schema registry {} refused user {} (HTTP 401)", s.url, s.user);
-    let wrong = "not-the-password";
-    let (code, _, err) = tidegate(&["validate"], &read_config, wrong, MINUTE);
-    assert_eq!(code, 1, "{err}");
-    assert!(err.contains(&refused), "{err}");
-    assert!(!err.contains(wrong), "the password never shows: {err}");
-    std::fs::remove_file(reader.path("out.jsonl")).ok();
-    let (code, _, err) = tidegate(&["run", "--no-progress"], &read_config, wrong, MINUTE);
-    assert_eq!(code, 1, "{err}");
-    assert!(err.contains(&refused) && !err.contains("retrying"), "{err}");
-    let (code, _, err) = tidegate(&["run", "--no-progress"], &writer, wrong, MINUTE);
-    assert_eq!(code, 1, "{err}");
-    assert!(err.contains(&refused), "{err}");
-
-    // no CA: the certificate is not trusted, and the error says so
-    let no_ca = reader.config(&replay(&kafka, &topic, &secured_avro(&s, false, None), false));
-    let (code, _, err) = tidegate(&["validate"], &no_ca, &s.password, MINUTE);
-    assert_eq!(code, 1, "{err}");
-    assert!(
-        err.contains(&format!(
-            "cannot make a TLS connection to the schema registry {}",
-            s.url
-        )) && err.contains("certificate verify failed"),
-        "{err}"
     );
 }
