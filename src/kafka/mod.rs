@@ -7,6 +7,7 @@ pub mod client;
 mod committer;
 pub mod config;
 pub mod consumer;
+mod describe;
 mod discovery;
 pub mod emitter;
 pub mod enumerator;

@@ -173,6 +173,7 @@ mod tests {
             value: Some(br#"{"a":1}"#.to_vec()),
             decoded: Some(json!({"a": 1})),
             format: ValueFormat::Json,
+            decoded_key: None,
             headers: vec![
                 Header {
                     key: "h".into(),
@@ -222,6 +223,10 @@ mod tests {
         let l = line(&r);
         assert_eq!(l["value"], json!("AAEC"));
         assert_eq!(l["key"], json!({"base64": "/g=="}));
+        // a decoded key (key_format) is printed as its JSON
+        r.decoded_key = Some(json!({"seq": 3}));
+        assert_eq!(line(&r)["key"], json!({"seq": 3}));
+        r.decoded_key = None;
         // longer than one stack slice of the encoder, and not a multiple of 3
         let long: Vec<u8> = (0..2_000u32).map(|i| (i * 7 % 256) as u8).collect();
         r.value = Some(long.clone());
