@@ -318,7 +318,8 @@ pub fn validate(config: &Path, sets: &[String], offline: bool) -> Result<()> {
     // mistake there would otherwise show only at the first record
     for registry in c.source.schema_registries().into_iter().filter(|_| !offline) {
         let subjects = crate::format::registry::check(registry)?;
-        lines.push(format!("  schema registry {registry}: reachable, {subjects} subjects"));
+        let plural = if subjects == 1 { "" } else { "s" };
+        lines.push(format!("  schema registry {registry}: reachable, {subjects} subject{plural}"));
     }
     lines.extend(
         c.source
