@@ -319,7 +319,9 @@ pub fn validate(config: &Path, sets: &[String], offline: bool) -> Result<()> {
     for registry in c.source.schema_registries().into_iter().filter(|_| !offline) {
         let subjects = crate::format::registry::check(registry)?;
         let plural = if subjects == 1 { "" } else { "s" };
-        lines.push(format!("  schema registry {registry}: reachable, {subjects} subject{plural}"));
+        lines.push(format!(
+            "  schema registry {registry}: reachable, {subjects} subject{plural}"
+        ));
     }
     lines.extend(
         c.source
