@@ -25,7 +25,7 @@ pub enum Command {
         #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
         sets: Vec<String>,
         /// Also connect to the Kafka clusters the job reads and writes, as the job would (TLS,
-        /// SASL): a refusal or an unreachable cluster exits 1.
+        /// SASL), and the schema registries it uses: a refusal or an unreachable service exits 1.
         #[arg(long)]
         connect: bool,
     },

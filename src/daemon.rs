@@ -333,6 +333,13 @@ pub fn validate(config: &Path, sets: &[String], connect: bool) -> Result<()> {
                 .chain(c.sink.check_connection()?)
                 .map(|l| format!("  {l}")),
         );
+        // the registry is contacted (reachable, credentials accepted, certificate trusted): a
+        // mistake there would otherwise show only at the first record
+        for registry in c.source.schema_registries() {
+            let subjects = crate::format::registry::check(registry)?;
+            let plural = if subjects == 1 { "" } else { "s" };
+            lines.push(format!("  schema registry {registry}: reachable, {subjects} subject{plural}"));
+        }
     }
     for line in lines {
         // a closed pipe (`validate | head`) ends the output, it is not a failure

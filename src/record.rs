@@ -62,6 +62,9 @@ pub struct Record {
     pub decoded: Option<serde_json::Value>,
     /// How `value` is to be read and rendered.
     pub format: ValueFormat,
+    /// The decoded key when the source decodes keys (`key_format = "json"` or `"avro"`); the
+    /// end-of-stream expression's `key` and the envelope's `key` are then this value.
+    pub decoded_key: Option<serde_json::Value>,
     /// Its headers, in order (a name may repeat).
     pub headers: Vec<Header>,
     /// Set when the record could not be decoded and goes to the dead-letter topic instead.

@@ -11,8 +11,30 @@ use crate::connector::{SinkConfig, SourceConfig};
 fn type_name(prop: &Value, defs: &Value) -> String {
     if let Some(r) = prop.get("$ref").and_then(Value::as_str) {
         let name = r.rsplit('/').next().unwrap_or(r);
-        return match defs.get(name).and_then(|d| d.get("oneOf").or_else(|| d.get("anyOf"))) {
-            Some(_) => "text, number or bool".into(),
+        let variants = defs
+            .get(name)
+            .and_then(|d| d.get("oneOf").or_else(|| d.get("anyOf")))
+            .and_then(Value::as_array);
+        return match variants {
+            // an enum of names: `topic`, `record` or …
+            Some(v) if v.iter().all(|v| v.get("const").is_some()) => {
+                let names: Vec<String> = v
+                    .iter()
+                    .filter_map(|v| v.get("const"))
+                    .map(|c| format!("`{}`", c.as_str().unwrap_or_default()))
+                    .collect();
+                format!("one of {}", names.join(", "))
+            }
+            // an untagged choice: a URL or a table
+            Some(v) => {
+                let mut names: Vec<String> = Vec::new();
+                for n in v.iter().map(|v| type_name(v, defs)) {
+                    if !names.contains(&n) {
+                        names.push(n);
+                    }
+                }
+                names.join(" or ")
+            }
             None => "table".into(),
         };
     }
@@ -106,7 +128,18 @@ fn section(out: &mut String, title: &str, prefix: &str, schema: &Value, defs: &V
         if let Some(r) = target {
             let def_name = r.rsplit('/').next().unwrap_or(r);
             if let Some(def) = defs.get(def_name) {
-                if def.get("properties").is_some() {
+                // a table, or a choice one of whose variants is a table (a URL or a table)
+                let table = std::iter::once(def)
+                    .chain(
+                        def.get("anyOf")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|v| v.get("$ref").and_then(Value::as_str))
+                            .filter_map(|r| defs.get(r.rsplit('/').next().unwrap_or(r))),
+                    )
+                    .find(|d| d.get("properties").is_some());
+                if let Some(def) = table {
                     nested.push((key, def.clone()));
                 }
             }

@@ -101,6 +101,11 @@ pub trait SourceConnector: Clone + std::fmt::Debug + Send + Sync + Sized + 'stat
         Ok(Vec::new())
     }
 
+    /// The schema registries it uses, for `validate` to contact.
+    fn schema_registries(&self) -> Vec<&crate::format::registry::RegistrySettings> {
+        Vec::new()
+    }
+
     /// A record the sink writes once at the end of input (the data generator's end marker).
     fn end_marker(&self, _ctx: &SourceContext<'_>) -> Result<Option<Record>> {
         Ok(None)

@@ -56,6 +56,11 @@ macro_rules! connectors {
                 match self { $(Self::$source(c) => c.check_connection(),)+ }
             }
 
+            /// The schema registries the source uses.
+            pub fn schema_registries(&self) -> Vec<&crate::format::registry::RegistrySettings> {
+                match self { $(Self::$source(c) => c.schema_registries(),)+ }
+            }
+
             /// The record the sink writes at the end of input, if the source has one.
             pub fn end_marker(&self, ctx: &SourceContext<'_>) -> Result<Option<Record>> {
                 match self { $(Self::$source(c) => c.end_marker(ctx),)+ }

@@ -46,6 +46,10 @@ pub struct RawDatagenSource {
     pub fields: BTreeMap<String, Value>,
     /// Key template over the fields, e.g. "{symbol}".
     pub key: Option<String>,
+    /// "string" (default: the key template's text) or "avro": keys of `avro.key_schema_file`
+    /// (registered under `<topic>-key` with a registry); a record schema takes its fields from the
+    /// generated ones, any other schema the key template's text.
+    pub key_format: Option<String>,
     /// Value template for `format = "string"`, e.g. "{symbol} {price}".
     pub value: Option<String>,
     /// Header templates, e.g. `{ source = "tidegate" }`.
@@ -81,6 +85,8 @@ pub struct DatagenConfig {
     pub count: Option<u64>,
     pub rate: Option<f64>,
     pub generator: TemplateGenerator,
+    /// `Some(Avro)`: keys are written in Avro.
+    pub key_format: Option<ValueFormat>,
     pub avro: Option<AvroConfig>,
     pub end_marker: Option<Record>,
     pub batch_size: usize,
@@ -100,10 +106,35 @@ fn validate_datagen(raw: RawDatagenSource) -> Result<DatagenConfig> {
             ));
         }
     }
-    let (format, avro) = produced_format(raw.format.as_deref(), raw.avro)?;
+    let key_format = crate::format::config::key_format(
+        "source.key_format",
+        raw.key_format.as_deref(),
+        &[ValueFormat::String, ValueFormat::Avro],
+    )?
+    .filter(|f| *f == ValueFormat::Avro);
+    let (format, avro) = produced_format(raw.format.as_deref(), key_format, raw.avro)?;
     let fields = template::compile_fields(&raw.fields, "source.fields").map_err(|(k, m)| Error::config(k, m))?;
     let text = |key: &str, t: &str| TextTemplate::parse(t, &fields).map_err(|m| Error::config(key, m));
     let key = raw.key.as_deref().map(|t| text("source.key", t)).transpose()?;
+    let record_keys = match avro.as_ref().and_then(|a| a.key_schema_file.as_ref()) {
+        Some(path) if key_format.is_some() => matches!(
+            crate::format::avro::read_schema("source.avro.key_schema_file", path)?,
+            apache_avro::Schema::Record(_)
+        ),
+        _ => false,
+    };
+    if key_format.is_some() && !record_keys && key.is_none() {
+        return Err(Error::config(
+            "source.key",
+            "an Avro key of a schema that is no record is the key template's text: set source.key",
+        ));
+    }
+    if record_keys && raw.end_marker.as_ref().is_some_and(|m| m.key.is_some()) {
+        return Err(Error::config(
+            "source.end_marker.key",
+            "keys are Avro records (avro.key_schema_file): a marker's key text cannot be one",
+        ));
+    }
     let value = raw.value.as_deref().map(|t| text("source.value", t)).transpose()?;
     if value.is_some() && format != ValueFormat::String {
         return Err(Error::config("source.value", "only applies to format = \"string\""));
@@ -166,6 +197,8 @@ fn validate_datagen(raw: RawDatagenSource) -> Result<DatagenConfig> {
         timestamp_field: raw.timestamp,
         keep_decoded: true,
         encoder: None,
+        key_encoder: None,
+        keep_decoded_key: false,
     };
     // generate record 0 now: what `run` would fail on (a timestamp field that is no time, say)
     // is a config error at `validate`
@@ -191,6 +224,7 @@ fn validate_datagen(raw: RawDatagenSource) -> Result<DatagenConfig> {
         count,
         rate: raw.rate,
         generator,
+        key_format,
         avro,
         end_marker,
         batch_size,
@@ -201,7 +235,7 @@ impl DatagenConfig {
     /// What the generated records are, for the state: count, seed, format, and a digest of the
     /// field template (FNV-1a of its compiled form).
     fn fingerprint(&self) -> serde_json::Value {
-        let template = format!(
+        let mut template = format!(
             "{:?}|{:?}|{:?}|{:?}|{:?}",
             self.generator.fields,
             self.generator.key,
@@ -209,6 +243,9 @@ impl DatagenConfig {
             self.generator.headers,
             self.generator.timestamp_field
         );
+        if self.key_format.is_some() {
+            template.push_str("|avro keys");
+        }
         let digest = template.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
@@ -225,7 +262,11 @@ impl SourceConnector for DatagenConfig {
     const TYPE: &'static str = "datagen";
     type Raw = RawDatagenSource;
     type Source = DataGeneratorSource;
-    const PATH_KEYS: &'static [&'static str] = &["avro.schema_file"];
+    const PATH_KEYS: &'static [&'static str] = &[
+        "avro.schema_file",
+        "avro.schema_registry.ca_file",
+        "avro.schema_registry.password.file",
+    ];
 
     fn validate(raw: RawDatagenSource, job: &JobConfig) -> Result<Self> {
         let config = validate_datagen(raw)?;
@@ -237,6 +278,10 @@ impl SourceConnector for DatagenConfig {
             ));
         }
         Ok(config)
+    }
+
+    fn schema_registries(&self) -> Vec<&crate::format::registry::RegistrySettings> {
+        self.avro.iter().filter_map(|a| a.schema_registry.as_ref()).collect()
     }
 
     fn describe(&self) -> Vec<String> {
@@ -279,6 +324,12 @@ impl SourceConnector for DatagenConfig {
         if let Some(avro) = &self.avro {
             lines.push(format!("  avro {}", avro));
         }
+        if let (Some(_), Some(file)) = (
+            self.key_format,
+            self.avro.as_ref().and_then(|a| a.key_schema_file.as_ref()),
+        ) {
+            lines.push(format!("  keys in Avro, schema_file {}", file.display()));
+        }
         if let Some(marker) = &self.end_marker {
             let value =
                 marker.decoded.as_ref().map(|v| v.to_string()).unwrap_or_else(|| {
@@ -297,6 +348,14 @@ impl SourceConnector for DatagenConfig {
         generator.keep_decoded = ctx.sink_prints_values && generator.format == ValueFormat::Avro;
         generator.encoder =
             crate::format::encoder_for(generator.format, self.avro.as_ref(), "source.avro", ctx.sink_topic)?;
+        if self.key_format.is_some() {
+            generator.keep_decoded_key = ctx.sink_prints_values;
+            generator.key_encoder = Some(crate::format::key_encoder_for(
+                self.avro.as_ref(),
+                "source.avro",
+                ctx.sink_topic,
+            )?);
+        }
         let settings = DatagenSettings {
             count: self.count,
             rate: self.rate,
@@ -330,6 +389,17 @@ impl SourceConnector for DatagenConfig {
                         .map_err(|m| Error::runtime("encoding the end marker", m))?,
                 );
             }
+        }
+        if let (Some(_), Some(key)) = (self.key_format, &marker.key) {
+            // a key schema that is no record: the marker's key text is the key (checked at validation)
+            let (encoder, _) = crate::format::key_encoder_for(self.avro.as_ref(), "source.avro", ctx.sink_topic)?;
+            let text = serde_json::Value::String(String::from_utf8_lossy(key).into_owned());
+            marker.key = Some(
+                encoder
+                    .0
+                    .encode(&text)
+                    .map_err(|m| Error::runtime("encoding the end marker's key", m))?,
+            );
         }
         Ok(Some(marker))
     }

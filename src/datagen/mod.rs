@@ -57,13 +57,39 @@ pub struct TemplateGenerator {
     pub keep_decoded: bool,
     /// Encodes values for `avro`.
     pub encoder: Option<crate::format::EncoderHandle>,
+    /// Encodes keys for `key_format = "avro"`, with the key schema's fields when it is a record
+    /// (the key is those generated fields) rather than the key template's text.
+    pub key_encoder: Option<(crate::format::EncoderHandle, Option<Vec<String>>)>,
+    /// Keep the key as JSON beside its Avro bytes (for sinks that print keys).
+    pub keep_decoded_key: bool,
 }
 
 impl GeneratorFunction for TemplateGenerator {
     fn map(&mut self, index: u64) -> Result<Record> {
         let mut rng = record_rng(self.seed, index);
         let fields = self.fields.generate(index, &mut rng);
-        let key = self.key.as_ref().map(|t| t.render(&fields).into_bytes());
+        let mut key = self.key.as_ref().map(|t| t.render(&fields));
+        let mut decoded_key = None;
+        let key = match &self.key_encoder {
+            None => key.map(String::into_bytes),
+            Some((encoder, record)) => {
+                let value = match record {
+                    Some(names) => Value::Object(
+                        names
+                            .iter()
+                            .filter_map(|n| fields.get(n).map(|v| (n.clone(), v.clone())))
+                            .collect(),
+                    ),
+                    None => Value::String(key.take().unwrap_or_default()),
+                };
+                let bytes = encoder
+                    .0
+                    .encode(&value)
+                    .map_err(|m| Error::runtime(format!("generating the key of record {index}"), m))?;
+                decoded_key = self.keep_decoded_key.then_some(value);
+                Some(bytes)
+            }
+        };
         let headers = self
             .headers
             .iter()
@@ -112,6 +138,7 @@ impl GeneratorFunction for TemplateGenerator {
             key,
             value: Some(value),
             decoded: (self.keep_decoded && structured).then_some(fields),
+            decoded_key,
             format: self.format,
             headers,
             ..Record::default()

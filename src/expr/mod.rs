@@ -381,7 +381,10 @@ impl VariableResolver for RecordVariables<'_> {
         let r = self.record;
         let value = match variable {
             "value" => self.value(),
-            "key" => r.key.as_deref().map(bytes_or_string).unwrap_or(Value::Null),
+            "key" => match (&r.decoded_key, r.key.as_deref()) {
+                (Some(decoded), _) => json_to_cel(decoded),
+                (None, key) => key.map(bytes_or_string).unwrap_or(Value::Null),
+            },
             "topic" => r
                 .topic
                 .as_deref()

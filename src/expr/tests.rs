@@ -14,6 +14,7 @@ fn record(value: serde_json::Value) -> Record {
         value: Some(serde_json::to_vec(&value).unwrap()),
         decoded: Some(value),
         format: ValueFormat::Json,
+        decoded_key: None,
         headers: vec![Header {
             key: "source".into(),
             value: Some(b"nyse".to_vec()),
@@ -40,6 +41,18 @@ fn matches_on_value_fields_and_metadata() {
         let e = RecordExpression::compile(expr).unwrap();
         assert_eq!(e.evaluate(&close), Ok(expected), "{expr}");
     }
+}
+
+#[test]
+fn a_decoded_key_is_the_key() {
+    let mut r = record(json!({"type": "TRADE"}));
+    let e = RecordExpression::compile("key.seq == 3").unwrap();
+    assert!(
+        e.evaluate(&r).is_err() || e.evaluate(&r) == Ok(false),
+        "a text key has no fields"
+    );
+    r.decoded_key = Some(json!({"seq": 3}));
+    assert_eq!(e.evaluate(&r), Ok(true));
 }
 
 #[test]

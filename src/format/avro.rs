@@ -1,24 +1,23 @@
 //! Avro both ways. Reading: the Confluent wire format (magic byte, schema id, datum) through
 //! schema_registry_converter, whose decoder fetches each schema once and caches it by id; or raw
-//! datums with a local `.avsc`. Writing: registering the schema under the topic-name-strategy
-//! subject (`<topic>-value`) and prefixing the id, or raw datums with a local schema. Decoded
+//! datums with a local `.avsc`. Writing: registering the schema under the subject its
+//! strategy names (`<topic>-value` by default) and prefixing the id, or raw datums with a local schema. Decoded
 //! values become JSON for the end-of-stream expression and the JSON-lines envelope.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::types::Value as Avro;
 use apache_avro::writer::datum::GenericDatumWriter;
 use apache_avro::Schema;
 use base64::Engine;
-use schema_registry_converter::blocking::schema_registry::{get_schema_by_id, post_schema, SrSettings};
-use schema_registry_converter::error::SRCError;
+use schema_registry_converter::blocking::schema_registry::post_schema;
 use schema_registry_converter::schema_registry_common::{SchemaType, SuppliedSchema};
 use serde_json::{Map, Number, Value as Json};
-use tracing::warn;
 
+use super::registry::{fetch_schema, registry_call, RegistryError, RegistrySettings};
 use super::{DecodeError, ValueDecoder, ValueEncoder};
 use crate::error::{Error, Result};
 use crate::record::ValueFormat;
@@ -127,83 +126,21 @@ impl DatumDecoder {
     }
 }
 
-/// Run a schema registry call on a thread of its own: schema_registry_converter's blocking client
-/// is reqwest's, which must neither run nor be dropped on an async runtime's thread (the reader
-/// tasks decode there). On a multi-threaded runtime the waiting worker hands its other tasks to
-/// the others meanwhile (`block_in_place`). Calls are rare: once per schema id, or once to register.
-fn registry_call<T: Send + 'static>(
-    url: &str,
-    call: impl FnOnce(&SrSettings) -> std::result::Result<T, SRCError> + Send + 'static,
-) -> std::result::Result<T, SRCError> {
-    let url = url.trim_end_matches('/').to_string();
-    let run = move || {
-        std::thread::spawn(move || call(&SrSettings::new(url)))
-            .join()
-            .unwrap_or_else(|_| {
-                Err(SRCError::non_retryable_without_cause(
-                    "the schema registry client panicked",
-                ))
-            })
-    };
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(run),
-        _ => run(),
-    }
-}
-
-/// Whether a registry error means the registry is out of reach (retry, then fail the job) rather
-/// than that the record names a schema it does not have: no connection, a 5xx, refused credentials.
-fn registry_unreachable(e: &SRCError) -> bool {
-    let status = |code: &str| e.error.contains(&format!("status {code}"));
-    e.retriable || status("5") || status("401") || status("403")
-}
-
 /// Decodes the Confluent wire format (magic byte 0, 4-byte schema id, datum), fetching each
 /// schema once from the registry (schema_registry_converter) and caching it by id.
 pub struct RegistryDecoder {
-    url: String,
+    registry: RegistrySettings,
     /// How long an unreachable registry is retried before decoding fails the job.
     timeout: Duration,
     schemas: HashMap<u32, DatumDecoder>,
 }
 
 impl RegistryDecoder {
-    pub fn new(url: &str, timeout: Duration) -> Self {
+    pub fn new(registry: RegistrySettings, timeout: Duration) -> Self {
         RegistryDecoder {
-            url: url.to_string(),
+            registry,
             timeout,
             schemas: HashMap::new(),
-        }
-    }
-
-    /// Schema `id`, retried with backoff while the registry is out of reach, up to the timeout.
-    fn fetch(&self, id: u32) -> std::result::Result<String, DecodeError> {
-        let deadline = Instant::now() + self.timeout;
-        let mut backoff = Duration::from_millis(100);
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let result = registry_call(&self.url, move |settings| {
-                get_schema_by_id(id, settings).map(|r| r.schema)
-            });
-            match result {
-                Ok(text) => return Ok(text),
-                Err(e) if !registry_unreachable(&e) => {
-                    return Err(DecodeError::Invalid(format!("schema {id} from the registry: {e}")))
-                }
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(DecodeError::Unavailable(format!(
-                        "the schema registry {} did not give schema {id} within {:?} ({attempts} attempts): {e}",
-                        self.url, self.timeout
-                    )))
-                }
-                Err(e) => {
-                    warn!(registry = %self.url, schema = id, error = %e, retry_in_ms = backoff.as_millis() as u64,
-                          "the schema registry is out of reach; retrying");
-                    std::thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
-            }
         }
     }
 }
@@ -221,9 +158,9 @@ impl ValueDecoder for RegistryDecoder {
         if !self.schemas.contains_key(&id) {
             let text = match tokio::runtime::Handle::try_current() {
                 Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                    tokio::task::block_in_place(|| self.fetch(id))?
+                    tokio::task::block_in_place(|| fetch_schema(&self.registry, id, self.timeout))?
                 }
-                _ => self.fetch(id)?,
+                _ => fetch_schema(&self.registry, id, self.timeout)?,
             };
             let schema = Schema::parse_str(&text).map_err(|e| format!("schema {id} is not valid Avro: {e}"))?;
             let decoder = DatumDecoder::new(schema).map_err(|e| e.to_string())?;
@@ -301,44 +238,46 @@ impl ValueEncoder for SchemaFileEncoder {
     }
 }
 
-/// Encodes values in the Confluent wire format after registering the schema under
-/// `<topic>-value` (the topic name strategy), once, through schema_registry_converter.
+/// Encodes values in the Confluent wire format after registering the schema under its subject
+/// (named by the subject name strategy) through schema_registry_converter. It registers when it
+/// is made, so a refused schema or refused credentials stop the job before anything is written.
 pub struct RegistryEncoder {
-    url: String,
-    subject: String,
-    schema: String,
-    id: std::sync::OnceLock<std::result::Result<u32, String>>,
+    id: u32,
     encoder: DatumEncoder,
 }
 
 impl RegistryEncoder {
-    pub fn new(url: &str, topic: &str, schema: Schema) -> Result<Self> {
+    pub fn new(registry: RegistrySettings, subject: String, schema: Schema) -> Result<Self> {
+        // the full schema, not its Parsing Canonical Form: that drops field defaults, and the
+        // registry's compatibility check needs them (a defaulted new field is BACKWARD compatible)
+        let text = serde_json::to_string(&schema)
+            .map_err(|e| Error::runtime(format!("registering the Avro schema under subject {subject}"), e))?;
+        let supplied = SuppliedSchema::new(None, SchemaType::Avro, text);
+        let s = subject.clone();
+        let id = registry_call(&registry, move |client| post_schema(client, s, supplied).map(|r| r.id)).map_err(
+            |e| match e {
+                RegistryError::Rejected { status, message } => Error::runtime(
+                    format!("registering the Avro schema under subject {subject}"),
+                    format!(
+                        "the schema registry {} refused it{}: {message}",
+                        registry.url,
+                        status.map(|s| format!(" (HTTP {s})")).unwrap_or_default()
+                    ),
+                ),
+                e => e.into_error(format!("registering the Avro schema under subject {subject}")),
+            },
+        )?;
+        tracing::info!(registry = %registry.url, subject = %subject, id, "Avro schema registered");
         Ok(RegistryEncoder {
-            url: url.to_string(),
-            subject: format!("{topic}-value"),
-            schema: schema.canonical_form(),
-            id: std::sync::OnceLock::new(),
+            id,
             encoder: DatumEncoder::new(schema)?,
         })
-    }
-
-    fn id(&self) -> std::result::Result<u32, String> {
-        self.id
-            .get_or_init(|| {
-                let supplied = SuppliedSchema::new(None, SchemaType::Avro, self.schema.clone());
-                let subject = self.subject.clone();
-                registry_call(&self.url, move |settings| {
-                    post_schema(settings, subject.clone(), supplied).map(|r| r.id)
-                })
-                .map_err(|e| format!("registering the schema under {}: {e}", self.subject))
-            })
-            .clone()
     }
 }
 
 impl ValueEncoder for RegistryEncoder {
     fn encode(&self, value: &Json) -> std::result::Result<Vec<u8>, String> {
-        let id = self.id()?;
+        let id = self.id;
         let datum = self.encoder.encode(value)?;
         let mut out = Vec::with_capacity(5 + datum.len());
         out.push(0);

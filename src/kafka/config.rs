@@ -16,7 +16,7 @@ use crate::connector::values::{duration_at, keyword, one_of, properties, single_
 use crate::connector::{JobConfig, SourceConnector, SourceContext};
 use crate::core::{EventTimeOptions, Sink};
 use crate::error::{Error, Result};
-use crate::format::config::{avro, value_format, AvroConfig, RawAvro};
+use crate::format::config::{avro, key_format, value_format, AvroConfig, RawAvro};
 use crate::format::DecodeErrorPolicy;
 use crate::metrics::KafkaMetrics;
 use crate::record::{Record, ValueFormat};
@@ -78,7 +78,11 @@ pub struct RawKafkaSource {
     pub wait_for_topics: bool,
     /// Value format: "bytes" (default), "string", "json" or "avro".
     pub format: Option<String>,
-    /// Avro settings, for `format = "avro"`.
+    /// Key format: absent keeps keys as they are (text when UTF-8, else base64); "string",
+    /// "json" or "avro" decode them for `eof`'s `key` and the envelope (decode errors follow
+    /// `decode_errors`). Avro keys: the registry, or `avro.key_schema_file`.
+    pub key_format: Option<String>,
+    /// Avro settings, for `format = "avro"` or `key_format = "avro"`.
     pub avro: Option<RawAvro>,
     /// What to do with a record whose value cannot be decoded: "fail" (default), "skip" or
     /// "dead_letter".
@@ -98,11 +102,21 @@ pub struct RawKafkaSource {
     pub properties: BTreeMap<String, PropertyValue>,
 }
 
+/// The formats a Kafka source reads.
+const ALL_FORMATS: &[ValueFormat] = &[
+    ValueFormat::Bytes,
+    ValueFormat::String,
+    ValueFormat::Json,
+    ValueFormat::Avro,
+];
+
 /// The validated Kafka source.
 #[derive(Debug, Clone)]
 pub struct KafkaSourceConfig {
     pub settings: KafkaSourceSettings,
     pub format: ValueFormat,
+    /// `None`: keys are not decoded.
+    pub key_format: Option<ValueFormat>,
     pub avro: Option<AvroConfig>,
     pub eof: Option<String>,
     pub eof_emit_marker: bool,
@@ -198,18 +212,9 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
     if let Some(expr) = &raw.eof {
         crate::expr::RecordExpression::compile(expr).map_err(|e| Error::config("source.eof", e))?;
     }
-    let format = value_format(
-        "source.format",
-        raw.format.as_deref(),
-        ValueFormat::Bytes,
-        &[
-            ValueFormat::Bytes,
-            ValueFormat::String,
-            ValueFormat::Json,
-            ValueFormat::Avro,
-        ],
-    )?;
-    let avro = avro("source.avro", format, raw.avro)?;
+    let format = value_format("source.format", raw.format.as_deref(), ValueFormat::Bytes, ALL_FORMATS)?;
+    let key_format = key_format("source.key_format", raw.key_format.as_deref(), ALL_FORMATS)?;
+    let avro = avro("source.avro", format, key_format, raw.avro)?;
     let decode_errors = keyword(
         "source.decode_errors",
         raw.decode_errors.as_deref(),
@@ -282,6 +287,7 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
     Ok(KafkaSourceConfig {
         settings,
         format,
+        key_format,
         avro,
         eof: raw.eof,
         eof_emit_marker: raw.eof_emit_marker,
@@ -373,65 +379,22 @@ impl SourceConnector for KafkaSourceConfig {
     const TYPE: &'static str = "kafka";
     type Raw = RawKafkaSource;
     type Source = KafkaSource;
-    const PATH_KEYS: &'static [&'static str] = &["avro.schema_file"];
+    const PATH_KEYS: &'static [&'static str] = &[
+        "avro.schema_file",
+        "avro.schema_registry.ca_file",
+        "avro.schema_registry.password.file",
+    ];
 
     fn validate(raw: RawKafkaSource, job: &JobConfig) -> Result<Self> {
         validate_kafka_source(raw, job)
     }
 
+    fn schema_registries(&self) -> Vec<&crate::format::registry::RegistrySettings> {
+        self.avro.iter().filter_map(|a| a.schema_registry.as_ref()).collect()
+    }
+
     fn describe(&self) -> Vec<String> {
-        let s = &self.settings;
-        let mut lines = vec![
-            format!("source kafka {}, {}", s.bootstrap_servers, s.subscription),
-            format!("  starting_offsets {}; stopping_offsets {}", s.starting, s.stopping),
-        ];
-        let written = if self.eof_emit_marker {
-            "written too"
-        } else {
-            "not written"
-        };
-        let eof = match &self.eof {
-            Some(e) if self.event_time.source_wide_stop => {
-                format!(
-                    "; the first record where {e}, in any partition, ends every partition at its timestamp ({written})"
-                )
-            }
-            Some(e) => format!("; a partition ends at the record where {e} ({written})"),
-            None => String::new(),
-        };
-        lines.push(format!("  format {}{eof}", self.format));
-        if let Some(speed) = self.event_time.speed {
-            lines.push(format!(
-                "  replayed at {speed}x event time, all partitions on one clock"
-            ));
-        }
-        if let Some(avro) = &self.avro {
-            lines.push(format!("  avro {avro}"));
-        }
-        let discovery = match s.discovery_interval {
-            Some(d) => format!("partitions discovered every {}", humantime::format_duration(d)),
-            None => "partitions discovered once, at start".to_string(),
-        };
-        let errors = match self.decode_errors {
-            DecodeErrorPolicy::Fail => "an undecodable record fails the job".to_string(),
-            DecodeErrorPolicy::Skip => "undecodable records are skipped".to_string(),
-            DecodeErrorPolicy::DeadLetter => format!(
-                "undecodable records go to {}",
-                self.dead_letter_topic.as_deref().unwrap_or("the dead-letter topic")
-            ),
-        };
-        lines.push(format!("  {discovery}; {errors}"));
-        if let Some(group) = &s.group_id {
-            lines.push(format!("  offsets committed to group {group} after each checkpoint"));
-        }
-        if !s.properties.is_empty() {
-            let props: Vec<String> = super::client::redacted(&s.properties)
-                .into_iter()
-                .map(|(k, v)| format!("{k} = {v}"))
-                .collect();
-            lines.push(format!("  properties {}", props.join(", ")));
-        }
-        lines
+        super::describe::lines(self)
     }
 
     fn check_connection(&self) -> Result<Vec<String>> {
@@ -478,6 +441,8 @@ impl SourceConnector for KafkaSourceConfig {
         source.event_time = self.event_time.clone();
         source.queue_capacity = ctx.job.queue_capacity;
         source.keep_decoded = keep_decoded;
+        source.key_decoder =
+            crate::format::key_decoder_factory(self.key_format, self.avro.as_ref(), self.settings.request_timeout)?;
         source.metrics = metrics;
         Ok(source)
     }

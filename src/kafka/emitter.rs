@@ -1,5 +1,6 @@
-//! The Kafka record emitter (Flink's `KafkaRecordEmitter`): decodes each fetched record's value,
-//! applies the decode-error policy, emits it, and advances the split past it.
+//! The Kafka record emitter (Flink's `KafkaRecordEmitter`): decodes each fetched record's value
+//! (and key, with a `key_format`), applies the decode-error policy, emits it, and advances the
+//! split past it.
 
 use tracing::warn;
 
@@ -13,6 +14,8 @@ use crate::record::Record;
 /// Decodes and emits Kafka records.
 pub struct KafkaRecordEmitter {
     decoder: Box<dyn ValueDecoder>,
+    /// Decodes keys, when the source has a `key_format`.
+    key_decoder: Option<Box<dyn ValueDecoder>>,
     policy: DecodeErrorPolicy,
     metrics: ReaderMetrics,
     emitted: u64,
@@ -25,6 +28,7 @@ impl KafkaRecordEmitter {
     pub fn new(decoder: Box<dyn ValueDecoder>, policy: DecodeErrorPolicy, metrics: ReaderMetrics) -> Self {
         KafkaRecordEmitter {
             decoder,
+            key_decoder: None,
             policy,
             metrics,
             emitted: 0,
@@ -39,6 +43,26 @@ impl KafkaRecordEmitter {
         self.keep_decoded = keep;
         self
     }
+
+    /// Decode keys with `decoder` too.
+    pub fn key_decoder(mut self, decoder: Option<Box<dyn ValueDecoder>>) -> Self {
+        self.key_decoder = decoder;
+        self
+    }
+
+    /// The record's key and value decoded; a key's error says it is the key's.
+    fn decode(&mut self, record: &mut Record) -> std::result::Result<(), DecodeError> {
+        if let (Some(decoder), Some(bytes)) = (self.key_decoder.as_mut(), record.key.as_deref()) {
+            record.decoded_key = decoder.decode(bytes).map_err(|e| match e {
+                DecodeError::Invalid(m) => DecodeError::Invalid(format!("key: {m}")),
+                DecodeError::Unavailable(m) => DecodeError::Unavailable(format!("key: {m}")),
+            })?;
+        }
+        if let Some(bytes) = record.value.as_deref() {
+            record.decoded = self.decoder.decode(bytes)?;
+        }
+        Ok(())
+    }
 }
 
 impl RecordEmitter<Record, Record, KafkaPartitionSplit> for KafkaRecordEmitter {
@@ -50,43 +74,41 @@ impl RecordEmitter<Record, Record, KafkaPartitionSplit> for KafkaRecordEmitter {
     ) -> Result<()> {
         let offset = record.offset.unwrap_or(split.next_offset);
         record.format = self.decoder.format();
-        if let Some(bytes) = record.value.as_deref() {
-            match self.decoder.decode(bytes) {
-                Ok(decoded) => record.decoded = decoded,
-                // not the record's fault: never skipped nor dead-lettered for it; the split is not
-                // advanced, so a restart decodes the record again
-                Err(DecodeError::Unavailable(message)) => {
-                    return Err(Error::runtime(
-                        format!("decoding {}:{}@{offset}", split.topic, split.partition),
-                        message,
-                    ));
-                }
-                Err(DecodeError::Invalid(message)) => match self.policy {
-                    DecodeErrorPolicy::Fail => {
-                        // the split is not advanced: a restart meets the same record again
-                        return Err(Error::Decode {
-                            topic: split.topic.clone(),
-                            partition: split.partition,
-                            offset,
-                            message,
-                        });
-                    }
-                    DecodeErrorPolicy::Skip => {
-                        warn!(topic = %split.topic, partition = split.partition, offset, error = %message, "skipping a record that cannot be decoded");
-                        self.metrics.decode_skipped.increment(1);
-                        split.next_offset = offset + 1;
-                        return Ok(());
-                    }
-                    DecodeErrorPolicy::DeadLetter => {
-                        warn!(topic = %split.topic, partition = split.partition, offset, error = %message, "sending a record that cannot be decoded to the dead-letter topic");
-                        self.metrics.dead_lettered.increment(1);
-                        record.dead_letter = Some(message);
-                        output.collect_unevaluated(record);
-                        split.next_offset = offset + 1;
-                        return Ok(());
-                    }
-                },
+        match self.decode(&mut record) {
+            Ok(()) => {}
+            // not the record's fault: never skipped nor dead-lettered for it; the split is not
+            // advanced, so a restart decodes the record again
+            Err(DecodeError::Unavailable(message)) => {
+                return Err(Error::runtime(
+                    format!("decoding {}:{}@{offset}", split.topic, split.partition),
+                    message,
+                ));
             }
+            Err(DecodeError::Invalid(message)) => match self.policy {
+                DecodeErrorPolicy::Fail => {
+                    // the split is not advanced: a restart meets the same record again
+                    return Err(Error::Decode {
+                        topic: split.topic.clone(),
+                        partition: split.partition,
+                        offset,
+                        message,
+                    });
+                }
+                DecodeErrorPolicy::Skip => {
+                    warn!(topic = %split.topic, partition = split.partition, offset, error = %message, "skipping a record that cannot be decoded");
+                    self.metrics.decode_skipped.increment(1);
+                    split.next_offset = offset + 1;
+                    return Ok(());
+                }
+                DecodeErrorPolicy::DeadLetter => {
+                    warn!(topic = %split.topic, partition = split.partition, offset, error = %message, "sending a record that cannot be decoded to the dead-letter topic");
+                    self.metrics.dead_lettered.increment(1);
+                    record.dead_letter = Some(message);
+                    output.collect_unevaluated(record);
+                    split.next_offset = offset + 1;
+                    return Ok(());
+                }
+            },
         }
         // the lag gauge needs a clock read: one in 1024 records is plenty for a gauge
         self.emitted = self.emitted.wrapping_add(1);

@@ -7,6 +7,7 @@ pub mod client;
 mod committer;
 pub mod config;
 pub mod consumer;
+mod describe;
 mod discovery;
 pub mod emitter;
 pub mod enumerator;
@@ -157,6 +158,8 @@ pub struct KafkaSource {
     pub max_batch_bytes: usize,
     /// Records keep their decoded value for the sink (false for sinks that never print it).
     pub keep_decoded: bool,
+    /// Decodes keys (`key_format`); `None` leaves them as they are.
+    pub key_decoder: Option<DecoderFactory>,
     /// Where its metrics go (no-op handles unless the daemon registered them).
     pub metrics: KafkaMetrics,
     /// Pacing and a source-wide stop (inactive by default).
@@ -327,6 +330,7 @@ impl KafkaSourceBuilder {
             max_batch_records: 4096,
             max_batch_bytes: 1 << 20,
             keep_decoded: true,
+            key_decoder: None,
             metrics: KafkaMetrics::noop(),
             event_time: EventTimeOptions::default(),
         })
@@ -397,7 +401,8 @@ impl Source for KafkaSource {
         });
         let emitter =
             emitter::KafkaRecordEmitter::new((self.decoder)()?, self.decode_errors, self.metrics.reader(index))
-                .keep_decoded(self.keep_decoded);
+                .keep_decoded(self.keep_decoded)
+                .key_decoder(self.key_decoder.as_ref().map(|f| f()).transpose()?);
         let mut reader = SourceReaderBase::new(factory, emitter, options).with_event_handler(Box::new(|event| {
             match event.0.downcast::<RemoveSplits>() {
                 Ok(remove) => remove.0,

@@ -81,7 +81,7 @@ fn validate_periodic(raw: RawPeriodicSource) -> Result<PeriodicSettings> {
             ("all", CatchUp::All),
         ],
     )?;
-    let (format, avro) = produced_format(raw.format.as_deref(), raw.avro)?;
+    let (format, avro) = produced_format(raw.format.as_deref(), None, raw.avro)?;
     Ok(PeriodicSettings {
         supplier,
         discover_interval,
@@ -104,10 +104,23 @@ impl SourceConnector for PeriodicConfig {
     const TYPE: &'static str = "periodic";
     type Raw = RawPeriodicSource;
     type Source = PeriodicSource;
-    const PATH_KEYS: &'static [&'static str] = &["file", "avro.schema_file"];
+    const PATH_KEYS: &'static [&'static str] = &[
+        "file",
+        "avro.schema_file",
+        "avro.schema_registry.ca_file",
+        "avro.schema_registry.password.file",
+    ];
 
     fn validate(raw: RawPeriodicSource, _job: &JobConfig) -> Result<Self> {
         validate_periodic(raw).map(|settings| PeriodicConfig { settings })
+    }
+
+    fn schema_registries(&self) -> Vec<&crate::format::registry::RegistrySettings> {
+        self.settings
+            .avro
+            .iter()
+            .filter_map(|a| a.schema_registry.as_ref())
+            .collect()
     }
 
     fn describe(&self) -> Vec<String> {

@@ -3,8 +3,9 @@
 //!
 //! `value` is the JSON for `json` (its own bytes, as written, when on one line; else parsed and
 //! written compactly), the decoded Avro as JSON for `avro`, a string for `string`, base64 for
-//! `bytes`. Keys and header values are strings when they are UTF-8, else
-//! `{"base64": "…"}`; a header name that repeats maps to an array of its values.
+//! `bytes`. Keys are their decoded JSON when the source decodes keys (`key_format`); keys and
+//! header values are otherwise strings when they are UTF-8, else `{"base64": "…"}`; a header
+//! name that repeats maps to an array of its values.
 
 use std::io::Write;
 
@@ -98,7 +99,10 @@ pub fn write_line<W: Write>(out: &mut W, record: &Record) -> std::io::Result<()>
     out.write_all(b",\"timestamp\":")?;
     json(out, &record.timestamp)?;
     out.write_all(b",\"key\":")?;
-    json(out, &record.key.as_deref().map(Binary))?;
+    match &record.decoded_key {
+        Some(decoded) => json(out, decoded)?,
+        None => json(out, &record.key.as_deref().map(Binary))?,
+    }
     out.write_all(b",\"value\":")?;
     match (&record.value, record.format, &record.dead_letter) {
         (Some(bytes), ValueFormat::Json, None) if memchr::memchr2(b'\n', b'\r', bytes).is_none() => {
@@ -169,6 +173,7 @@ mod tests {
             value: Some(br#"{"a":1}"#.to_vec()),
             decoded: Some(json!({"a": 1})),
             format: ValueFormat::Json,
+            decoded_key: None,
             headers: vec![
                 Header {
                     key: "h".into(),
@@ -218,6 +223,10 @@ mod tests {
         let l = line(&r);
         assert_eq!(l["value"], json!("AAEC"));
         assert_eq!(l["key"], json!({"base64": "/g=="}));
+        // a decoded key (key_format) is printed as its JSON
+        r.decoded_key = Some(json!({"seq": 3}));
+        assert_eq!(line(&r)["key"], json!({"seq": 3}));
+        r.decoded_key = None;
         // longer than one stack slice of the encoder, and not a multiple of 3
         let long: Vec<u8> = (0..2_000u32).map(|i| (i * 7 % 256) as u8).collect();
         r.value = Some(long.clone());

@@ -10,7 +10,7 @@ use tidegate::format::{ValueDecoder, ValueEncoder};
 
 use crate::common::{TestKafka, TestRecord};
 use crate::daemon_util::*;
-use crate::schema_registry::SchemaRegistryDouble;
+use crate::registry_double::SchemaRegistryDouble;
 
 const MINUTE: Duration = Duration::from_secs(60);
 

@@ -1,0 +1,61 @@
+//! What `tidegate validate` prints of a Kafka source, one line each, in the config's own words.
+
+use super::config::KafkaSourceConfig;
+use crate::format::DecodeErrorPolicy;
+
+/// The lines of `c`.
+pub fn lines(c: &KafkaSourceConfig) -> Vec<String> {
+    let s = &c.settings;
+    let mut lines = vec![
+        format!("source kafka {}, {}", s.bootstrap_servers, s.subscription),
+        format!("  starting_offsets {}; stopping_offsets {}", s.starting, s.stopping),
+    ];
+    let written = if c.eof_emit_marker {
+        "written too"
+    } else {
+        "not written"
+    };
+    let eof = match &c.eof {
+        Some(e) if c.event_time.source_wide_stop => {
+            format!("; the first record where {e}, in any partition, ends every partition at its timestamp ({written})")
+        }
+        Some(e) => format!("; a partition ends at the record where {e} ({written})"),
+        None => String::new(),
+    };
+    lines.push(format!("  format {}{eof}", c.format));
+    if let Some(speed) = c.event_time.speed {
+        lines.push(format!(
+            "  replayed at {speed}x event time, all partitions on one clock"
+        ));
+    }
+    if let Some(k) = c.key_format {
+        lines.push(format!("  keys decoded as {k}"));
+    }
+    if let Some(avro) = &c.avro {
+        lines.push(format!("  avro {avro}"));
+    }
+    let discovery = match s.discovery_interval {
+        Some(d) => format!("partitions discovered every {}", humantime::format_duration(d)),
+        None => "partitions discovered once, at start".to_string(),
+    };
+    let errors = match c.decode_errors {
+        DecodeErrorPolicy::Fail => "an undecodable record fails the job".to_string(),
+        DecodeErrorPolicy::Skip => "undecodable records are skipped".to_string(),
+        DecodeErrorPolicy::DeadLetter => format!(
+            "undecodable records go to {}",
+            c.dead_letter_topic.as_deref().unwrap_or("the dead-letter topic")
+        ),
+    };
+    lines.push(format!("  {discovery}; {errors}"));
+    if let Some(group) = &s.group_id {
+        lines.push(format!("  offsets committed to group {group} after each checkpoint"));
+    }
+    if !s.properties.is_empty() {
+        let props: Vec<String> = super::client::redacted(&s.properties)
+            .into_iter()
+            .map(|(k, v)| format!("{k} = {v}"))
+            .collect();
+        lines.push(format!("  properties {}", props.join(", ")));
+    }
+    lines
+}
