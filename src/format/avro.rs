@@ -131,7 +131,7 @@ impl DatumDecoder {
 /// is reqwest's, which must neither run nor be dropped on an async runtime's thread (the reader
 /// tasks decode there). On a multi-threaded runtime the waiting worker hands its other tasks to
 /// the others meanwhile (`block_in_place`). Calls are rare: once per schema id, or once to register.
-fn registry_call<T: Send + 'static>(
+pub(crate) fn registry_call<T: Send + 'static>(
     url: &str,
     call: impl FnOnce(&SrSettings) -> std::result::Result<T, SRCError> + Send + 'static,
 ) -> std::result::Result<T, SRCError> {
@@ -153,7 +153,7 @@ fn registry_call<T: Send + 'static>(
 
 /// Whether a registry error means the registry is out of reach (retry, then fail the job) rather
 /// than that the record names a schema it does not have: no connection, a 5xx, refused credentials.
-fn registry_unreachable(e: &SRCError) -> bool {
+pub(crate) fn registry_unreachable(e: &SRCError) -> bool {
     let status = |code: &str| e.error.contains(&format!("status {code}"));
     e.retriable || status("5") || status("401") || status("403")
 }

@@ -54,23 +54,32 @@ pub fn value_format(
         Some("string") => ValueFormat::String,
         Some("json") => ValueFormat::Json,
         Some("avro") => ValueFormat::Avro,
+        Some("protobuf") => ValueFormat::Protobuf,
+        Some("json_schema") => ValueFormat::JsonSchema,
         Some(other) => return Err(Error::config(key, format!("unknown format {other:?}"))),
     };
     if !allowed.contains(&f) {
-        let names: Vec<String> = allowed.iter().map(|a| format!("{a:?}").to_lowercase()).collect();
+        let names: Vec<String> = allowed.iter().map(|a| a.to_string()).collect();
         return Err(Error::config(key, format!("must be one of {}", names.join(", "))));
     }
     Ok(f)
 }
 
 /// The format and Avro settings of a source that produces values (datagen, periodic): `json`
-/// (default), `string` or `avro`.
+/// (default), `string`, `avro`, `protobuf` or `json_schema` (the last two set up by
+/// [`super::schema_config::wire_schema`]).
 pub fn produced_format(format: Option<&str>, raw_avro: Option<RawAvro>) -> Result<(ValueFormat, Option<AvroConfig>)> {
     let format = value_format(
         "source.format",
         format,
         ValueFormat::Json,
-        &[ValueFormat::Json, ValueFormat::String, ValueFormat::Avro],
+        &[
+            ValueFormat::Json,
+            ValueFormat::String,
+            ValueFormat::Avro,
+            ValueFormat::Protobuf,
+            ValueFormat::JsonSchema,
+        ],
     )?;
     let avro = avro("source.avro", format, raw_avro)?;
     if avro.as_ref().is_some_and(|a| a.schema_file.is_none()) {

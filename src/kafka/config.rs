@@ -17,6 +17,7 @@ use crate::connector::{JobConfig, SourceConnector, SourceContext};
 use crate::core::{EventTimeOptions, Sink};
 use crate::error::{Error, Result};
 use crate::format::config::{avro, value_format, AvroConfig, RawAvro};
+use crate::format::schema_config::{wire_schema, RawJsonSchema, RawProtobuf, WireSchema};
 use crate::format::DecodeErrorPolicy;
 use crate::metrics::KafkaMetrics;
 use crate::record::{Record, ValueFormat};
@@ -76,10 +77,14 @@ pub struct RawKafkaSource {
     /// Wait for subscribed topics that do not exist yet, instead of failing.
     #[serde(default)]
     pub wait_for_topics: bool,
-    /// Value format: "bytes" (default), "string", "json" or "avro".
+    /// Value format: "bytes" (default), "string", "json", "avro", "protobuf" or "json_schema".
     pub format: Option<String>,
     /// Avro settings, for `format = "avro"`.
     pub avro: Option<RawAvro>,
+    /// Protobuf settings, for `format = "protobuf"`.
+    pub protobuf: Option<RawProtobuf>,
+    /// JSON Schema settings, for `format = "json_schema"`.
+    pub json_schema: Option<RawJsonSchema>,
     /// What to do with a record whose value cannot be decoded: "fail" (default), "skip" or
     /// "dead_letter".
     pub decode_errors: Option<String>,
@@ -104,6 +109,8 @@ pub struct KafkaSourceConfig {
     pub settings: KafkaSourceSettings,
     pub format: ValueFormat,
     pub avro: Option<AvroConfig>,
+    /// Protobuf or JSON Schema settings.
+    pub wire_schema: Option<WireSchema>,
     pub eof: Option<String>,
     pub eof_emit_marker: bool,
     pub event_time: EventTimeOptions,
@@ -207,9 +214,12 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
             ValueFormat::String,
             ValueFormat::Json,
             ValueFormat::Avro,
+            ValueFormat::Protobuf,
+            ValueFormat::JsonSchema,
         ],
     )?;
     let avro = avro("source.avro", format, raw.avro)?;
+    let wire_schema = wire_schema("source", format, raw.protobuf, raw.json_schema, false)?;
     let decode_errors = keyword(
         "source.decode_errors",
         raw.decode_errors.as_deref(),
@@ -283,6 +293,7 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
         settings,
         format,
         avro,
+        wire_schema,
         eof: raw.eof,
         eof_emit_marker: raw.eof_emit_marker,
         event_time,
@@ -373,7 +384,7 @@ impl SourceConnector for KafkaSourceConfig {
     const TYPE: &'static str = "kafka";
     type Raw = RawKafkaSource;
     type Source = KafkaSource;
-    const PATH_KEYS: &'static [&'static str] = &["avro.schema_file"];
+    const PATH_KEYS: &'static [&'static str] = &["avro.schema_file", "protobuf.schema_file", "json_schema.schema_file"];
 
     fn validate(raw: RawKafkaSource, job: &JobConfig) -> Result<Self> {
         validate_kafka_source(raw, job)
@@ -408,6 +419,9 @@ impl SourceConnector for KafkaSourceConfig {
         if let Some(avro) = &self.avro {
             lines.push(format!("  avro {avro}"));
         }
+        if let Some(schema) = &self.wire_schema {
+            lines.push(format!("  {schema}"));
+        }
         let discovery = match s.discovery_interval {
             Some(d) => format!("partitions discovered every {}", humantime::format_duration(d)),
             None => "partitions discovered once, at start".to_string(),
@@ -436,8 +450,8 @@ impl SourceConnector for KafkaSourceConfig {
 
     fn build(&self, ctx: &SourceContext<'_>) -> Result<KafkaSource> {
         // the envelope prints a JSON value as its bytes (checked in full by the decoder): only
-        // Avro values are printed from their decoded form
-        let keep_decoded = ctx.sink_prints_values && self.format == ValueFormat::Avro;
+        // Avro, Protobuf and JSON Schema values are printed from their decoded form
+        let keep_decoded = ctx.sink_prints_values && self.format.prints_decoded();
         let metrics = KafkaMetrics::register();
         let expression = self
             .eof
@@ -457,7 +471,10 @@ impl SourceConnector for KafkaSourceConfig {
                 Ok(Box::new(crate::format::JsonFieldsDecoder::new(fields.clone()))
                     as Box<dyn crate::format::ValueDecoder>)
             }),
-            _ => crate::format::decoder_factory(self.format, self.avro.as_ref(), self.settings.request_timeout)?,
+            _ => match &self.wire_schema {
+                Some(schema) => schema.decoder_factory("source", self.settings.request_timeout)?,
+                None => crate::format::decoder_factory(self.format, self.avro.as_ref(), self.settings.request_timeout)?,
+            },
         };
         let mut builder = KafkaSource::builder()
             .settings(self.settings.clone())
