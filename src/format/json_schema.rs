@@ -22,6 +22,12 @@ pub struct Validator {
     index: boon::SchemaIndex,
 }
 
+impl std::fmt::Debug for Validator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JSON Schema validator")
+    }
+}
+
 impl Validator {
     /// Compiles `schema`, known as `location` in error messages and to its own `$ref`s.
     pub fn compile(location: &str, schema: Json) -> std::result::Result<Validator, String> {
