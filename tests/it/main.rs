@@ -21,6 +21,7 @@ mod own_broker;
 mod periodic;
 mod plan;
 mod recreated;
+mod registry_formats;
 mod restore;
 mod schema_registry;
 mod security;
