@@ -241,7 +241,9 @@ impl DatagenConfig {
     fn encoder(&self, ctx: &SourceContext<'_>) -> Result<Option<crate::format::EncoderHandle>> {
         match &self.wire_schema {
             Some(schema) => schema.encoder("source", ctx.sink_topic).map(Some),
-            None => crate::format::encoder_for(self.generator.format, self.avro.as_ref(), "source.avro", ctx.sink_topic),
+            None => {
+                crate::format::encoder_for(self.generator.format, self.avro.as_ref(), "source.avro", ctx.sink_topic)
+            }
         }
     }
 }

@@ -61,7 +61,11 @@ impl Validator {
 
 /// boon's errors span lines, one per cause: one line for logs and the dead-letter header.
 fn one_line(text: &str) -> String {
-    text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// A local schema file, compiled, with its text; errors name the config key.
@@ -178,17 +182,28 @@ mod tests {
     #[test]
     fn plain_values_round_trip_and_are_checked_both_ways() {
         let value = json!({"type": "TRADE", "seq": 7, "price": 101.25});
-        let bytes = Encoder::raw(Validator::parse("urn:t", TRADE).unwrap()).encode(&value).unwrap();
+        let bytes = Encoder::raw(Validator::parse("urn:t", TRADE).unwrap())
+            .encode(&value)
+            .unwrap();
         let mut decoder = SchemaFileDecoder::new(std::sync::Arc::new(Validator::parse("urn:t", TRADE).unwrap()));
         assert_eq!(decoder.decode(&bytes), Ok(Some(value)));
         let encoder = Encoder::raw(Validator::parse("urn:t", TRADE).unwrap());
         let missing = encoder.encode(&json!({"type": "TRADE"})).unwrap_err();
         assert!(missing.contains("seq") && !missing.contains('\n'), "{missing}");
         assert!(encoder.encode(&json!({"type": "TRADE", "seq": -1})).is_err());
-        assert!(encoder.encode(&json!({"type": "TRADE", "seq": 1, "extra": true})).is_err());
+        assert!(encoder
+            .encode(&json!({"type": "TRADE", "seq": 1, "extra": true}))
+            .is_err());
         let broken = decoder.decode(br#"{"type":"TRADE","seq":"one"}"#).unwrap_err();
-        assert!(matches!(&broken, DecodeError::Invalid(m) if m.contains("/seq")), "{broken}");
-        assert!(decoder.decode(b"{not json").unwrap_err().to_string().contains("not valid JSON"));
+        assert!(
+            matches!(&broken, DecodeError::Invalid(m) if m.contains("/seq")),
+            "{broken}"
+        );
+        assert!(decoder
+            .decode(b"{not json")
+            .unwrap_err()
+            .to_string()
+            .contains("not valid JSON"));
     }
 
     #[test]
@@ -201,7 +216,8 @@ mod tests {
         std::fs::write(&file, r#"{"type": "integer"}"#).unwrap();
         let outside = format!(r#"{{"$ref": "file://{}"}}"#, file.display());
         assert!(Validator::parse("urn:t", &outside).is_err());
-        let local = r##"{"definitions": {"n": {"type": "integer"}}, "properties": {"a": {"$ref": "#/definitions/n"}}}"##;
+        let local =
+            r##"{"definitions": {"n": {"type": "integer"}}, "properties": {"a": {"$ref": "#/definitions/n"}}}"##;
         let v = Validator::parse("urn:t", local).unwrap();
         assert!(v.validate(&json!({"a": 1})).is_ok());
         assert!(v.validate(&json!({"a": "x"})).is_err());

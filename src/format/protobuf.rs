@@ -10,7 +10,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use prost::Message as _;
-use prost_reflect::{DeserializeOptions, DynamicMessage, ReflectMessage, FileDescriptor, MessageDescriptor, SerializeOptions};
+use prost_reflect::{
+    DeserializeOptions, DynamicMessage, FileDescriptor, MessageDescriptor, ReflectMessage, SerializeOptions,
+};
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver, IncludeFileResolver};
 use schema_registry_converter::schema_registry_common::SchemaType;
 use serde_json::Value as Json;
@@ -76,13 +78,20 @@ pub fn read_schema(key: &str, path: &Path) -> Result<(FileDescriptor, String)> {
 /// the only top-level message of the file. Errors name `key`.
 pub fn pick_message(key: &str, file: &FileDescriptor, name: Option<&str>) -> Result<MessageDescriptor> {
     let declared: Vec<MessageDescriptor> = message_indexes(file).into_iter().map(|(_, m)| m).collect();
-    let names = || declared.iter().map(|m| m.full_name().to_string()).collect::<Vec<_>>().join(", ");
-    match name {
-        Some(name) => declared
+    let names = || {
+        declared
             .iter()
-            .find(|m| m.full_name() == name)
-            .cloned()
-            .ok_or_else(|| Error::config(key, format!("the schema declares no message {name:?} (it declares {})", names()))),
+            .map(|m| m.full_name().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match name {
+        Some(name) => declared.iter().find(|m| m.full_name() == name).cloned().ok_or_else(|| {
+            Error::config(
+                key,
+                format!("the schema declares no message {name:?} (it declares {})", names()),
+            )
+        }),
         None => {
             let top: Vec<&MessageDescriptor> = declared.iter().filter(|m| m.parent_message().is_none()).collect();
             match top.as_slice() {
@@ -172,7 +181,12 @@ pub fn message_to_json(message: &DynamicMessage) -> std::result::Result<Json, St
         .skip_default_fields(false);
     message
         .serialize_with_options(serde_json::value::Serializer, &options)
-        .map_err(|e| format!("cannot render message {} as JSON: {e}", message.descriptor().full_name()))
+        .map_err(|e| {
+            format!(
+                "cannot render message {} as JSON: {e}",
+                message.descriptor().full_name()
+            )
+        })
 }
 
 /// A JSON object as a message of `descriptor` (field names as in the `.proto` or in camelCase; an
@@ -341,11 +355,26 @@ message Close { string type = 1; }
     #[test]
     fn the_message_is_named_or_the_only_one() {
         let f = file();
-        assert_eq!(pick_message("k", &f, Some("tidegate.test.Close")).unwrap().name(), "Close");
+        assert_eq!(
+            pick_message("k", &f, Some("tidegate.test.Close")).unwrap().name(),
+            "Close"
+        );
         let several = pick_message("k", &f, None).unwrap_err().to_string();
-        assert!(several.contains("several messages") && several.contains("tidegate.test.Close"), "{several}");
-        assert!(pick_message("k", &f, Some("Trade")).unwrap_err().to_string().contains("no message \"Trade\""));
-        let one = compile("one.proto", "syntax = \"proto3\"; message A { int32 x = 1; }", HashMap::new(), None).unwrap();
+        assert!(
+            several.contains("several messages") && several.contains("tidegate.test.Close"),
+            "{several}"
+        );
+        assert!(pick_message("k", &f, Some("Trade"))
+            .unwrap_err()
+            .to_string()
+            .contains("no message \"Trade\""));
+        let one = compile(
+            "one.proto",
+            "syntax = \"proto3\"; message A { int32 x = 1; }",
+            HashMap::new(),
+            None,
+        )
+        .unwrap();
         assert_eq!(pick_message("k", &one, None).unwrap().full_name(), "A");
         assert!(compile("bad.proto", "syntax = \"proto3\"; message {", HashMap::new(), None).is_err());
     }
@@ -375,9 +404,16 @@ message Close { string type = 1; }
         assert!(encoder.encode(&json!([1, 2])).is_err());
         let mut decoder = SchemaFileDecoder::new(trade);
         assert!(decoder.decode(&[0xff, 0xff, 0xff]).is_err());
-        assert!(decoder.decode(&[0x0a, 0x10, b'x']).is_err(), "a string longer than the bytes");
+        assert!(
+            decoder.decode(&[0x0a, 0x10, b'x']).is_err(),
+            "a string longer than the bytes"
+        );
         // the wire decoder rejects what is not framed before it asks any registry
         let mut wire = RegistryDecoder::new("http://127.0.0.1:9", Duration::from_millis(1));
-        assert!(wire.decode(b"{}").unwrap_err().to_string().contains("Confluent wire format"));
+        assert!(wire
+            .decode(b"{}")
+            .unwrap_err()
+            .to_string()
+            .contains("Confluent wire format"));
     }
 }

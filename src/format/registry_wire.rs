@@ -21,7 +21,10 @@ pub fn split_frame(bytes: &[u8]) -> Result<(u32, &[u8]), DecodeError> {
     if bytes.len() < 5 || bytes[0] != 0 {
         return Err("not in the Confluent wire format (magic byte 0, then a 4-byte schema id)".into());
     }
-    Ok((u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]), &bytes[5..]))
+    Ok((
+        u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]),
+        &bytes[5..],
+    ))
 }
 
 /// A new value in the Confluent wire format: magic byte, `id`, then the caller appends the payload.
@@ -64,12 +67,7 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 /// (until `timeout`, then [`DecodeError::Unavailable`]: the job fails); a registry answer that
 /// the schema is missing, or is not of `expected` type, is [`DecodeError::Invalid`] (the record
 /// names a schema it cannot have: a poison record for the decode-error policy).
-pub fn fetch_schema(
-    url: &str,
-    id: u32,
-    expected: SchemaType,
-    timeout: Duration,
-) -> Result<FetchedSchema, DecodeError> {
+pub fn fetch_schema(url: &str, id: u32, expected: SchemaType, timeout: Duration) -> Result<FetchedSchema, DecodeError> {
     blocking(|| {
         let deadline = Instant::now() + timeout;
         let mut backoff = Duration::from_millis(100);
@@ -99,11 +97,9 @@ pub fn fetch_schema(
                 Err(e) if !registry_unreachable(&e) => {
                     return Err(DecodeError::Invalid(format!("schema {id} from the registry: {e}")))
                 }
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(DecodeError::Unavailable(format!(
-                        "the schema registry {url} did not give schema {id} within {timeout:?} ({attempts} attempts): {e}"
-                    )))
-                }
+                Err(e) if Instant::now() >= deadline => return Err(DecodeError::Unavailable(format!(
+                    "the schema registry {url} did not give schema {id} within {timeout:?} ({attempts} attempts): {e}"
+                ))),
                 Err(e) => {
                     warn!(registry = %url, schema = id, error = %e, retry_in_ms = backoff.as_millis() as u64,
                           "the schema registry is out of reach; retrying");
@@ -199,8 +195,10 @@ impl Registration {
             .get_or_init(|| {
                 let supplied = self.schema.clone();
                 let subject = self.subject.clone();
-                registry_call(&self.url, move |settings| post_schema(settings, subject, supplied).map(|r| r.id))
-                    .map_err(|e| format!("registering the schema under {} at {}: {e}", self.subject, self.url))
+                registry_call(&self.url, move |settings| {
+                    post_schema(settings, subject, supplied).map(|r| r.id)
+                })
+                .map_err(|e| format!("registering the schema under {} at {}: {e}", self.subject, self.url))
             })
             .clone()
     }

@@ -107,7 +107,10 @@ pub fn wire_schema(
     writes: bool,
 ) -> Result<Option<WireSchema>> {
     if format != ValueFormat::Protobuf && protobuf.is_some() {
-        return Err(Error::config(format!("{section}.protobuf"), "only applies to format = \"protobuf\""));
+        return Err(Error::config(
+            format!("{section}.protobuf"),
+            "only applies to format = \"protobuf\"",
+        ));
     }
     if format != ValueFormat::JsonSchema && json_schema.is_some() {
         return Err(Error::config(
@@ -198,7 +201,10 @@ impl WireSchema {
                 schema_file: None,
                 message: Some(_),
                 ..
-            } => Err(Error::config(format!("{key}.message"), "names a message of schema_file, which is not set")),
+            } => Err(Error::config(
+                format!("{key}.message"),
+                "names a message of schema_file, which is not set",
+            )),
             WireSchema::JsonSchema {
                 schema_file: Some(path),
                 ..
@@ -312,7 +318,11 @@ mod tests {
     fn errors_name_the_key() {
         let dir = tempfile::tempdir().unwrap();
         let proto = dir.path().join("t.proto");
-        std::fs::write(&proto, "syntax = \"proto3\"; message A { int32 x = 1; } message B { int32 y = 1; }").unwrap();
+        std::fs::write(
+            &proto,
+            "syntax = \"proto3\"; message A { int32 x = 1; } message B { int32 y = 1; }",
+        )
+        .unwrap();
         let proto = proto.to_str().unwrap();
         let json = dir.path().join("t.json");
         std::fs::write(&json, r#"{"type": "object"}"#).unwrap();
@@ -320,34 +330,99 @@ mod tests {
         let p = ValueFormat::Protobuf;
         let reg = Some("http://127.0.0.1:8081");
         assert_eq!(key_of(wire_schema("source", p, None, None, false)), "source.protobuf");
-        assert_eq!(key_of(wire_schema("source", p, raw_proto(None, None, None), None, false)), "source.protobuf");
         assert_eq!(
-            key_of(wire_schema("source", p, raw_proto(Some("localhost:8081"), None, None), None, false)),
+            key_of(wire_schema("source", p, raw_proto(None, None, None), None, false)),
+            "source.protobuf"
+        );
+        assert_eq!(
+            key_of(wire_schema(
+                "source",
+                p,
+                raw_proto(Some("localhost:8081"), None, None),
+                None,
+                false
+            )),
             "source.protobuf.schema_registry"
         );
-        assert_eq!(key_of(wire_schema("source", p, raw_proto(reg, None, None), None, true)), "source.protobuf.schema_file");
         assert_eq!(
-            key_of(wire_schema("source", p, raw_proto(reg, Some("/nowhere/t.proto"), None), None, true)),
+            key_of(wire_schema("source", p, raw_proto(reg, None, None), None, true)),
+            "source.protobuf.schema_file"
+        );
+        assert_eq!(
+            key_of(wire_schema(
+                "source",
+                p,
+                raw_proto(reg, Some("/nowhere/t.proto"), None),
+                None,
+                true
+            )),
             "source.protobuf.schema_file"
         );
         // two messages: writing must name one, and a name the file lacks is refused
-        assert_eq!(key_of(wire_schema("source", p, raw_proto(reg, Some(proto), None), None, true)), "source.protobuf.message");
         assert_eq!(
-            key_of(wire_schema("source", p, raw_proto(reg, Some(proto), Some("C")), None, true)),
+            key_of(wire_schema("source", p, raw_proto(reg, Some(proto), None), None, true)),
             "source.protobuf.message"
         );
-        assert_eq!(key_of(wire_schema("source", p, raw_proto(reg, None, Some("A")), None, false)), "source.protobuf.message");
-        assert!(wire_schema("source", p, raw_proto(reg, Some(proto), Some("B")), None, true).unwrap().is_some());
+        assert_eq!(
+            key_of(wire_schema(
+                "source",
+                p,
+                raw_proto(reg, Some(proto), Some("C")),
+                None,
+                true
+            )),
+            "source.protobuf.message"
+        );
+        assert_eq!(
+            key_of(wire_schema("source", p, raw_proto(reg, None, Some("A")), None, false)),
+            "source.protobuf.message"
+        );
+        assert!(
+            wire_schema("source", p, raw_proto(reg, Some(proto), Some("B")), None, true)
+                .unwrap()
+                .is_some()
+        );
         // reading from a registry needs no file
-        assert!(wire_schema("source", p, raw_proto(reg, None, None), None, false).unwrap().is_some());
-        let js = |r: Option<&str>, f: Option<&str>| Some(RawJsonSchema {
-            schema_registry: r.map(str::to_string),
-            schema_file: f.map(str::to_string),
-        });
-        assert_eq!(key_of(wire_schema("source", ValueFormat::Json, None, js(reg, None), false)), "source.json_schema");
-        assert_eq!(key_of(wire_schema("source", ValueFormat::Avro, raw_proto(reg, None, None), None, false)), "source.protobuf");
-        assert_eq!(key_of(wire_schema("source", ValueFormat::JsonSchema, None, js(reg, Some(proto)), true)), "source.json_schema.schema_file");
-        assert!(wire_schema("source", ValueFormat::JsonSchema, None, js(reg, Some(json)), true).unwrap().is_some());
-        assert!(wire_schema("source", ValueFormat::Json, None, None, false).unwrap().is_none());
+        assert!(wire_schema("source", p, raw_proto(reg, None, None), None, false)
+            .unwrap()
+            .is_some());
+        let js = |r: Option<&str>, f: Option<&str>| {
+            Some(RawJsonSchema {
+                schema_registry: r.map(str::to_string),
+                schema_file: f.map(str::to_string),
+            })
+        };
+        assert_eq!(
+            key_of(wire_schema("source", ValueFormat::Json, None, js(reg, None), false)),
+            "source.json_schema"
+        );
+        assert_eq!(
+            key_of(wire_schema(
+                "source",
+                ValueFormat::Avro,
+                raw_proto(reg, None, None),
+                None,
+                false
+            )),
+            "source.protobuf"
+        );
+        assert_eq!(
+            key_of(wire_schema(
+                "source",
+                ValueFormat::JsonSchema,
+                None,
+                js(reg, Some(proto)),
+                true
+            )),
+            "source.json_schema.schema_file"
+        );
+        assert!(
+            wire_schema("source", ValueFormat::JsonSchema, None, js(reg, Some(json)), true)
+                .unwrap()
+                .is_some()
+        );
+        assert!(wire_schema("source", ValueFormat::Json, None, None, false)
+            .unwrap()
+            .is_none());
     }
 }

@@ -29,7 +29,10 @@ fn registry_url() -> String {
 /// GET `path` below the registry URL (plain HTTP on this machine), the body of a 200.
 fn registry_get(url: &str, path: &str) -> Option<serde_json::Value> {
     let rest = url.strip_prefix("http://").expect("an http:// registry URL");
-    let (addr, base) = rest.split_once('/').map(|(a, b)| (a, format!("/{b}"))).unwrap_or((rest, String::new()));
+    let (addr, base) = rest
+        .split_once('/')
+        .map(|(a, b)| (a, format!("/{b}")))
+        .unwrap_or((rest, String::new()));
     let body = http_get(addr, &format!("{base}{path}"))?;
     // a chunked body starts with its length: the JSON starts at the first brace
     let start = body.find('{')?;
@@ -170,8 +173,15 @@ interval = "1s"
 
 /// The replay stopped before the record with seq 120: 0..120 in order, each the generator's value.
 fn assert_stopped_at_120(replayed: &[serde_json::Value], expected: &BTreeMap<u64, serde_json::Value>) {
-    let seqs: Vec<u64> = replayed.iter().map(|l| l["value"]["seq"].as_u64().unwrap_or(u64::MAX)).collect();
-    assert_eq!(seqs, (0..120).collect::<Vec<u64>>(), "records before the marker, in order");
+    let seqs: Vec<u64> = replayed
+        .iter()
+        .map(|l| l["value"]["seq"].as_u64().unwrap_or(u64::MAX))
+        .collect();
+    assert_eq!(
+        seqs,
+        (0..120).collect::<Vec<u64>>(),
+        "records before the marker, in order"
+    );
     for line in replayed {
         let seq = line["value"]["seq"].as_u64().unwrap_or_default();
         assert_eq!(line["value"], expected[&seq], "record {seq}");
@@ -197,7 +207,12 @@ fn protobuf_through_a_registry_round_trips_and_stops_at_a_decoded_field() {
     assert_eq!(raw.len() as u64, COUNT);
     for r in &raw {
         let v = r.value.as_deref().unwrap_or_default();
-        assert_eq!(v[..7], [&[0u8][..], &id.to_be_bytes(), &[2, 2]].concat()[..], "offset {}", r.offset);
+        assert_eq!(
+            v[..7],
+            [&[0u8][..], &id.to_be_bytes(), &[2, 2]].concat()[..],
+            "offset {}",
+            r.offset
+        );
     }
 
     let expected = generated();
@@ -230,7 +245,12 @@ fn json_schema_through_a_registry_round_trips_and_stops_at_a_decoded_field() {
     assert_eq!(raw.len() as u64, COUNT);
     for r in &raw {
         let v = r.value.as_deref().unwrap_or_default();
-        assert_eq!(v[..5], [&[0u8][..], &id.to_be_bytes()].concat()[..], "offset {}", r.offset);
+        assert_eq!(
+            v[..5],
+            [&[0u8][..], &id.to_be_bytes()].concat()[..],
+            "offset {}",
+            r.offset
+        );
         let json: serde_json::Value = serde_json::from_slice(&v[5..]).expect("JSON after the frame");
         assert_eq!(json, expected[&(r.offset as u64)], "offset {}", r.offset);
     }
@@ -250,21 +270,31 @@ fn json_schema_through_a_registry_round_trips_and_stops_at_a_decoded_field() {
             b"{\"type\":\"TRADE\"}".to_vec(),
             framed(2_000_000_000, r#"{"seq":1}"#),
             framed(id, r#"{"type":"TRADE","seq":"one","symbol":"AAPL","price":1,"size":1}"#),
-            framed(id, r#"{"type":"MARKET_CLOSE","seq":999,"symbol":"AAPL","price":0,"size":0}"#),
+            framed(
+                id,
+                r#"{"type":"MARKET_CLOSE","seq":999,"symbol":"AAPL","price":0,"size":0}"#,
+            ),
         ],
     );
     let until_close = "value.type == \"MARKET_CLOSE\"";
     let (code, log, replayed) = replay(&kafka, &topic, "json_schema", &read, until_close, "skip");
     assert_eq!(code, 0, "{log}");
     assert_eq!(replayed.len() as u64, COUNT, "every trade, no poison record, no marker");
-    assert_eq!(log.matches("skipping a record that cannot be decoded").count(), 3, "{log}");
+    assert_eq!(
+        log.matches("skipping a record that cannot be decoded").count(),
+        3,
+        "{log}"
+    );
     for why in ["Confluent wire format", "schema 2000000000", "/seq"] {
         assert!(log.contains(why), "no skip for {why:?}: {log}");
     }
     // with "fail" the first poison record ends the job, naming where it is
     let (code, log, _) = replay(&kafka, &topic, "json_schema", &read, until_close, "fail");
     assert_eq!(code, 1, "{log}");
-    assert!(log.contains(&format!("cannot decode record at {topic}:0@{COUNT}")), "{log}");
+    assert!(
+        log.contains(&format!("cannot decode record at {topic}:0@{COUNT}")),
+        "{log}"
+    );
 }
 
 /// Produces raw values to partition 0 (the wire format is not text).
