@@ -97,9 +97,11 @@ pub fn fetch_schema(url: &str, id: u32, expected: SchemaType, timeout: Duration)
                 Err(e) if !registry_unreachable(&e) => {
                     return Err(DecodeError::Invalid(format!("schema {id} from the registry: {e}")))
                 }
-                Err(e) if Instant::now() >= deadline => return Err(DecodeError::Unavailable(format!(
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(DecodeError::Unavailable(format!(
                     "the schema registry {url} did not give schema {id} within {timeout:?} ({attempts} attempts): {e}"
-                ))),
+                )))
+                }
                 Err(e) => {
                     warn!(registry = %url, schema = id, error = %e, retry_in_ms = backoff.as_millis() as u64,
                           "the schema registry is out of reach; retrying");

@@ -311,3 +311,112 @@ fn produce_bytes(kafka: &TestKafka, topic: &str, values: &[Vec<u8>]) {
     }
     producer.flush(Duration::from_secs(30)).expect("flushed");
 }
+
+#[test]
+fn periodic_events_in_protobuf_are_registered_and_decoded() {
+    let url = registry_url();
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("periodic-protobuf", 1);
+    let dir = JobDir::new();
+    std::fs::write(
+        dir.path("tick.proto"),
+        "syntax = \"proto3\";\npackage tidegate.test;\nmessage Tick { string type = 1; string id = 2; string n = 3; }\n",
+    )
+    .expect("write the schema");
+    let config = dir.config(&format!(
+        r#"
+[job]
+name = "{topic}"
+max_duration = "3s"
+
+[source]
+type = "periodic"
+format = "protobuf"
+protobuf = {{ schema_file = "{{dir}}/tick.proto", schema_registry = "{url}" }}
+events = [ {{ id = "tick", value = {{ type = "TICK", id = "{{id}}", n = "{{seq}}" }}, schedule = {{ period = "50ms" }} }} ]
+
+[sink]
+type = "kafka"
+bootstrap_servers = "{}"
+topic = "{topic}"
+"#,
+        kafka.bootstrap
+    ));
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "{log}");
+    let raw = kafka.read_all(&topic);
+    // 60 fires in 3 s; the replay below needs 4
+    assert!(raw.len() >= 4, "only {} fires in 3 s: {log}", raw.len());
+    let latest = registry_get(&url, &format!("/subjects/{topic}-value/versions/latest")).expect("registered");
+    let id = latest["id"].as_u64().expect("an id") as u32;
+    for r in &raw {
+        let v = r.value.as_deref().unwrap_or_default();
+        // the only message: index [0], written as the single byte 0
+        assert_eq!(
+            v[..6],
+            [&[0u8][..], &id.to_be_bytes(), &[0]].concat()[..],
+            "offset {}",
+            r.offset
+        );
+    }
+
+    let (code, log, replayed) = replay(
+        &kafka,
+        &topic,
+        "protobuf",
+        &format!("protobuf = {{ schema_registry = \"{url}\" }}"),
+        "value.n == \"3\"",
+        "fail",
+    );
+    assert_eq!(code, 0, "{log}");
+    let ns: Vec<String> = replayed
+        .iter()
+        .map(|l| l["value"]["n"].as_str().unwrap_or("?").to_string())
+        .collect();
+    let first: u64 = ns.first().and_then(|n| n.parse().ok()).expect("a first fire");
+    let expected: Vec<String> = (first..3).map(|n| n.to_string()).collect();
+    assert_eq!(ns, expected, "fires before n == 3, in order");
+    for line in &replayed {
+        assert_eq!(line["value"]["type"], "TICK");
+        assert_eq!(line["value"]["id"], "tick");
+    }
+}
+
+#[test]
+fn protobuf_and_json_schema_without_a_registry_are_raw_values_of_the_local_schema() {
+    let kafka = TestKafka::get();
+    let dir = JobDir::new();
+    std::fs::write(dir.path("trade.proto"), TRADE_PROTO).expect("write the schema");
+    std::fs::write(dir.path("trade.schema.json"), TRADE_JSON_SCHEMA).expect("write the schema");
+    let expected = generated();
+    for (format, table) in [
+        (
+            "protobuf",
+            "protobuf = { schema_file = \"{dir}/trade.proto\", message = \"tidegate.test.Trade\" }",
+        ),
+        (
+            "json_schema",
+            "json_schema = { schema_file = \"{dir}/trade.schema.json\" }",
+        ),
+    ] {
+        let topic = kafka.create_topic(&format!("{format}-raw"), 1);
+        let sink = format!(
+            "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{topic}\"",
+            kafka.bootstrap
+        );
+        let config = dir.config(&datagen_config(format, table, &sink, &format!("{format}.state")));
+        let (code, log) = run(&config, &["--set", &format!("job.name={topic}")], MINUTE);
+        assert_eq!(code, 0, "{log}");
+        let raw = kafka.read_all(&topic);
+        assert_eq!(raw.len() as u64, COUNT);
+        assert!(
+            raw.iter()
+                .all(|r| r.value.as_deref().is_some_and(|v| v.first() != Some(&0))),
+            "{format}: no Confluent frame without a registry"
+        );
+        let table = table.replace("{dir}", &dir.dir.path().display().to_string());
+        let (code, log, replayed) = replay(&kafka, &topic, format, &table, "value.seq == 120", "fail");
+        assert_eq!(code, 0, "{format}: {log}");
+        assert_stopped_at_120(&replayed, &expected);
+    }
+}
