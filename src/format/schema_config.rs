@@ -157,6 +157,42 @@ pub fn wire_schema(
     Ok(Some(schema))
 }
 
+/// The value format of a source that reads (`bytes` by default, or any other) and its schema
+/// settings: `avro`, `protobuf` or `json_schema`, each only with its format.
+pub fn read_formats(
+    format: Option<&str>,
+    avro: Option<super::config::RawAvro>,
+    protobuf: Option<RawProtobuf>,
+    json_schema: Option<RawJsonSchema>,
+) -> Result<(ValueFormat, Option<super::AvroConfig>, Option<WireSchema>)> {
+    let all = [
+        ValueFormat::Bytes,
+        ValueFormat::String,
+        ValueFormat::Json,
+        ValueFormat::Avro,
+        ValueFormat::Protobuf,
+        ValueFormat::JsonSchema,
+    ];
+    let format = super::config::value_format("source.format", format, ValueFormat::Bytes, &all)?;
+    let avro = super::config::avro("source.avro", format, avro)?;
+    let wire = wire_schema("source", format, protobuf, json_schema, false)?;
+    Ok((format, avro, wire))
+}
+
+/// The decoders of a Kafka source reading `format`: Protobuf and JSON Schema from `wire`, the
+/// others as [`super::decoder_factory`] makes them.
+pub fn decoders(
+    format: ValueFormat,
+    avro: Option<&super::AvroConfig>,
+    wire: Option<&WireSchema>,
+    request_timeout: Duration,
+) -> Result<DecoderFactory> {
+    match wire {
+        Some(schema) => schema.decoder_factory("source", request_timeout),
+        None => super::decoder_factory(format, avro, request_timeout),
+    }
+}
+
 /// A compiled schema file.
 enum Compiled {
     Protobuf(prost_reflect::MessageDescriptor, String),

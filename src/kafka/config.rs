@@ -16,8 +16,8 @@ use crate::connector::values::{duration_at, keyword, one_of, properties, single_
 use crate::connector::{JobConfig, SourceConnector, SourceContext};
 use crate::core::{EventTimeOptions, Sink};
 use crate::error::{Error, Result};
-use crate::format::config::{avro, value_format, AvroConfig, RawAvro};
-use crate::format::schema_config::{wire_schema, RawJsonSchema, RawProtobuf, WireSchema};
+use crate::format::config::{AvroConfig, RawAvro};
+use crate::format::schema_config::{decoders, read_formats, RawJsonSchema, RawProtobuf, WireSchema};
 use crate::format::DecodeErrorPolicy;
 use crate::metrics::KafkaMetrics;
 use crate::record::{Record, ValueFormat};
@@ -109,7 +109,6 @@ pub struct KafkaSourceConfig {
     pub settings: KafkaSourceSettings,
     pub format: ValueFormat,
     pub avro: Option<AvroConfig>,
-    /// Protobuf or JSON Schema settings.
     pub wire_schema: Option<WireSchema>,
     pub eof: Option<String>,
     pub eof_emit_marker: bool,
@@ -205,21 +204,7 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
     if let Some(expr) = &raw.eof {
         crate::expr::RecordExpression::compile(expr).map_err(|e| Error::config("source.eof", e))?;
     }
-    let format = value_format(
-        "source.format",
-        raw.format.as_deref(),
-        ValueFormat::Bytes,
-        &[
-            ValueFormat::Bytes,
-            ValueFormat::String,
-            ValueFormat::Json,
-            ValueFormat::Avro,
-            ValueFormat::Protobuf,
-            ValueFormat::JsonSchema,
-        ],
-    )?;
-    let avro = avro("source.avro", format, raw.avro)?;
-    let wire_schema = wire_schema("source", format, raw.protobuf, raw.json_schema, false)?;
+    let (format, avro, wire_schema) = read_formats(raw.format.as_deref(), raw.avro, raw.protobuf, raw.json_schema)?;
     let decode_errors = keyword(
         "source.decode_errors",
         raw.decode_errors.as_deref(),
@@ -419,9 +404,7 @@ impl SourceConnector for KafkaSourceConfig {
         if let Some(avro) = &self.avro {
             lines.push(format!("  avro {avro}"));
         }
-        if let Some(schema) = &self.wire_schema {
-            lines.push(format!("  {schema}"));
-        }
+        lines.extend(self.wire_schema.iter().map(|schema| format!("  {schema}")));
         let discovery = match s.discovery_interval {
             Some(d) => format!("partitions discovered every {}", humantime::format_duration(d)),
             None => "partitions discovered once, at start".to_string(),
@@ -466,15 +449,13 @@ impl SourceConnector for KafkaSourceConfig {
             None => Some(Vec::new()),
             Some(e) => e.value_fields().map(<[String]>::to_vec),
         };
+        let timeout = self.settings.request_timeout;
         let decoder: crate::format::DecoderFactory = match (self.format, fields) {
             (ValueFormat::Json, Some(fields)) => Arc::new(move || {
                 Ok(Box::new(crate::format::JsonFieldsDecoder::new(fields.clone()))
                     as Box<dyn crate::format::ValueDecoder>)
             }),
-            _ => match &self.wire_schema {
-                Some(schema) => schema.decoder_factory("source", self.settings.request_timeout)?,
-                None => crate::format::decoder_factory(self.format, self.avro.as_ref(), self.settings.request_timeout)?,
-            },
+            _ => decoders(self.format, self.avro.as_ref(), self.wire_schema.as_ref(), timeout)?,
         };
         let mut builder = KafkaSource::builder()
             .settings(self.settings.clone())
