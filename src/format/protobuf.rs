@@ -222,11 +222,12 @@ impl ValueDecoder for RegistryDecoder {
 
     fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<Json>, DecodeError> {
         let (id, rest) = split_frame(bytes)?;
-        let (index, data) = read_index(rest)?;
+        // the schema first: a value framed for another schema type says so, not "no index"
         let messages = self.schemas.get(id, |fetched| {
             let file = compile(&format!("schema-{id}.proto"), &fetched.schema, fetched.references, None)?;
             Ok(message_indexes(&file).into_iter().collect())
         })?;
+        let (index, data) = read_index(rest)?;
         let descriptor = messages
             .get(&index)
             .ok_or_else(|| format!("schema {id} has no message at index {index:?}"))?;

@@ -295,6 +295,11 @@ fn json_schema_through_a_registry_round_trips_and_stops_at_a_decoded_field() {
         log.contains(&format!("cannot decode record at {topic}:0@{COUNT}")),
         "{log}"
     );
+    // read as Protobuf, the registry's answer says the schema is another type: a decode error
+    let as_proto = format!("protobuf = {{ schema_registry = \"{url}\" }}");
+    let (code, log, _) = replay(&kafka, &topic, "protobuf", &as_proto, until_close, "fail");
+    assert_eq!(code, 1, "{log}");
+    assert!(log.contains(&format!("schema {id} is JSON, not PROTOBUF")), "{log}");
 }
 
 /// Produces raw values to partition 0 (the wire format is not text).
