@@ -397,6 +397,18 @@ message Close { string type = 1; }
     }
 
     #[test]
+    fn well_known_types_are_imported_and_mapped_as_protobuf_json() {
+        let text = "syntax = \"proto3\"; import \"google/protobuf/timestamp.proto\";
+                    message At { google.protobuf.Timestamp ts = 1; }";
+        let file = compile("at.proto", text, HashMap::new(), None).unwrap();
+        let at = pick_message("k", &file, None).unwrap();
+        // an RFC 3339 text (the generator's timestamps) is a Timestamp, and comes back as one
+        let value = json!({"ts": "2026-11-27T14:30:00.250Z"});
+        let bytes = Encoder::raw(at.clone()).encode(&value).unwrap();
+        assert_eq!(SchemaFileDecoder::new(at).decode(&bytes).unwrap().unwrap(), value);
+    }
+
+    #[test]
     fn values_that_do_not_fit_and_garbage_are_errors_not_panics() {
         let trade = pick_message("k", &file(), Some("tidegate.test.Trade")).unwrap();
         let encoder = Encoder::raw(trade.clone());
