@@ -338,7 +338,9 @@ pub fn validate(config: &Path, sets: &[String], connect: bool) -> Result<()> {
         for registry in c.source.schema_registries() {
             let subjects = crate::format::registry::check(registry)?;
             let plural = if subjects == 1 { "" } else { "s" };
-            lines.push(format!("  schema registry {registry}: reachable, {subjects} subject{plural}"));
+            lines.push(format!(
+                "  schema registry {registry}: reachable, {subjects} subject{plural}"
+            ));
         }
     }
     for line in lines {

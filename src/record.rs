@@ -18,6 +18,25 @@ pub enum ValueFormat {
     Json,
     /// Avro (Confluent wire format with a schema registry, or raw with a local schema).
     Avro,
+    /// Protobuf (Confluent wire format with a schema registry, or raw with a local `.proto`).
+    Protobuf,
+    /// JSON validated by a JSON Schema (Confluent wire format with a schema registry, or plain
+    /// JSON with a local schema).
+    JsonSchema,
+}
+
+impl ValueFormat {
+    /// Whether values have a decoded form (JSON, Avro, Protobuf, JSON Schema): the expression
+    /// and the envelope see it as a JSON value.
+    pub fn is_structured(self) -> bool {
+        !matches!(self, ValueFormat::Bytes | ValueFormat::String)
+    }
+
+    /// Whether the envelope prints the value from its decoded form rather than its bytes (all
+    /// structured formats but plain JSON, whose bytes are the JSON itself).
+    pub fn prints_decoded(self) -> bool {
+        self.is_structured() && self != ValueFormat::Json
+    }
 }
 
 /// As the config spells it.
@@ -28,6 +47,8 @@ impl std::fmt::Display for ValueFormat {
             ValueFormat::String => "string",
             ValueFormat::Json => "json",
             ValueFormat::Avro => "avro",
+            ValueFormat::Protobuf => "protobuf",
+            ValueFormat::JsonSchema => "json_schema",
         })
     }
 }

@@ -15,6 +15,7 @@ use crate::connector::values::{positive, time_value};
 use crate::connector::{JobConfig, SourceConnector, SourceContext};
 use crate::error::{Error, Result};
 use crate::format::config::{produced_format, AvroConfig, RawAvro};
+use crate::format::schema_config::{wire_schema, RawJsonSchema, RawProtobuf, WireSchema};
 use crate::record::{Header, Record, ValueFormat};
 
 /// `[source]` with `type = "datagen"`: generate records from a field template (FLIP-238).
@@ -29,10 +30,14 @@ pub struct RawDatagenSource {
     /// Seed: record i is a pure function of (seed, i).
     #[serde(default)]
     pub seed: u64,
-    /// "json" (default), "string" or "avro".
+    /// "json" (default), "string", "avro", "protobuf" or "json_schema".
     pub format: Option<String>,
     /// Avro settings, for `format = "avro"`.
     pub avro: Option<RawAvro>,
+    /// Protobuf settings, for `format = "protobuf"`: the fields become the message's fields.
+    pub protobuf: Option<RawProtobuf>,
+    /// JSON Schema settings, for `format = "json_schema"`: each value is checked against it.
+    pub json_schema: Option<RawJsonSchema>,
     /// The fields of each record: `name = { <generator> = … }` with generators `value = <any>`;
     /// `sequence = { start, step }` (defaults 0 and 1); `uniform = { min, max }` (integers, or
     /// numbers with `round = <places>` beside); `normal = { mean, stddev }` (with optional
@@ -88,6 +93,8 @@ pub struct DatagenConfig {
     /// `Some(Avro)`: keys are written in Avro.
     pub key_format: Option<ValueFormat>,
     pub avro: Option<AvroConfig>,
+    /// Protobuf or JSON Schema settings.
+    pub wire_schema: Option<WireSchema>,
     pub end_marker: Option<Record>,
     pub batch_size: usize,
 }
@@ -113,6 +120,7 @@ fn validate_datagen(raw: RawDatagenSource) -> Result<DatagenConfig> {
     )?
     .filter(|f| *f == ValueFormat::Avro);
     let (format, avro) = produced_format(raw.format.as_deref(), key_format, raw.avro)?;
+    let wire_schema = wire_schema("source", format, raw.protobuf, raw.json_schema, true)?;
     let fields = template::compile_fields(&raw.fields, "source.fields").map_err(|(k, m)| Error::config(k, m))?;
     let text = |key: &str, t: &str| TextTemplate::parse(t, &fields).map_err(|m| Error::config(key, m));
     let key = raw.key.as_deref().map(|t| text("source.key", t)).transpose()?;
@@ -163,7 +171,7 @@ fn validate_datagen(raw: RawDatagenSource) -> Result<DatagenConfig> {
             Some(Record {
                 key: m.key.map(String::into_bytes),
                 value: Some(value),
-                decoded: matches!(format, ValueFormat::Json | ValueFormat::Avro).then(|| m.value.clone()),
+                decoded: format.is_structured().then(|| m.value.clone()),
                 format,
                 timestamp: m
                     .timestamp
@@ -220,12 +228,19 @@ fn validate_datagen(raw: RawDatagenSource) -> Result<DatagenConfig> {
                 .map_err(|m| Error::config("source.end_marker.value", m))?;
         }
     }
+    // and the Protobuf message or JSON Schema
+    if let (Some(marker), Some(schema)) = (&end_marker, &wire_schema) {
+        if let Some(value) = &marker.decoded {
+            schema.check_value("source", "source.end_marker.value", value)?;
+        }
+    }
     Ok(DatagenConfig {
         count,
         rate: raw.rate,
         generator,
         key_format,
         avro,
+        wire_schema,
         end_marker,
         batch_size,
     })
@@ -258,14 +273,33 @@ impl DatagenConfig {
     }
 }
 
+impl DatagenConfig {
+    /// The encoder of generated values (none for JSON and string).
+    fn encoder(&self, ctx: &SourceContext<'_>) -> Result<Option<crate::format::EncoderHandle>> {
+        match &self.wire_schema {
+            Some(schema) => schema.encoder("source", ctx.sink_topic).map(Some),
+            None => {
+                crate::format::encoder_for(self.generator.format, self.avro.as_ref(), "source.avro", ctx.sink_topic)
+            }
+        }
+    }
+}
+
 impl SourceConnector for DatagenConfig {
     const TYPE: &'static str = "datagen";
     type Raw = RawDatagenSource;
     type Source = DataGeneratorSource;
     const PATH_KEYS: &'static [&'static str] = &[
         "avro.schema_file",
+        "avro.key_schema_file",
         "avro.schema_registry.ca_file",
         "avro.schema_registry.password.file",
+        "protobuf.schema_file",
+        "protobuf.schema_registry.ca_file",
+        "protobuf.schema_registry.password.file",
+        "json_schema.schema_file",
+        "json_schema.schema_registry.ca_file",
+        "json_schema.schema_registry.password.file",
     ];
 
     fn validate(raw: RawDatagenSource, job: &JobConfig) -> Result<Self> {
@@ -330,6 +364,9 @@ impl SourceConnector for DatagenConfig {
         ) {
             lines.push(format!("  keys in Avro, schema_file {}", file.display()));
         }
+        if let Some(schema) = &self.wire_schema {
+            lines.push(format!("  {schema}"));
+        }
         if let Some(marker) = &self.end_marker {
             let value =
                 marker.decoded.as_ref().map(|v| v.to_string()).unwrap_or_else(|| {
@@ -344,10 +381,10 @@ impl SourceConnector for DatagenConfig {
 
     fn build(&self, ctx: &SourceContext<'_>) -> Result<DataGeneratorSource> {
         let mut generator = self.generator.clone();
-        // a JSON value is printed from its bytes; an Avro one from the generated JSON
-        generator.keep_decoded = ctx.sink_prints_values && generator.format == ValueFormat::Avro;
-        generator.encoder =
-            crate::format::encoder_for(generator.format, self.avro.as_ref(), "source.avro", ctx.sink_topic)?;
+        // a JSON value is printed from its bytes; an Avro (Protobuf, JSON Schema) one from the
+        // generated JSON
+        generator.keep_decoded = ctx.sink_prints_values && generator.format.prints_decoded();
+        generator.encoder = self.encoder(ctx)?;
         if self.key_format.is_some() {
             generator.keep_decoded_key = ctx.sink_prints_values;
             generator.key_encoder = Some(crate::format::key_encoder_for(
@@ -375,11 +412,9 @@ impl SourceConnector for DatagenConfig {
             return Ok(None);
         };
         let mut marker = marker.clone();
-        if self.generator.format == ValueFormat::Avro {
+        if self.generator.format.prints_decoded() {
             // the marker is written in the topic's format too
-            let encoder =
-                crate::format::encoder_for(ValueFormat::Avro, self.avro.as_ref(), "source.avro", ctx.sink_topic)?;
-            if let (Some(encoder), Some(value)) = (encoder, &marker.decoded) {
+            if let (Some(encoder), Some(value)) = (self.encoder(ctx)?, &marker.decoded) {
                 // the value fits the schema (checked at validation): a failure here is the
                 // registry's, a runtime one
                 marker.value = Some(

@@ -122,16 +122,19 @@ impl GeneratorFunction for TemplateGenerator {
                 Some(t) => t.render(&fields).into_bytes(),
                 None => fields.to_string().into_bytes(),
             },
-            (ValueFormat::Avro, Some(encoder)) => encoder
+            (format, Some(encoder)) if format.prints_decoded() => encoder
                 .0
                 .encode(&fields)
                 .map_err(|m| Error::runtime(format!("generating record {index}"), m))?,
-            (ValueFormat::Avro, None) => {
-                return Err(Error::runtime(format!("generating record {index}"), "no Avro encoder"))
+            (format, None) if format.prints_decoded() => {
+                return Err(Error::runtime(
+                    format!("generating record {index}"),
+                    format!("no {format} encoder"),
+                ))
             }
             _ => serde_json::to_vec(&fields).map_err(|e| Error::runtime(format!("generating record {index}"), e))?,
         };
-        let structured = matches!(self.format, ValueFormat::Json | ValueFormat::Avro);
+        let structured = self.format.is_structured();
         Ok(Record {
             offset: Some(index as i64),
             timestamp,

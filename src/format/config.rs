@@ -71,10 +71,12 @@ pub fn value_format(
         Some("string") => ValueFormat::String,
         Some("json") => ValueFormat::Json,
         Some("avro") => ValueFormat::Avro,
+        Some("protobuf") => ValueFormat::Protobuf,
+        Some("json_schema") => ValueFormat::JsonSchema,
         Some(other) => return Err(Error::config(key, format!("unknown format {other:?}"))),
     };
     if !allowed.contains(&f) {
-        let names: Vec<String> = allowed.iter().map(|a| format!("{a:?}").to_lowercase()).collect();
+        let names: Vec<String> = allowed.iter().map(|a| a.to_string()).collect();
         return Err(Error::config(key, format!("must be one of {}", names.join(", "))));
     }
     Ok(f)
@@ -88,7 +90,8 @@ pub fn key_format(key: &str, text: Option<&str>, allowed: &[ValueFormat]) -> Res
 }
 
 /// The format and Avro settings of a source that produces values (datagen, periodic): `json`
-/// (default), `string` or `avro`; `key_format` `avro` writes Avro keys.
+/// (default), `string`, `avro`, `protobuf` or `json_schema` (the last two set up by
+/// [`super::schema_config::wire_schema`]); `key_format` `avro` writes Avro keys.
 pub fn produced_format(
     format: Option<&str>,
     key_format: Option<ValueFormat>,
@@ -98,7 +101,13 @@ pub fn produced_format(
         "source.format",
         format,
         ValueFormat::Json,
-        &[ValueFormat::Json, ValueFormat::String, ValueFormat::Avro],
+        &[
+            ValueFormat::Json,
+            ValueFormat::String,
+            ValueFormat::Avro,
+            ValueFormat::Protobuf,
+            ValueFormat::JsonSchema,
+        ],
     )?;
     let avro = avro("source.avro", format, key_format, raw_avro)?;
     if format == ValueFormat::Avro && avro.as_ref().is_some_and(|a| a.schema_file.is_none()) {

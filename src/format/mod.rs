@@ -1,4 +1,5 @@
-//! Record formats: decoding values read from Kafka (`bytes`, `string`, `json`, `avro`) into the
+//! Record formats: decoding values read from Kafka (`bytes`, `string`, `json`, `avro`,
+//! `protobuf`, `json_schema`) into the
 //! form the end-of-stream expression and the JSON-lines envelope use, encoding generated values,
 //! and the decode-error policy.
 
@@ -6,7 +7,11 @@ pub mod avro;
 pub mod config;
 mod json;
 mod json_scan;
+pub mod json_schema;
+pub mod protobuf;
 pub mod registry;
+pub mod registry_wire;
+pub mod schema_config;
 
 use std::sync::Arc;
 
@@ -14,6 +19,7 @@ use crate::error::Result;
 use crate::record::ValueFormat;
 pub use config::AvroConfig;
 pub use json::{JsonDecoder, JsonFieldsDecoder};
+pub use schema_config::WireSchema;
 
 /// What happens to a record whose value cannot be decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -114,7 +120,7 @@ pub fn simple_decoder(format: ValueFormat) -> Option<Box<dyn ValueDecoder>> {
         ValueFormat::Bytes => Some(Box::new(BytesDecoder)),
         ValueFormat::String => Some(Box::new(StringDecoder)),
         ValueFormat::Json => Some(Box::new(JsonDecoder)),
-        ValueFormat::Avro => None,
+        ValueFormat::Avro | ValueFormat::Protobuf | ValueFormat::JsonSchema => None,
     }
 }
 

@@ -107,6 +107,11 @@ impl RegistrySettings {
     /// Validate `raw` at config key `key`: the secret is resolved and the CA file read and
     /// parsed now, so a mistake is a config error naming the key.
     pub fn from_raw(key: &str, raw: RawRegistry) -> Result<Self> {
+        // a URL given alone is the key itself; in a table it is `url`
+        let url_key = match &raw {
+            RawRegistry::Url(_) => key.to_string(),
+            RawRegistry::Table(_) => format!("{key}.url"),
+        };
         let table = match raw {
             RawRegistry::Url(url) => RawRegistryTable {
                 url,
@@ -118,7 +123,7 @@ impl RegistrySettings {
         };
         if !(table.url.starts_with("http://") || table.url.starts_with("https://")) {
             return Err(Error::config(
-                format!("{key}.url"),
+                url_key,
                 format!("{:?} is not an http:// or https:// URL", table.url),
             ));
         }

@@ -16,7 +16,8 @@ use crate::connector::values::{duration_at, keyword, one_of, properties, single_
 use crate::connector::{JobConfig, SourceConnector, SourceContext};
 use crate::core::{EventTimeOptions, Sink};
 use crate::error::{Error, Result};
-use crate::format::config::{avro, key_format, value_format, AvroConfig, RawAvro};
+use crate::format::config::{key_format, AvroConfig, RawAvro};
+use crate::format::schema_config::{decoders, read_formats, RawJsonSchema, RawProtobuf, WireSchema};
 use crate::format::DecodeErrorPolicy;
 use crate::metrics::KafkaMetrics;
 use crate::record::{Record, ValueFormat};
@@ -76,7 +77,7 @@ pub struct RawKafkaSource {
     /// Wait for subscribed topics that do not exist yet, instead of failing.
     #[serde(default)]
     pub wait_for_topics: bool,
-    /// Value format: "bytes" (default), "string", "json" or "avro".
+    /// Value format: "bytes" (default), "string", "json", "avro", "protobuf" or "json_schema".
     pub format: Option<String>,
     /// Key format: absent keeps keys as they are (text when UTF-8, else base64); "string",
     /// "json" or "avro" decode them for `eof`'s `key` and the envelope (decode errors follow
@@ -84,6 +85,10 @@ pub struct RawKafkaSource {
     pub key_format: Option<String>,
     /// Avro settings, for `format = "avro"` or `key_format = "avro"`.
     pub avro: Option<RawAvro>,
+    /// Protobuf settings, for `format = "protobuf"`.
+    pub protobuf: Option<RawProtobuf>,
+    /// JSON Schema settings, for `format = "json_schema"`.
+    pub json_schema: Option<RawJsonSchema>,
     /// What to do with a record whose value cannot be decoded: "fail" (default), "skip" or
     /// "dead_letter".
     pub decode_errors: Option<String>,
@@ -118,6 +123,7 @@ pub struct KafkaSourceConfig {
     /// `None`: keys are not decoded.
     pub key_format: Option<ValueFormat>,
     pub avro: Option<AvroConfig>,
+    pub wire_schema: Option<WireSchema>,
     pub eof: Option<String>,
     pub eof_emit_marker: bool,
     pub event_time: EventTimeOptions,
@@ -212,9 +218,14 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
     if let Some(expr) = &raw.eof {
         crate::expr::RecordExpression::compile(expr).map_err(|e| Error::config("source.eof", e))?;
     }
-    let format = value_format("source.format", raw.format.as_deref(), ValueFormat::Bytes, ALL_FORMATS)?;
     let key_format = key_format("source.key_format", raw.key_format.as_deref(), ALL_FORMATS)?;
-    let avro = avro("source.avro", format, key_format, raw.avro)?;
+    let (format, avro, wire_schema) = read_formats(
+        raw.format.as_deref(),
+        key_format,
+        raw.avro,
+        raw.protobuf,
+        raw.json_schema,
+    )?;
     let decode_errors = keyword(
         "source.decode_errors",
         raw.decode_errors.as_deref(),
@@ -289,6 +300,7 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
         format,
         key_format,
         avro,
+        wire_schema,
         eof: raw.eof,
         eof_emit_marker: raw.eof_emit_marker,
         event_time,
@@ -381,8 +393,15 @@ impl SourceConnector for KafkaSourceConfig {
     type Source = KafkaSource;
     const PATH_KEYS: &'static [&'static str] = &[
         "avro.schema_file",
+        "avro.key_schema_file",
         "avro.schema_registry.ca_file",
         "avro.schema_registry.password.file",
+        "protobuf.schema_file",
+        "protobuf.schema_registry.ca_file",
+        "protobuf.schema_registry.password.file",
+        "json_schema.schema_file",
+        "json_schema.schema_registry.ca_file",
+        "json_schema.schema_registry.password.file",
     ];
 
     fn validate(raw: RawKafkaSource, job: &JobConfig) -> Result<Self> {
@@ -390,7 +409,9 @@ impl SourceConnector for KafkaSourceConfig {
     }
 
     fn schema_registries(&self) -> Vec<&crate::format::registry::RegistrySettings> {
-        self.avro.iter().filter_map(|a| a.schema_registry.as_ref()).collect()
+        let avro = self.avro.iter().filter_map(|a| a.schema_registry.as_ref());
+        avro.chain(self.wire_schema.iter().filter_map(|w| w.registry()))
+            .collect()
     }
 
     fn describe(&self) -> Vec<String> {
@@ -403,8 +424,8 @@ impl SourceConnector for KafkaSourceConfig {
 
     fn build(&self, ctx: &SourceContext<'_>) -> Result<KafkaSource> {
         // the envelope prints a JSON value as its bytes (checked in full by the decoder): only
-        // Avro values are printed from their decoded form
-        let keep_decoded = ctx.sink_prints_values && self.format == ValueFormat::Avro;
+        // Avro, Protobuf and JSON Schema values are printed from their decoded form
+        let keep_decoded = ctx.sink_prints_values && self.format.prints_decoded();
         let metrics = KafkaMetrics::register();
         let expression = self
             .eof
@@ -419,12 +440,13 @@ impl SourceConnector for KafkaSourceConfig {
             None => Some(Vec::new()),
             Some(e) => e.value_fields().map(<[String]>::to_vec),
         };
+        let timeout = self.settings.request_timeout;
         let decoder: crate::format::DecoderFactory = match (self.format, fields) {
             (ValueFormat::Json, Some(fields)) => Arc::new(move || {
                 Ok(Box::new(crate::format::JsonFieldsDecoder::new(fields.clone()))
                     as Box<dyn crate::format::ValueDecoder>)
             }),
-            _ => crate::format::decoder_factory(self.format, self.avro.as_ref(), self.settings.request_timeout)?,
+            _ => decoders(self.format, self.avro.as_ref(), self.wire_schema.as_ref(), timeout)?,
         };
         let mut builder = KafkaSource::builder()
             .settings(self.settings.clone())

@@ -34,6 +34,7 @@ pub fn lines(c: &KafkaSourceConfig) -> Vec<String> {
     if let Some(avro) = &c.avro {
         lines.push(format!("  avro {avro}"));
     }
+    lines.extend(c.wire_schema.iter().map(|schema| format!("  {schema}")));
     let discovery = match s.discovery_interval {
         Some(d) => format!("partitions discovered every {}", humantime::format_duration(d)),
         None => "partitions discovered once, at start".to_string(),

@@ -16,7 +16,7 @@ use crate::connector::values::{duration_at, keyword, positive};
 use crate::connector::{JobConfig, ReferenceSection, SourceConnector, SourceContext};
 use crate::error::{Error, Result};
 use crate::format::config::{produced_format, RawAvro};
-use crate::record::ValueFormat;
+use crate::format::schema_config::{wire_schema, RawJsonSchema, RawProtobuf};
 
 /// `[source]` with `type = "periodic"`: events fired on wall-time or fixed-rate schedules, from
 /// inline `events` or a supplier `file` re-read every `discover_interval`.
@@ -35,10 +35,15 @@ pub struct RawPeriodicSource {
     pub initial_delay: Option<String>,
     /// After a restart, missed fires are: "skip" (default), "fire_once" (the latest one), "all".
     pub catch_up: Option<String>,
-    /// "json" (default: the value as JSON), "string" (a text value as is) or "avro".
+    /// "json" (default: the value as JSON), "string" (a text value as is), "avro", "protobuf" or
+    /// "json_schema".
     pub format: Option<String>,
     /// Avro settings, for `format = "avro"`.
     pub avro: Option<RawAvro>,
+    /// Protobuf settings, for `format = "protobuf"`: each event's value becomes the message.
+    pub protobuf: Option<RawProtobuf>,
+    /// JSON Schema settings, for `format = "json_schema"`: each value is checked against it.
+    pub json_schema: Option<RawJsonSchema>,
     /// The most events allowed (default 1000): many events is a misuse of this source.
     pub max_events: Option<i64>,
 }
@@ -82,6 +87,7 @@ fn validate_periodic(raw: RawPeriodicSource) -> Result<PeriodicSettings> {
         ],
     )?;
     let (format, avro) = produced_format(raw.format.as_deref(), None, raw.avro)?;
+    let wire_schema = wire_schema("source", format, raw.protobuf, raw.json_schema, true)?;
     Ok(PeriodicSettings {
         supplier,
         discover_interval,
@@ -94,6 +100,7 @@ fn validate_periodic(raw: RawPeriodicSource) -> Result<PeriodicSettings> {
         catch_up,
         format,
         avro,
+        wire_schema,
         encoder: None,
         keep_decoded: true,
         instance: crate::core::Instance::default(),
@@ -107,8 +114,15 @@ impl SourceConnector for PeriodicConfig {
     const PATH_KEYS: &'static [&'static str] = &[
         "file",
         "avro.schema_file",
+        "avro.key_schema_file",
         "avro.schema_registry.ca_file",
         "avro.schema_registry.password.file",
+        "protobuf.schema_file",
+        "protobuf.schema_registry.ca_file",
+        "protobuf.schema_registry.password.file",
+        "json_schema.schema_file",
+        "json_schema.schema_registry.ca_file",
+        "json_schema.schema_registry.password.file",
     ];
 
     fn validate(raw: RawPeriodicSource, _job: &JobConfig) -> Result<Self> {
@@ -160,11 +174,14 @@ impl SourceConnector for PeriodicConfig {
 
     fn build(&self, ctx: &SourceContext<'_>) -> Result<PeriodicSource> {
         let mut settings = self.settings.clone();
-        // a JSON value is printed from its bytes; an Avro one from the generated JSON
-        settings.keep_decoded = ctx.sink_prints_values && settings.format == ValueFormat::Avro;
+        // a JSON value is printed from its bytes; an Avro (Protobuf, JSON Schema) one from the
+        // generated JSON
+        settings.keep_decoded = ctx.sink_prints_values && settings.format.prints_decoded();
         settings.instance = ctx.job.instance;
-        settings.encoder =
-            crate::format::encoder_for(settings.format, settings.avro.as_ref(), "source.avro", ctx.sink_topic)?;
+        settings.encoder = match &settings.wire_schema {
+            Some(schema) => Some(schema.encoder("source", ctx.sink_topic)?),
+            None => crate::format::encoder_for(settings.format, settings.avro.as_ref(), "source.avro", ctx.sink_topic)?,
+        };
         Ok(PeriodicSource {
             settings: Arc::new(settings),
             metrics: crate::metrics::PeriodicMetrics::register(),

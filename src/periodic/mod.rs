@@ -72,7 +72,10 @@ pub struct PeriodicSettings {
     pub catch_up: CatchUp,
     pub format: ValueFormat,
     pub avro: Option<crate::format::AvroConfig>,
-    /// Encodes values for `avro` (set by the daemon, which knows the sink's topic).
+    /// Protobuf or JSON Schema settings.
+    pub wire_schema: Option<crate::format::WireSchema>,
+    /// Encodes values for `avro`, `protobuf`, `json_schema` (set by the daemon, which knows the
+    /// sink's topic).
     pub encoder: Option<crate::format::EncoderHandle>,
     /// Keep the JSON beside the encoded bytes (for sinks that print Avro values).
     pub keep_decoded: bool,
@@ -215,7 +218,7 @@ impl PeriodicSplitReader {
         let value = render(&e.value, &e.id, seq, scheduled);
         let bytes = match (&value, self.settings.format, &self.settings.encoder) {
             (Value::String(s), ValueFormat::String, _) => s.clone().into_bytes(),
-            (v, ValueFormat::Avro, Some(encoder)) => encoder
+            (v, format, Some(encoder)) if format.prints_decoded() => encoder
                 .0
                 .encode(v)
                 .map_err(|m| crate::Error::runtime(format!("firing event {}", e.id), m))?,
@@ -242,7 +245,7 @@ impl PeriodicSplitReader {
                 Value::String(s) => s.into_bytes(),
                 other => other.to_string().into_bytes(),
             });
-        let structured = matches!(self.settings.format, ValueFormat::Json | ValueFormat::Avro);
+        let structured = self.settings.format.is_structured();
         Ok(Record {
             offset: Some(seq as i64),
             timestamp: Some(scheduled),

@@ -37,6 +37,7 @@ fn source(events: usize) -> PeriodicSource {
             catch_up: CatchUp::Skip,
             format: ValueFormat::Json,
             avro: None,
+            wire_schema: None,
             encoder: None,
             keep_decoded: false,
             instance: Default::default(),

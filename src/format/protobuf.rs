@@ -1,0 +1,440 @@
+//! Protobuf both ways. Reading: the Confluent wire format (magic byte, schema id, message
+//! indexes, message), each schema fetched once by id from the registry and compiled with protox;
+//! or raw messages of one message type of a local `.proto`. Writing: registering the `.proto`
+//! under `<topic>-value` and framing each message, or raw messages. Messages become JSON by the
+//! protobuf JSON mapping with the `.proto`'s field names and every field present (defaults
+//! included, 64-bit integers as numbers), so an expression reads them as the generator wrote them.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use prost::Message as _;
+use prost_reflect::{
+    DeserializeOptions, DynamicMessage, FileDescriptor, MessageDescriptor, ReflectMessage, SerializeOptions,
+};
+use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver, IncludeFileResolver};
+use schema_registry_converter::schema_registry_common::SchemaType;
+use serde_json::Value as Json;
+
+use super::registry_wire::{frame, split_frame, Registration, SchemaCache};
+use super::{DecodeError, ValueDecoder, ValueEncoder};
+use crate::error::{Error, Result};
+use crate::record::ValueFormat;
+
+/// Schema texts by the name they are imported by (the root one among them).
+struct Sources(HashMap<String, String>);
+
+impl FileResolver for Sources {
+    fn open_file(&self, name: &str) -> std::result::Result<File, protox::Error> {
+        match self.0.get(name) {
+            Some(text) => File::from_source(name, text),
+            None => Err(protox::Error::file_not_found(name)),
+        }
+    }
+}
+
+/// Compiles `text` (named `name`) with its imports: the `references` texts first, then files in
+/// `include` (beside a local schema), then the well-known `google/protobuf/*` types.
+pub fn compile(
+    name: &str,
+    text: &str,
+    mut references: HashMap<String, String>,
+    include: Option<&Path>,
+) -> std::result::Result<FileDescriptor, String> {
+    references.insert(name.to_string(), text.to_string());
+    let mut resolver = ChainFileResolver::new();
+    resolver.add(Sources(references));
+    if let Some(dir) = include {
+        resolver.add(IncludeFileResolver::new(dir.to_path_buf()));
+    }
+    resolver.add(GoogleFileResolver::new());
+    let mut compiler = protox::Compiler::with_file_resolver(resolver);
+    compiler.include_imports(true);
+    compiler
+        .open_file(name)
+        .map_err(|e| format!("not a valid Protobuf schema: {e}"))?;
+    compiler
+        .descriptor_pool()
+        .get_file_by_name(name)
+        .ok_or_else(|| format!("the compiled schema lacks {name}"))
+}
+
+/// A local `.proto` file, compiled (its imports from its directory or the well-known types),
+/// with its text; errors name the config key.
+pub fn read_schema(key: &str, path: &Path) -> Result<(FileDescriptor, String)> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::config(key, format!("cannot read {}: {e}", path.display())))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "schema.proto".into());
+    let file = compile(&name, &text, HashMap::new(), path.parent())
+        .map_err(|e| Error::config(key, format!("{}: {e}", path.display())))?;
+    Ok((file, text))
+}
+
+/// The message to write (and to read raw values as): `name` (a full name, `package.Message`), or
+/// the only top-level message of the file. Errors name `key`.
+pub fn pick_message(key: &str, file: &FileDescriptor, name: Option<&str>) -> Result<MessageDescriptor> {
+    let declared: Vec<MessageDescriptor> = message_indexes(file).into_iter().map(|(_, m)| m).collect();
+    let names = || {
+        declared
+            .iter()
+            .map(|m| m.full_name().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match name {
+        Some(name) => declared.iter().find(|m| m.full_name() == name).cloned().ok_or_else(|| {
+            Error::config(
+                key,
+                format!("the schema declares no message {name:?} (it declares {})", names()),
+            )
+        }),
+        None => {
+            let top: Vec<&MessageDescriptor> = declared.iter().filter(|m| m.parent_message().is_none()).collect();
+            match top.as_slice() {
+                [only] => Ok((*only).clone()),
+                [] => Err(Error::config(key, "the schema declares no message")),
+                _ => Err(Error::config(
+                    key,
+                    format!("the schema declares several messages: name one ({})", names()),
+                )),
+            }
+        }
+    }
+}
+
+/// Every message declared in `file` with its Confluent message index: its position among the
+/// messages declared at its level, from the top (the messages protobuf generates for `map` and
+/// `group` fields are not declared, and do not count).
+pub fn message_indexes(file: &FileDescriptor) -> Vec<(Vec<i32>, MessageDescriptor)> {
+    fn walk(
+        messages: Vec<MessageDescriptor>,
+        parent: Option<&MessageDescriptor>,
+        path: &mut Vec<i32>,
+        out: &mut Vec<(Vec<i32>, MessageDescriptor)>,
+    ) {
+        let is_group = |m: &MessageDescriptor| {
+            parent.is_some_and(|p| p.fields().any(|f| f.is_group() && f.kind().as_message() == Some(m)))
+        };
+        let declared = messages.into_iter().filter(|m| !m.is_map_entry() && !is_group(m));
+        for (i, message) in declared.enumerate() {
+            path.push(i as i32);
+            out.push((path.clone(), message.clone()));
+            walk(message.child_messages().collect(), Some(&message), path, out);
+            path.pop();
+        }
+    }
+    let mut out = Vec::new();
+    walk(file.messages().collect(), None, &mut Vec::new(), &mut out);
+    out
+}
+
+fn zigzag(n: i32) -> u64 {
+    u64::from(((n << 1) ^ (n >> 31)) as u32)
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// Appends the message index as Confluent writes it: zigzag varints of the count, then of each
+/// index; `[0]` (the first message, by far the most common) as the single byte 0.
+pub fn write_index(index: &[i32], out: &mut Vec<u8>) {
+    if index == [0] {
+        out.push(0);
+        return;
+    }
+    prost::encoding::encode_varint(zigzag(index.len() as i32), out);
+    for &i in index {
+        prost::encoding::encode_varint(zigzag(i), out);
+    }
+}
+
+/// The message index at the start of `bytes`, and the message after it.
+pub fn read_index(mut bytes: &[u8]) -> std::result::Result<(Vec<i32>, &[u8]), String> {
+    let bad = |e: prost::DecodeError| format!("no Confluent message index: {e}");
+    let count = unzigzag(prost::encoding::decode_varint(&mut bytes).map_err(bad)?);
+    if count == 0 {
+        return Ok((vec![0], bytes));
+    }
+    // a message nests a handful of levels deep: a larger count is not an index
+    if !(1..=64).contains(&count) {
+        return Err(format!("no Confluent message index: {count} levels"));
+    }
+    let mut index = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let i = unzigzag(prost::encoding::decode_varint(&mut bytes).map_err(bad)?);
+        index.push(i32::try_from(i).map_err(|_| format!("no Confluent message index: {i} is out of range"))?);
+    }
+    Ok((index, bytes))
+}
+
+/// A message as JSON: the `.proto`'s field names, every field (defaults too), 64-bit integers as
+/// numbers, enums by name, bytes as base64.
+pub fn message_to_json(message: &DynamicMessage) -> std::result::Result<Json, String> {
+    let options = SerializeOptions::new()
+        .stringify_64_bit_integers(false)
+        .use_proto_field_name(true)
+        .skip_default_fields(false);
+    message
+        .serialize_with_options(serde_json::value::Serializer, &options)
+        .map_err(|e| {
+            format!(
+                "cannot render message {} as JSON: {e}",
+                message.descriptor().full_name()
+            )
+        })
+}
+
+/// A JSON object as a message of `descriptor` (field names as in the `.proto` or in camelCase; an
+/// unknown field is an error).
+pub fn json_to_message(descriptor: &MessageDescriptor, value: &Json) -> std::result::Result<DynamicMessage, String> {
+    DynamicMessage::deserialize_with_options(descriptor.clone(), value, &DeserializeOptions::new())
+        .map_err(|e| format!("the value does not fit message {}: {e}", descriptor.full_name()))
+}
+
+fn decode_message(descriptor: &MessageDescriptor, data: &[u8]) -> std::result::Result<Json, DecodeError> {
+    let message = DynamicMessage::decode(descriptor.clone(), data)
+        .map_err(|e| format!("not a Protobuf message {}: {e}", descriptor.full_name()))?;
+    Ok(message_to_json(&message)?)
+}
+
+/// Decodes the Confluent wire format, compiling each schema once by id.
+pub struct RegistryDecoder {
+    schemas: SchemaCache<HashMap<Vec<i32>, MessageDescriptor>>,
+}
+
+impl RegistryDecoder {
+    pub fn new(registry: &super::registry::RegistrySettings, timeout: Duration) -> Self {
+        RegistryDecoder {
+            schemas: SchemaCache::new(registry, SchemaType::Protobuf, timeout),
+        }
+    }
+}
+
+impl ValueDecoder for RegistryDecoder {
+    fn format(&self) -> ValueFormat {
+        ValueFormat::Protobuf
+    }
+
+    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<Json>, DecodeError> {
+        let (id, rest) = split_frame(bytes)?;
+        // the schema first: a value framed for another schema type says so, not "no index"
+        let messages = self.schemas.get(id, |fetched| {
+            let file = compile(&format!("schema-{id}.proto"), &fetched.schema, fetched.references, None)?;
+            Ok(message_indexes(&file).into_iter().collect())
+        })?;
+        let (index, data) = read_index(rest)?;
+        let descriptor = messages
+            .get(&index)
+            .ok_or_else(|| format!("schema {id} has no message at index {index:?}"))?;
+        decode_message(descriptor, data).map(Some)
+    }
+}
+
+/// Decodes raw messages (no frame) of one message type of a local schema.
+pub struct SchemaFileDecoder {
+    message: MessageDescriptor,
+}
+
+impl SchemaFileDecoder {
+    pub fn new(message: MessageDescriptor) -> Self {
+        SchemaFileDecoder { message }
+    }
+}
+
+impl ValueDecoder for SchemaFileDecoder {
+    fn format(&self) -> ValueFormat {
+        ValueFormat::Protobuf
+    }
+
+    fn decode(&mut self, bytes: &[u8]) -> std::result::Result<Option<Json>, DecodeError> {
+        decode_message(&self.message, bytes).map(Some)
+    }
+}
+
+/// Encodes JSON values as messages of one type: framed after registering the schema, or raw.
+pub struct Encoder {
+    message: MessageDescriptor,
+    /// Its Confluent message index in the schema.
+    index: Vec<i32>,
+    registration: Option<Registration>,
+}
+
+impl Encoder {
+    /// Raw messages of `message`.
+    pub fn raw(message: MessageDescriptor) -> Self {
+        Encoder {
+            message,
+            index: Vec::new(),
+            registration: None,
+        }
+    }
+
+    /// The wire format, `text` (the schema `message` was compiled from) registered at `url`
+    /// under `<topic>-value`.
+    pub fn registered(
+        message: MessageDescriptor,
+        text: String,
+        registry: &super::registry::RegistrySettings,
+        topic: &str,
+    ) -> Self {
+        let index = message_indexes(&message.parent_file())
+            .into_iter()
+            .find(|(_, m)| m == &message)
+            .map(|(index, _)| index)
+            .unwrap_or_else(|| vec![0]);
+        Encoder {
+            message,
+            index,
+            registration: Some(Registration::new(registry, topic, SchemaType::Protobuf, text)),
+        }
+    }
+}
+
+impl ValueEncoder for Encoder {
+    fn encode(&self, value: &Json) -> std::result::Result<Vec<u8>, String> {
+        let message = json_to_message(&self.message, value)?;
+        let Some(registration) = &self.registration else {
+            return Ok(message.encode_to_vec());
+        };
+        let mut out = frame(registration.id()?, self.index.len() + message.encoded_len());
+        write_index(&self.index, &mut out);
+        message
+            .encode(&mut out)
+            .map_err(|e| format!("Protobuf encoding failed: {e}"))?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const TRADES: &str = r#"syntax = "proto3";
+package tidegate.test;
+message Trade {
+  string type = 1;
+  int64 seq = 2;
+  double price = 3;
+  int32 size = 4;
+  map<string, string> tags = 5;
+  message Leg { string venue = 1; }
+  repeated Leg legs = 6;
+}
+message Close { string type = 1; }
+"#;
+
+    fn file() -> FileDescriptor {
+        compile("trades.proto", TRADES, HashMap::new(), None).unwrap()
+    }
+
+    #[test]
+    fn message_indexes_follow_confluent_skipping_map_entries() {
+        let indexes: Vec<(Vec<i32>, String)> = message_indexes(&file())
+            .into_iter()
+            .map(|(i, m)| (i, m.full_name().to_string()))
+            .collect();
+        assert_eq!(
+            indexes,
+            vec![
+                (vec![0], "tidegate.test.Trade".to_string()),
+                (vec![0, 0], "tidegate.test.Trade.Leg".to_string()),
+                (vec![1], "tidegate.test.Close".to_string()),
+            ]
+        );
+        for index in [vec![0], vec![1], vec![0, 0], vec![3, -2, 70000]] {
+            let mut bytes = Vec::new();
+            write_index(&index, &mut bytes);
+            bytes.push(0xaa);
+            assert_eq!(read_index(&bytes), Ok((index.clone(), &[0xaa][..])), "{index:?}");
+        }
+        assert!(read_index(&[0x80]).is_err(), "a truncated varint");
+        assert!(read_index(&[0x7f]).is_err(), "a count of -64");
+        assert!(read_index(&[0x7e]).is_err(), "a count of 63 without the indexes");
+    }
+
+    #[test]
+    fn the_message_is_named_or_the_only_one() {
+        let f = file();
+        assert_eq!(
+            pick_message("k", &f, Some("tidegate.test.Close")).unwrap().name(),
+            "Close"
+        );
+        let several = pick_message("k", &f, None).unwrap_err().to_string();
+        assert!(
+            several.contains("several messages") && several.contains("tidegate.test.Close"),
+            "{several}"
+        );
+        assert!(pick_message("k", &f, Some("Trade"))
+            .unwrap_err()
+            .to_string()
+            .contains("no message \"Trade\""));
+        let one = compile(
+            "one.proto",
+            "syntax = \"proto3\"; message A { int32 x = 1; }",
+            HashMap::new(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(pick_message("k", &one, None).unwrap().full_name(), "A");
+        assert!(compile("bad.proto", "syntax = \"proto3\"; message {", HashMap::new(), None).is_err());
+    }
+
+    #[test]
+    fn raw_messages_round_trip_through_json() {
+        let trade = pick_message("k", &file(), Some("tidegate.test.Trade")).unwrap();
+        let value = json!({"type": "TRADE", "seq": 9_007_199_254_740_993_i64, "price": 101.25, "size": 30,
+                           "tags": {"desk": "a"}, "legs": [{"venue": "XNAS"}]});
+        let bytes = Encoder::raw(trade.clone()).encode(&value).unwrap();
+        let decoded = SchemaFileDecoder::new(trade.clone()).decode(&bytes).unwrap().unwrap();
+        assert_eq!(decoded, value);
+        // absent fields come back with their defaults, so an expression can compare them
+        let bytes = Encoder::raw(trade.clone()).encode(&json!({"type": "CLOSE"})).unwrap();
+        assert_eq!(
+            SchemaFileDecoder::new(trade).decode(&bytes).unwrap().unwrap(),
+            json!({"type": "CLOSE", "seq": 0, "price": 0.0, "size": 0, "tags": {}, "legs": []})
+        );
+    }
+
+    #[test]
+    fn well_known_types_are_imported_and_mapped_as_protobuf_json() {
+        let text = "syntax = \"proto3\"; import \"google/protobuf/timestamp.proto\";
+                    message At { google.protobuf.Timestamp ts = 1; }";
+        let file = compile("at.proto", text, HashMap::new(), None).unwrap();
+        let at = pick_message("k", &file, None).unwrap();
+        // an RFC 3339 text (the generator's timestamps) is a Timestamp, and comes back as one
+        let value = json!({"ts": "2026-11-27T14:30:00.250Z"});
+        let bytes = Encoder::raw(at.clone()).encode(&value).unwrap();
+        assert_eq!(SchemaFileDecoder::new(at).decode(&bytes).unwrap().unwrap(), value);
+    }
+
+    #[test]
+    fn values_that_do_not_fit_and_garbage_are_errors_not_panics() {
+        let trade = pick_message("k", &file(), Some("tidegate.test.Trade")).unwrap();
+        let encoder = Encoder::raw(trade.clone());
+        assert!(encoder.encode(&json!({"nope": 1})).unwrap_err().contains("nope"));
+        assert!(encoder.encode(&json!({"size": "big"})).is_err());
+        assert!(encoder.encode(&json!([1, 2])).is_err());
+        let mut decoder = SchemaFileDecoder::new(trade);
+        assert!(decoder.decode(&[0xff, 0xff, 0xff]).is_err());
+        assert!(
+            decoder.decode(&[0x0a, 0x10, b'x']).is_err(),
+            "a string longer than the bytes"
+        );
+        // the wire decoder rejects what is not framed before it asks any registry
+        let mut wire = RegistryDecoder::new(
+            &crate::format::registry::RegistrySettings::from_url("http://127.0.0.1:9"),
+            Duration::from_millis(1),
+        );
+        assert!(wire
+            .decode(b"{}")
+            .unwrap_err()
+            .to_string()
+            .contains("Confluent wire format"));
+    }
+}
