@@ -1,0 +1,385 @@
+//! Faults of a three-node cluster (replication factor 3, `min.insync.replicas = 2`): a partition
+//! leader killed mid-replay and mid-seed, a rolling restart under a live source-wide stop, the
+//! daemon cut off one broker by a firewall rule, the active controller killed while discovery
+//! finds a new topic. Each checks every record once and a clean exit, and prints a `cluster:`
+//! line. Run alone: `cargo test --features failpoints --test it cluster:: -- --test-threads=1`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::common::{now_millis, TestKafka, TestRecord};
+use crate::daemon_util::*;
+use crate::faults::{produce_coordinates, read_lenient};
+use crate::own_cluster::{shared, Cut, NODES};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Wait for `condition` while the daemon runs: true once it holds, false if the daemon ended with
+/// exit 0 first; panics (with the daemon's log) on a failed exit or after `timeout`.
+fn await_progress(daemon: &mut Daemon, what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if let Some(status) = daemon.child.try_wait().expect("try_wait") {
+            assert!(status.success(), "the job failed before {what}: {}", daemon.log_text());
+            return false;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}: {}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Lost and repeated indices among `indices`, which should hold `0..total` once each.
+fn lost_and_repeated(indices: impl IntoIterator<Item = u64>, total: u64) -> (u64, u64) {
+    let mut seen: BTreeMap<u64, u64> = BTreeMap::new();
+    for i in indices {
+        *seen.entry(i).or_default() += 1;
+    }
+    let lost = (0..total).filter(|i| !seen.contains_key(i)).count() as u64;
+    let repeated = seen.values().map(|n| n - 1).sum::<u64>() + seen.keys().filter(|i| **i >= total).count() as u64;
+    (lost, repeated)
+}
+
+/// The index at the head of each `produce_coordinates` value.
+fn coordinate_indices(kafka: &TestKafka, topic: &str) -> Vec<u64> {
+    kafka
+        .read_all(topic)
+        .iter()
+        .map(|r| {
+            let v = r.value.as_deref().expect("a value");
+            String::from_utf8_lossy(&v[..12]).parse().expect("an index")
+        })
+        .collect()
+}
+
+fn eos_sink(kafka: &TestKafka, topic: &str) -> String {
+    format!(
+        "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{topic}\"\npreserve_partition = true\ndelivery = \"exactly_once\"",
+        kafka.bootstrap
+    )
+}
+
+#[test]
+fn a_source_leader_killed_mid_exactly_once_replay_loses_and_repeats_nothing() {
+    let cluster = shared();
+    let kafka = cluster.kafka();
+    let source = cluster.create_topic("cluster-eos-in", 2);
+    let sink = cluster.create_topic("cluster-eos-out", 2);
+    let total = 200_000u64;
+    produce_coordinates(&kafka, &source, 2, total as usize);
+    // a broker-side fetch quota paces the replay, so the kill lands mid-read on any machine
+    let client_id = kafka.unique_topic("cluster-eos-client");
+    kafka.set_consumer_quota(&client_id, Some(1_000_000));
+    let dir = JobDir::new();
+    let config = dir.config(&format!(
+        "{}\n[source.properties]\n\"client.id\" = \"{client_id}\"\n",
+        replay_config(&kafka, &source, &eos_sink(&kafka, &sink), "stopping_offsets = \"latest\"", "500ms")
+            .replace("[job]", &format!("[job]\nname = \"{sink}\""))
+    ));
+    let port = free_port();
+    let mut daemon = Daemon::start(&config, &["--set", &format!("metrics.listen=127.0.0.1:{port}")]);
+    let started = Instant::now();
+    let written = || records_written(port).unwrap_or(0);
+    assert!(
+        await_progress(&mut daemon, "40,000 records written", MINUTE, || written() >= 40_000),
+        "the replay ended before the kill"
+    );
+    let leader = cluster.leader(&source, 0);
+    let at_kill = written();
+    cluster.kill(leader);
+    // restarted once the job has gone on without it (or has ended)
+    await_progress(&mut daemon, "progress without the killed leader", MINUTE * 2, || {
+        written() >= at_kill + 20_000
+    });
+    let after = written() - at_kill;
+    cluster.start_node(leader);
+    kafka.set_consumer_quota(&client_id, None);
+    let (status, log) = daemon.wait(MINUTE * 3);
+    assert_eq!(status.code(), Some(0), "{log}");
+    let (lost, repeated) = lost_and_repeated(coordinate_indices(&kafka, &sink), total);
+    assert_eq!((lost, repeated), (0, 0), "lost, repeated in the exactly-once output");
+    eprintln!(
+        "cluster: the leader (node {leader}) of a source partition killed -9 after {at_kill} of {total} records of an \
+         exactly-once Kafka-to-Kafka replay, restarted after {after} more: lost 0, duplicates 0, exit 0 in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn a_partition_leader_killed_mid_datagen_seed_writes_every_index_once() {
+    let cluster = shared();
+    let kafka = cluster.kafka();
+    let topic = cluster.create_topic("cluster-seed", 3);
+    let count = 100_000u64;
+    let dir = JobDir::new();
+    let config = dir.config(&format!(
+        "[job]\nname = \"{topic}\"\nparallelism = 2\n[source]\ntype = \"datagen\"\ncount = {count}\nrate = 10000.0\n\
+         [source.fields]\nseq = {{ sequence = {{}} }}\n{}\n[checkpoint]\npath = \"{{dir}}/job.state\"\ninterval = \"500ms\"\n",
+        eos_sink(&kafka, &topic).replace("preserve_partition = true\n", "")
+    ));
+    let port = free_port();
+    let mut daemon = Daemon::start(&config, &["--set", &format!("metrics.listen=127.0.0.1:{port}")]);
+    let started = Instant::now();
+    let written = || records_written(port).unwrap_or(0);
+    assert!(
+        await_progress(&mut daemon, "20,000 records written", MINUTE, || written() >= 20_000),
+        "the seed ended before the kill"
+    );
+    let leader = cluster.leader(&topic, 0);
+    let at_kill = written();
+    cluster.kill(leader);
+    await_progress(&mut daemon, "progress without the killed leader", MINUTE * 2, || {
+        written() >= at_kill + 15_000
+    });
+    let after = written() - at_kill;
+    cluster.start_node(leader);
+    let (status, log) = daemon.wait(MINUTE * 3);
+    assert_eq!(status.code(), Some(0), "{log}");
+    let indices: Vec<u64> = kafka
+        .read_all(&topic)
+        .iter()
+        .map(|r| {
+            let v: serde_json::Value = serde_json::from_slice(r.value.as_deref().expect("a value")).expect("JSON");
+            v["seq"].as_u64().expect("a seq field")
+        })
+        .collect();
+    let (lost, repeated) = lost_and_repeated(indices, count);
+    assert_eq!((lost, repeated), (0, 0), "missing, repeated indices");
+    eprintln!(
+        "cluster: the leader (node {leader}) of a target partition killed -9 after {at_kill} of {count} records of an \
+         exactly-once datagen seed, restarted after {after} more: missing 0, duplicates 0, exit 0 in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// A record `{"id": id, "type": kind}` at `timestamp`.
+fn event(partition: i32, id: u64, kind: &str, timestamp: i64) -> TestRecord {
+    TestRecord::to(partition, format!(r#"{{"id":{id},"type":"{kind}"}}"#)).at(timestamp)
+}
+
+/// The source's (partition, offset) of every line of the file sink's output.
+fn output_coordinates(dir: &JobDir) -> Vec<(i64, i64)> {
+    read_lenient(&dir.path("out.jsonl"))
+}
+
+#[test]
+fn a_rolling_restart_under_a_paced_live_replay_with_a_source_wide_stop_loses_nothing() {
+    let cluster = shared();
+    let kafka = cluster.kafka();
+    let topic = cluster.create_topic("cluster-rolling", 2);
+    // 20 s of history, replayed at twice real time, then the live tail
+    let start = now_millis() - 20_000;
+    let history: Vec<TestRecord> = (0..2_000u64)
+        .map(|i| event((i % 2) as i32, i, "TRADE", start + i as i64 * 10))
+        .collect();
+    kafka.produce(&topic, &history);
+    let dir = JobDir::new();
+    let config = dir.config(
+        &replay_config(
+            &kafka,
+            &topic,
+            FILE_SINK,
+            "eof = 'value.type == \"MARKET_CLOSE\"'\neof_scope = \"source\"\nreplay_speed = 2.0",
+            "500ms",
+        )
+        .replace("format = \"string\"", "format = \"json\""),
+    );
+    let mut daemon = Daemon::start(&config, &[]);
+    let started = Instant::now();
+    // trades as they happen, every 5 ms, through the whole restart
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (stop, kafka, topic) = (stop.clone(), TestKafka::at(&kafka.bootstrap), topic.clone());
+        std::thread::spawn(move || {
+            let producer = kafka.live_producer();
+            let mut id = 1_000_000u64;
+            while !stop.load(Ordering::Relaxed) {
+                producer.send(&topic, &event((id % 2) as i32, id, "TRADE", now_millis()));
+                id += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            producer.flush();
+            id - 1_000_000
+        })
+    };
+    await_progress(&mut daemon, "1,000 records out", MINUTE, || {
+        line_count(&dir.path("out.jsonl")) >= 1_000
+    });
+    let mut lines_at = Vec::new();
+    for node in 1..=NODES as i32 {
+        cluster.stop_node(node);
+        cluster.start_node(node);
+        cluster.wait_for_full_isr();
+        lines_at.push(line_count(&dir.path("out.jsonl")));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let live = producer.join().expect("the live producer");
+    let close = now_millis() + 1;
+    let live_producer = kafka.live_producer();
+    live_producer.send(&topic, &event(0, 0, "MARKET_CLOSE", close));
+    for p in 0..2 {
+        live_producer.send(&topic, &event(p, 9_999_999, "AFTER", close + 1));
+    }
+    live_producer.flush();
+    let (status, log) = daemon.wait(MINUTE * 2);
+    assert_eq!(status.code(), Some(0), "{log}");
+    // what the topic holds before the close is the expected output, each record once
+    let expected: Vec<(i64, i64)> = kafka
+        .read_all(&topic)
+        .iter()
+        .filter(|r| r.timestamp.is_some_and(|t| t < close))
+        .map(|r| (r.partition as i64, r.offset))
+        .collect();
+    let out = output_coordinates(&dir);
+    let mut seen: BTreeMap<(i64, i64), u64> = BTreeMap::new();
+    for c in &out {
+        *seen.entry(*c).or_default() += 1;
+    }
+    let lost = expected.iter().filter(|c| !seen.contains_key(c)).count();
+    let duplicates = out.len() - seen.len();
+    let extra = seen.len() + lost - expected.len();
+    assert_eq!((lost, duplicates, extra), (0, 0, 0), "lost, duplicated, after the close");
+    eprintln!(
+        "cluster: a rolling restart of {NODES} nodes (each stopped, started, ISR back to 3) under a paced live replay \
+         (2,000 history + {live} live records, eof_scope = source): lost 0, duplicates 0, none after the close, \
+         output at each restart {lines_at:?}, exit 0 in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn the_daemon_cut_off_one_broker_longer_than_its_timeouts_loses_nothing() {
+    let cluster = shared();
+    let kafka = cluster.kafka();
+    let topic = cluster.create_topic("cluster-cut", 3);
+    let per_partition = 50_000i64;
+    produce_coordinates(&kafka, &topic, 3, 3 * per_partition as usize);
+    // fetches paced by the brokers, so the partition behind the cut has work left when it starts
+    let client_id = kafka.unique_topic("cluster-cut-client");
+    kafka.set_consumer_quota(&client_id, Some(500_000));
+    let dir = JobDir::new();
+    let config = dir.config(&format!(
+        "{}\n[source.properties]\n\"client.id\" = \"{client_id}\"\n",
+        replay_config(
+            &kafka,
+            &topic,
+            FILE_SINK,
+            "stopping_offsets = \"latest\"\nrequest_timeout = \"10s\"",
+            "500ms"
+        )
+        .replace("parallelism = 2", "parallelism = 3")
+    ));
+    let out = dir.path("out.jsonl");
+    let mut daemon = Daemon::start(&config, &[]);
+    let started = Instant::now();
+    assert!(
+        await_progress(&mut daemon, "10,000 records out", MINUTE, || line_count(&out) >= 10_000),
+        "the replay ended before the cut"
+    );
+    let node = cluster.leader(&topic, 0);
+    let of_partition_0 = || read_lenient(&out).iter().filter(|c| c.0 == 0).count();
+    let cut = Cut::client_port(cluster.ports[node as usize - 1]);
+    let at_cut = of_partition_0();
+    // the cut's length: longer than the daemon's request timeout (10 s) and the brokers' session
+    // timeout (9 s)
+    let length = Duration::from_secs(15);
+    std::thread::sleep(length);
+    let at_heal = of_partition_0();
+    drop(cut);
+    assert!(
+        (at_heal as i64) < per_partition,
+        "partition 0 was done before the cut ended ({at_heal} records): the cut interrupted nothing"
+    );
+    kafka.set_consumer_quota(&client_id, None);
+    let (status, log) = daemon.wait(MINUTE * 3);
+    assert_eq!(status.code(), Some(0), "{log}");
+    let coords = read_lenient(&out);
+    let mut seen: BTreeMap<(i64, i64), u64> = BTreeMap::new();
+    for c in &coords {
+        *seen.entry(*c).or_default() += 1;
+    }
+    let lost = (0..3).flat_map(|p| (0..per_partition).map(move |o| (p, o))).filter(|c| !seen.contains_key(c)).count();
+    let duplicates = coords.len() - seen.len();
+    assert_eq!((lost, duplicates), (0, 0), "lost, duplicated");
+    eprintln!(
+        "cluster: the daemon cut off the leader (node {node}) of a partition for {} s by an iptables rule on its \
+         client port (request_timeout 10 s): that partition at {at_cut} then {at_heal} of {per_partition} records \
+         during the cut; lost 0, duplicates 0, exit 0 in {:.1} s",
+        length.as_secs(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn the_active_controller_killed_while_discovery_finds_a_new_topic_loses_nothing() {
+    let cluster = shared();
+    let kafka = cluster.kafka();
+    let prefix = kafka.unique_topic("cluster-disc");
+    let (first, second) = (format!("{prefix}-a"), format!("{prefix}-b"));
+    kafka.create_named_topic_with(&first, 2, NODES as i32, &[("min.insync.replicas", "2")]);
+    let n = 1_000usize;
+    produce_coordinates(&kafka, &first, 2, n);
+    let dir = JobDir::new();
+    let config = dir.config(
+        &replay_config(&kafka, "unused", FILE_SINK, "partition_discovery_interval = \"1s\"", "500ms").replace(
+            "topics = [\"unused\"]",
+            &format!("topic_pattern = \"{prefix}-.*\""), // the name holds only [a-z0-9-]
+        ),
+    );
+    let out = dir.path("out.jsonl");
+    let mut daemon = Daemon::start(&config, &[]);
+    let started = Instant::now();
+    await_progress(&mut daemon, "the first topic read", MINUTE, || line_count(&out) >= n);
+    let controller = cluster.controller();
+    cluster.kill(controller);
+    let killed = Instant::now();
+    // a topic of three replicas while one node is down: the controller takes it until it fences
+    // the dead node; after that only a restart makes three replicas possible again
+    let restarted_before_create = match cluster.try_create_topic(&second, 2) {
+        Ok(()) => false,
+        Err(e) if e.contains("replication factor") || e.contains("InvalidReplicationFactor") => {
+            cluster.start_node(controller);
+            kafka.create_named_topic_with(&second, 2, NODES as i32, &[("min.insync.replicas", "2")]);
+            true
+        }
+        Err(e) => panic!("creating {second} after the controller's kill: {e}"),
+    };
+    produce_coordinates(&kafka, &second, 2, n);
+    await_progress(&mut daemon, "the new topic read", MINUTE * 2, || line_count(&out) >= 2 * n);
+    let found = killed.elapsed();
+    let new_controller = cluster.controller();
+    cluster.start_node(controller);
+    daemon.signal(libc::SIGTERM);
+    let (status, log) = daemon.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "{log}");
+    let lines = read_jsonl(&out);
+    let mut seen: BTreeMap<(String, i64, i64), u64> = BTreeMap::new();
+    for l in &lines {
+        let key = (
+            l["topic"].as_str().expect("a topic").to_string(),
+            l["partition"].as_i64().expect("a partition"),
+            l["offset"].as_i64().expect("an offset"),
+        );
+        *seen.entry(key).or_default() += 1;
+    }
+    let per_topic = |t: &str| seen.keys().filter(|k| k.0 == t).count();
+    let duplicates = lines.len() - seen.len();
+    assert_eq!(
+        (per_topic(&first), per_topic(&second), duplicates),
+        (n, n, 0),
+        "records of the first and the new topic, duplicates"
+    );
+    assert_ne!(new_controller, controller, "the quorum elected another controller");
+    eprintln!(
+        "cluster: the active controller (node {controller}) killed -9 under a topic-pattern job discovering every 1 s; \
+         a new topic created after the kill{} was read {:.1} s after the kill (controller now node {new_controller}): \
+         lost 0, duplicates 0, exit 0 after SIGTERM in {:.1} s",
+        if restarted_before_create { " (and the node's restart)" } else { "" },
+        found.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+}
