@@ -56,6 +56,18 @@ fn coordinate_indices(kafka: &TestKafka, topic: &str) -> Vec<u64> {
         .collect()
 }
 
+/// `produce_coordinates`'s records, stamped 1 ms apart from a fixed day: a replay at
+/// `replay_speed` paces them by the data, so a fault lands mid-read on any machine.
+fn produce_timed(kafka: &TestKafka, topic: &str, partitions: i32, n: usize) {
+    const OPEN: i64 = 1_795_789_800_000;
+    let records: Vec<TestRecord> = (0..n)
+        .map(|i| {
+            TestRecord::to((i % partitions as usize) as i32, format!("{i:0>12}{}", "x".repeat(80))).at(OPEN + i as i64)
+        })
+        .collect();
+    kafka.produce(topic, &records);
+}
+
 fn eos_sink(kafka: &TestKafka, topic: &str) -> String {
     format!(
         "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{topic}\"\npreserve_partition = true\ndelivery = \"exactly_once\"",
@@ -70,16 +82,19 @@ fn a_source_leader_killed_mid_exactly_once_replay_loses_and_repeats_nothing() {
     let source = cluster.create_topic("cluster-eos-in", 2);
     let sink = cluster.create_topic("cluster-eos-out", 2);
     let total = 200_000u64;
-    produce_coordinates(&kafka, &source, 2, total as usize);
-    // a broker-side fetch quota paces the replay, so the kill lands mid-read on any machine
-    let client_id = kafka.unique_topic("cluster-eos-client");
-    kafka.set_consumer_quota(&client_id, Some(1_000_000));
+    // 200 s of event time at 20x: about 10 s, whatever the machine
+    produce_timed(&kafka, &source, 2, total as usize);
     let dir = JobDir::new();
-    let config = dir.config(&format!(
-        "{}\n[source.properties]\n\"client.id\" = \"{client_id}\"\n",
-        replay_config(&kafka, &source, &eos_sink(&kafka, &sink), "stopping_offsets = \"latest\"", "500ms")
-            .replace("[job]", &format!("[job]\nname = \"{sink}\""))
-    ));
+    let config = dir.config(
+        &replay_config(
+            &kafka,
+            &source,
+            &eos_sink(&kafka, &sink),
+            "stopping_offsets = \"latest\"\nreplay_speed = 20.0",
+            "500ms",
+        )
+        .replace("[job]", &format!("[job]\nname = \"{sink}\"")),
+    );
     let port = free_port();
     let mut daemon = Daemon::start(&config, &["--set", &format!("metrics.listen=127.0.0.1:{port}")]);
     let started = Instant::now();
@@ -97,7 +112,6 @@ fn a_source_leader_killed_mid_exactly_once_replay_loses_and_repeats_nothing() {
     });
     let after = written() - at_kill;
     cluster.start_node(leader);
-    kafka.set_consumer_quota(&client_id, None);
     let (status, log) = daemon.wait(MINUTE * 3);
     assert_eq!(status.code(), Some(0), "{log}");
     let (lost, repeated) = lost_and_repeated(coordinate_indices(&kafka, &sink), total);
@@ -257,18 +271,18 @@ fn the_daemon_cut_off_one_broker_longer_than_its_timeouts_loses_nothing() {
     let kafka = cluster.kafka();
     let topic = cluster.create_topic("cluster-cut", 3);
     let per_partition = 50_000i64;
-    produce_coordinates(&kafka, &topic, 3, 3 * per_partition as usize);
-    // fetches paced by the brokers, so the partition behind the cut has work left when it starts
-    let client_id = kafka.unique_topic("cluster-cut-client");
-    kafka.set_consumer_quota(&client_id, Some(500_000));
+    // 150 s of event time at 10x: the partition behind the cut has work left when it starts
+    produce_timed(&kafka, &topic, 3, 3 * per_partition as usize);
     let dir = JobDir::new();
+    // and little prefetched (librdkafka queues 4 MiB a partition by default), so the cut holds
+    // that partition's reads, not only its queue's
     let config = dir.config(&format!(
-        "{}\n[source.properties]\n\"client.id\" = \"{client_id}\"\n",
+        "{}\n[source.properties]\n\"queued.max.messages.kbytes\" = \"256\"\n\"max.partition.fetch.bytes\" = \"65536\"\n",
         replay_config(
             &kafka,
             &topic,
             FILE_SINK,
-            "stopping_offsets = \"latest\"\nrequest_timeout = \"10s\"",
+            "stopping_offsets = \"latest\"\nrequest_timeout = \"10s\"\nreplay_speed = 10.0",
             "500ms"
         )
         .replace("parallelism = 2", "parallelism = 3")
@@ -290,11 +304,12 @@ fn the_daemon_cut_off_one_broker_longer_than_its_timeouts_loses_nothing() {
     std::thread::sleep(length);
     let at_heal = of_partition_0();
     drop(cut);
+    // paced at 10x, an uncut replay is done by now; the cut partition (and, through the shared
+    // clock, the others) waits once its prefetched records are out
     assert!(
         (at_heal as i64) < per_partition,
-        "partition 0 was done before the cut ended ({at_heal} records): the cut interrupted nothing"
+        "partition 0 was done before the cut ended ({at_cut} records at the cut): the cut held nothing"
     );
-    kafka.set_consumer_quota(&client_id, None);
     let (status, log) = daemon.wait(MINUTE * 3);
     assert_eq!(status.code(), Some(0), "{log}");
     let coords = read_lenient(&out);
@@ -307,8 +322,8 @@ fn the_daemon_cut_off_one_broker_longer_than_its_timeouts_loses_nothing() {
     assert_eq!((lost, duplicates), (0, 0), "lost, duplicated");
     eprintln!(
         "cluster: the daemon cut off the leader (node {node}) of a partition for {} s by an iptables rule on its \
-         client port (request_timeout 10 s): that partition at {at_cut} then {at_heal} of {per_partition} records \
-         during the cut; lost 0, duplicates 0, exit 0 in {:.1} s",
+         client port (request_timeout 10 s): that partition at {at_cut} of {per_partition} records at the cut, {at_heal} \
+         at its end (what was prefetched); lost 0, duplicates 0, exit 0 in {:.1} s",
         length.as_secs(),
         started.elapsed().as_secs_f64()
     );
