@@ -175,16 +175,12 @@ fn event(partition: i32, id: u64, kind: &str, timestamp: i64) -> TestRecord {
     TestRecord::to(partition, format!(r#"{{"id":{id},"type":"{kind}"}}"#)).at(timestamp)
 }
 
-/// The source's (partition, offset) of every line of the file sink's output.
-fn output_coordinates(dir: &JobDir) -> Vec<(i64, i64)> {
-    read_lenient(&dir.path("out.jsonl"))
-}
-
 #[test]
 fn a_rolling_restart_under_a_paced_live_replay_with_a_source_wide_stop_loses_nothing() {
     let cluster = shared();
     let kafka = cluster.kafka();
     let topic = cluster.create_topic("cluster-rolling", 2);
+    let sink = cluster.create_topic("cluster-rolling-out", 2);
     // 20 s of history, replayed at twice real time, then the live tail
     let start = now_millis() - 20_000;
     let history: Vec<TestRecord> = (0..2_000u64)
@@ -196,13 +192,15 @@ fn a_rolling_restart_under_a_paced_live_replay_with_a_source_wide_stop_loses_not
         &replay_config(
             &kafka,
             &topic,
-            FILE_SINK,
+            &eos_sink(&kafka, &sink),
             "eof = 'value.type == \"MARKET_CLOSE\"'\neof_scope = \"source\"\nreplay_speed = 2.0",
             "500ms",
         )
-        .replace("format = \"string\"", "format = \"json\""),
+        .replace("format = \"string\"", "format = \"json\"")
+        .replace("[job]", &format!("[job]\nname = \"{sink}\"")),
     );
-    let mut daemon = Daemon::start(&config, &[]);
+    let port = free_port();
+    let mut daemon = Daemon::start(&config, &["--set", &format!("metrics.listen=127.0.0.1:{port}")]);
     let started = Instant::now();
     // trades as they happen, every 5 ms, through the whole restart
     let stop = Arc::new(AtomicBool::new(false));
@@ -220,15 +218,17 @@ fn a_rolling_restart_under_a_paced_live_replay_with_a_source_wide_stop_loses_not
             id - 1_000_000
         })
     };
-    await_progress(&mut daemon, "1,000 records out", MINUTE, || {
-        line_count(&dir.path("out.jsonl")) >= 1_000
-    });
-    let mut lines_at = Vec::new();
+    let written = || records_written(port).unwrap_or(0);
+    await_progress(&mut daemon, "1,000 records written", MINUTE, || written() >= 1_000);
+    let mut written_at = Vec::new();
+    let mut took = Vec::new();
     for node in 1..=NODES as i32 {
+        let restart = Instant::now();
         cluster.stop_node(node);
         cluster.start_node(node);
         cluster.wait_for_full_isr();
-        lines_at.push(line_count(&dir.path("out.jsonl")));
+        written_at.push(written());
+        took.push(format!("{:.0} s", restart.elapsed().as_secs_f64()));
     }
     stop.store(true, Ordering::Relaxed);
     let live = producer.join().expect("the live producer");
@@ -239,28 +239,32 @@ fn a_rolling_restart_under_a_paced_live_replay_with_a_source_wide_stop_loses_not
         live_producer.send(&topic, &event(p, 9_999_999, "AFTER", close + 1));
     }
     live_producer.flush();
+    let closed = Instant::now();
     let (status, log) = daemon.wait(MINUTE * 2);
     assert_eq!(status.code(), Some(0), "{log}");
-    // what the topic holds before the close is the expected output, each record once
-    let expected: Vec<(i64, i64)> = kafka
-        .read_all(&topic)
-        .iter()
-        .filter(|r| r.timestamp.is_some_and(|t| t < close))
-        .map(|r| (r.partition as i64, r.offset))
-        .collect();
-    let out = output_coordinates(&dir);
-    let mut seen: BTreeMap<(i64, i64), u64> = BTreeMap::new();
-    for c in &out {
-        *seen.entry(*c).or_default() += 1;
-    }
-    let lost = expected.iter().filter(|c| !seen.contains_key(c)).count();
-    let duplicates = out.len() - seen.len();
-    let extra = seen.len() + lost - expected.len();
-    assert_eq!((lost, duplicates, extra), (0, 0, 0), "lost, duplicated, after the close");
+    let ended = closed.elapsed();
+    // the source's trades before the close are the expected output, each as often as there
+    let ids = |topic: &str, before: Option<i64>| -> BTreeMap<u64, i64> {
+        let mut counts = BTreeMap::new();
+        for r in kafka.read_all(topic) {
+            if before.is_some_and(|close| r.timestamp.is_none_or(|t| t >= close)) {
+                continue;
+            }
+            let v: serde_json::Value = serde_json::from_slice(r.value.as_deref().expect("a value")).expect("JSON");
+            *counts.entry(v["id"].as_u64().expect("an id")).or_default() += 1;
+        }
+        counts
+    };
+    let (expected, out) = (ids(&topic, Some(close)), ids(&sink, None));
+    let lost: i64 = expected.iter().map(|(id, n)| (n - out.get(id).unwrap_or(&0)).max(0)).sum();
+    let duplicates: i64 = out.iter().map(|(id, n)| (n - expected.get(id).unwrap_or(&0)).max(0)).sum();
+    assert_eq!((lost, duplicates), (0, 0), "lost, duplicated (or after the close)");
     eprintln!(
         "cluster: a rolling restart of {NODES} nodes (each stopped, started, ISR back to 3) under a paced live replay \
-         (2,000 history + {live} live records, eof_scope = source): lost 0, duplicates 0, none after the close, \
-         output at each restart {lines_at:?}, exit 0 in {:.1} s",
+         into an exactly-once Kafka sink (2,000 history + {live} live records, eof_scope = source): lost 0, \
+         duplicates 0, none after the close, each restart {took:?} with {written_at:?} written by its end, \
+         exit 0 {:.1} s after the close, {:.1} s in all",
+        ended.as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
 }
