@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{now_millis, TestKafka, TestRecord};
 use crate::daemon_util::*;
-use crate::faults::{produce_coordinates, read_lenient};
+use crate::faults::produce_coordinates;
 use crate::own_cluster::{shared, Cut, NODES};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -274,9 +274,10 @@ fn the_daemon_cut_off_one_broker_longer_than_its_timeouts_loses_nothing() {
     let cluster = shared();
     let kafka = cluster.kafka();
     let topic = cluster.create_topic("cluster-cut", 3);
-    let per_partition = 50_000i64;
+    let sink = cluster.create_topic("cluster-cut-out", 3);
+    let total = 150_000u64;
     // 150 s of event time at 10x: the partition behind the cut has work left when it starts
-    produce_timed(&kafka, &topic, 3, 3 * per_partition as usize);
+    produce_timed(&kafka, &topic, 3, total as usize);
     let dir = JobDir::new();
     // and little prefetched (librdkafka queues 4 MiB a partition by default), so the cut holds
     // that partition's reads, not only its queue's
@@ -285,49 +286,46 @@ fn the_daemon_cut_off_one_broker_longer_than_its_timeouts_loses_nothing() {
         replay_config(
             &kafka,
             &topic,
-            FILE_SINK,
+            &eos_sink(&kafka, &sink),
             "stopping_offsets = \"latest\"\nrequest_timeout = \"10s\"\nreplay_speed = 10.0",
             "500ms"
         )
+        .replace("[job]", &format!("[job]\nname = \"{sink}\""))
         .replace("parallelism = 2", "parallelism = 3")
     ));
-    let out = dir.path("out.jsonl");
-    let mut daemon = Daemon::start(&config, &[]);
+    let port = free_port();
+    let mut daemon = Daemon::start(&config, &["--set", &format!("metrics.listen=127.0.0.1:{port}")]);
     let started = Instant::now();
+    let written = || records_written(port).unwrap_or(0);
     assert!(
-        await_progress(&mut daemon, "10,000 records out", MINUTE, || line_count(&out) >= 10_000),
+        await_progress(&mut daemon, "10,000 records written", MINUTE, || written() >= 10_000),
         "the replay ended before the cut"
     );
+    // the leader of a source partition; it leads a partition of the sink too (three partitions
+    // on three nodes), and may be the transaction coordinator
     let node = cluster.leader(&topic, 0);
-    let of_partition_0 = || read_lenient(&out).iter().filter(|c| c.0 == 0).count();
     let cut = Cut::client_port(cluster.ports[node as usize - 1]);
-    let at_cut = of_partition_0();
+    let at_cut = written();
     // the cut's length: longer than the daemon's request timeout (10 s) and the brokers' session
     // timeout (9 s)
     let length = Duration::from_secs(15);
     std::thread::sleep(length);
-    let at_heal = of_partition_0();
+    let at_heal = written();
     drop(cut);
     // paced at 10x, an uncut replay is done by now; the cut partition (and, through the shared
     // clock, the others) waits once its prefetched records are out
     assert!(
-        (at_heal as i64) < per_partition,
-        "partition 0 was done before the cut ended ({at_cut} records at the cut): the cut held nothing"
+        at_heal < total,
+        "the replay was done before the cut ended ({at_cut} records at the cut): the cut held nothing"
     );
     let (status, log) = daemon.wait(MINUTE * 3);
     assert_eq!(status.code(), Some(0), "{log}");
-    let coords = read_lenient(&out);
-    let mut seen: BTreeMap<(i64, i64), u64> = BTreeMap::new();
-    for c in &coords {
-        *seen.entry(*c).or_default() += 1;
-    }
-    let lost = (0..3).flat_map(|p| (0..per_partition).map(move |o| (p, o))).filter(|c| !seen.contains_key(c)).count();
-    let duplicates = coords.len() - seen.len();
-    assert_eq!((lost, duplicates), (0, 0), "lost, duplicated");
+    let (lost, repeated) = lost_and_repeated(coordinate_indices(&kafka, &sink), total);
+    assert_eq!((lost, repeated), (0, 0), "lost, repeated in the exactly-once output");
     eprintln!(
-        "cluster: the daemon cut off the leader (node {node}) of a partition for {} s by an iptables rule on its \
-         client port (request_timeout 10 s): that partition at {at_cut} of {per_partition} records at the cut, {at_heal} \
-         at its end (what was prefetched); lost 0, duplicates 0, exit 0 in {:.1} s",
+        "cluster: the daemon cut off the leader (node {node}) of a source partition for {} s by an iptables rule on \
+         its client port (request_timeout 10 s), exactly-once Kafka sink: {at_cut} of {total} records written at the \
+         cut, {at_heal} at its end; lost 0, duplicates 0, exit 0 in {:.1} s",
         length.as_secs(),
         started.elapsed().as_secs_f64()
     );

@@ -226,7 +226,7 @@ fn kill_nine_times(sink_kind: &str) {
     );
 }
 
-pub(crate) fn read_lenient(path: &Path) -> Vec<(i64, i64)> {
+fn read_lenient(path: &Path) -> Vec<(i64, i64)> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
