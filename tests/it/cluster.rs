@@ -28,7 +28,11 @@ fn await_progress(daemon: &mut Daemon, what: &str, timeout: Duration, mut condit
             assert!(status.success(), "the job failed before {what}: {}", daemon.log_text());
             return false;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}: {}", daemon.log_text());
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {}",
+            daemon.log_text()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -256,8 +260,14 @@ fn a_rolling_restart_under_a_paced_live_replay_with_a_source_wide_stop_loses_not
         counts
     };
     let (expected, out) = (ids(&topic, Some(close)), ids(&sink, None));
-    let lost: i64 = expected.iter().map(|(id, n)| (n - out.get(id).unwrap_or(&0)).max(0)).sum();
-    let duplicates: i64 = out.iter().map(|(id, n)| (n - expected.get(id).unwrap_or(&0)).max(0)).sum();
+    let lost: i64 = expected
+        .iter()
+        .map(|(id, n)| (n - out.get(id).unwrap_or(&0)).max(0))
+        .sum();
+    let duplicates: i64 = out
+        .iter()
+        .map(|(id, n)| (n - expected.get(id).unwrap_or(&0)).max(0))
+        .sum();
     assert_eq!((lost, duplicates), (0, 0), "lost, duplicated (or after the close)");
     eprintln!(
         "cluster: a rolling restart of {NODES} nodes (each stopped, started, ISR back to 3) under a paced live replay \
@@ -342,7 +352,14 @@ fn the_active_controller_killed_while_discovery_finds_a_new_topic_loses_nothing(
     produce_coordinates(&kafka, &first, 2, n);
     let dir = JobDir::new();
     let config = dir.config(
-        &replay_config(&kafka, "unused", FILE_SINK, "partition_discovery_interval = \"1s\"", "500ms").replace(
+        &replay_config(
+            &kafka,
+            "unused",
+            FILE_SINK,
+            "partition_discovery_interval = \"1s\"",
+            "500ms",
+        )
+        .replace(
             "topics = [\"unused\"]",
             &format!("topic_pattern = \"{prefix}-.*\""), // the name holds only [a-z0-9-]
         ),
@@ -366,7 +383,9 @@ fn the_active_controller_killed_while_discovery_finds_a_new_topic_loses_nothing(
         Err(e) => panic!("creating {second} after the controller's kill: {e}"),
     };
     produce_coordinates(&kafka, &second, 2, n);
-    await_progress(&mut daemon, "the new topic read", MINUTE * 2, || line_count(&out) >= 2 * n);
+    await_progress(&mut daemon, "the new topic read", MINUTE * 2, || {
+        line_count(&out) >= 2 * n
+    });
     let found = killed.elapsed();
     let new_controller = cluster.controller();
     cluster.start_node(controller);

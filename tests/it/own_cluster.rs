@@ -49,11 +49,19 @@ impl OwnCluster {
         let cluster = OwnCluster {
             env,
             dir,
-            bootstrap: client.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(","),
+            bootstrap: client
+                .iter()
+                .map(|p| format!("127.0.0.1:{p}"))
+                .collect::<Vec<_>>()
+                .join(","),
             ports: client,
         };
         let printed = cluster.script(&["start"]);
-        assert_eq!(printed.trim(), cluster.bootstrap, "scripts/kafka start prints the bootstrap list");
+        assert_eq!(
+            printed.trim(),
+            cluster.bootstrap,
+            "scripts/kafka start prints the bootstrap list"
+        );
         cluster
     }
 
@@ -145,31 +153,39 @@ impl OwnCluster {
     /// The leader (node id) of `topic`:`partition`, once it has one.
     pub fn leader(&self, topic: &str, partition: i32) -> i32 {
         let mut leader = -1;
-        wait_until(&format!("a leader for {topic}:{partition}"), Duration::from_secs(60), || {
-            leader = self
-                .metadata()
-                .and_then(|md| {
-                    let t = md.topics().iter().find(|t| t.name() == topic)?;
-                    Some(t.partitions().iter().find(|p| p.id() == partition)?.leader())
-                })
-                .unwrap_or(-1);
-            leader > 0
-        });
+        wait_until(
+            &format!("a leader for {topic}:{partition}"),
+            Duration::from_secs(60),
+            || {
+                leader = self
+                    .metadata()
+                    .and_then(|md| {
+                        let t = md.topics().iter().find(|t| t.name() == topic)?;
+                        Some(t.partitions().iter().find(|p| p.id() == partition)?.leader())
+                    })
+                    .unwrap_or(-1);
+                leader > 0
+            },
+        );
         leader
     }
 
     /// Wait until every partition of every topic (the internal ones too) has all three replicas
     /// in sync: a rolling restart moves on only then.
     pub fn wait_for_full_isr(&self) {
-        wait_until("every partition's ISR back to 3 replicas", Duration::from_secs(120), || {
-            self.metadata().is_some_and(|md| {
-                md.brokers().len() == NODES
-                    && md
-                        .topics()
-                        .iter()
-                        .all(|t| t.partitions().iter().all(|p| p.isr().len() == NODES && p.leader() > 0))
-            })
-        });
+        wait_until(
+            "every partition's ISR back to 3 replicas",
+            Duration::from_secs(120),
+            || {
+                self.metadata().is_some_and(|md| {
+                    md.brokers().len() == NODES
+                        && md
+                            .topics()
+                            .iter()
+                            .all(|t| t.partitions().iter().all(|p| p.isr().len() == NODES && p.leader() > 0))
+                })
+            },
+        );
     }
 
     fn stop_all(&self) {
@@ -265,7 +281,10 @@ impl Drop for Cut {
     fn drop(&mut self) {
         let removed = Command::new("iptables").arg("-D").args(&self.rule).status();
         if !removed.is_ok_and(|s| s.success()) {
-            eprintln!("cluster: could not remove the iptables rule {:?}: remove it by hand", self.rule);
+            eprintln!(
+                "cluster: could not remove the iptables rule {:?}: remove it by hand",
+                self.rule
+            );
         }
     }
 }
