@@ -171,7 +171,10 @@ impl<'a> OffsetsResolver<'a> {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let attempt = self.consumer.offsets_for_times(tpl.clone(), remaining);
             let transient = match &attempt {
-                Ok(list) => list.elements().iter().any(|e| e.error().is_err_and(|e| is_transient(&e))),
+                Ok(list) => list
+                    .elements()
+                    .iter()
+                    .any(|e| e.error().is_err_and(|e| is_transient(&e))),
                 Err(e) => is_transient(e),
             };
             if !transient || Instant::now() + RETRY_BACKOFF >= deadline {

@@ -430,7 +430,13 @@ fn a_replay_started_while_a_leader_is_dead_and_not_yet_fenced_completes() {
     let total = 3_000u64;
     produce_coordinates(&kafka, &topic, 3, total as usize);
     let dir = JobDir::new();
-    let config = dir.config(&replay_config(&kafka, &topic, FILE_SINK, "stopping_offsets = \"latest\"", "500ms"));
+    let config = dir.config(&replay_config(
+        &kafka,
+        &topic,
+        FILE_SINK,
+        "stopping_offsets = \"latest\"",
+        "500ms",
+    ));
     let leader = cluster.leader(&topic, 0);
     // the controller fences a broker that stopped heartbeating after 9 s: the job starts before
     cluster.kill(leader);
