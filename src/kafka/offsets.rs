@@ -23,7 +23,15 @@ fn is_transient(e: &KafkaError) -> bool {
     e.rdkafka_error_code().is_some_and(|code| {
         matches!(
             code,
-            DestroyBroker | BrokerTransportFailure | AllBrokersDown | LeaderNotAvailable | NotLeaderForPartition
+            DestroyBroker
+                | BrokerTransportFailure
+                | AllBrokersDown
+                | LeaderNotAvailable
+                | NotLeaderForPartition
+                | FencedLeaderEpoch
+                | UnknownLeaderEpoch
+                // a new leader whose high watermark is not caught up yet (KIP-207)
+                | OffsetNotAvailable
         )
     })
 }

@@ -170,6 +170,22 @@ impl OwnCluster {
         leader
     }
 
+    /// Wait until no partition (the internal ones too) is led by `node`: the controller has
+    /// fenced a killed node and moved its leaderships.
+    pub fn wait_for_leaders_off(&self, node: i32) {
+        wait_until(
+            &format!("every leadership moved off node {node}"),
+            Duration::from_secs(60),
+            || {
+                self.metadata().is_some_and(|md| {
+                    md.topics()
+                        .iter()
+                        .all(|t| t.partitions().iter().all(|p| p.leader() > 0 && p.leader() != node))
+                })
+            },
+        );
+    }
+
     /// Wait until every partition of every topic (the internal ones too) has all three replicas
     /// in sync: a rolling restart moves on only then.
     pub fn wait_for_full_isr(&self) {
