@@ -2,13 +2,39 @@
 //! the enumerator once, at discovery, so a restart never resolves `latest` again.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
+use tracing::debug;
 
 use super::client::TracingContext;
 use crate::error::{Error, Result};
+
+/// The pause before a ListOffsets call that met a leader change is repeated.
+const RETRY_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Whether a ListOffsets error is a leader change a moment cures (a broker gone, a leader not
+/// yet elected or moved), not a refusal.
+fn is_transient(e: &KafkaError) -> bool {
+    use RDKafkaErrorCode::*;
+    e.rdkafka_error_code().is_some_and(|code| {
+        matches!(
+            code,
+            DestroyBroker
+                | BrokerTransportFailure
+                | AllBrokersDown
+                | LeaderNotAvailable
+                | NotLeaderForPartition
+                | FencedLeaderEpoch
+                | UnknownLeaderEpoch
+                // a new leader whose high watermark is not caught up yet (KIP-207)
+                | OffsetNotAvailable
+        )
+    })
+}
 
 /// A topic and a partition.
 pub type TopicPartition = (String, i32);
@@ -145,10 +171,27 @@ impl<'a> OffsetsResolver<'a> {
             Offset::Offset(ts) => format!("offsets for timestamp {ts}"),
             other => format!("offsets for {other:?}"),
         };
-        let result = self
-            .consumer
-            .offsets_for_times(tpl, self.timeout)
-            .map_err(|e| crate::error::kafka(format!("listing {what} (timeout {:?})", self.timeout), e))?;
+        // a partition whose leader just died fails the call when the controller fences that
+        // broker (librdkafka destroys its handle), though the partition has a new leader a
+        // moment later: such errors are retried until the request timeout
+        let deadline = Instant::now() + self.timeout;
+        let result = loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let attempt = self.consumer.offsets_for_times(tpl.clone(), remaining);
+            let transient = match &attempt {
+                Ok(list) => list
+                    .elements()
+                    .iter()
+                    .any(|e| e.error().is_err_and(|e| is_transient(&e))),
+                Err(e) => is_transient(e),
+            };
+            if !transient || Instant::now() + RETRY_BACKOFF >= deadline {
+                break attempt;
+            }
+            debug!(what = %what, "listing offsets met a leader change; retrying");
+            std::thread::sleep(RETRY_BACKOFF);
+        }
+        .map_err(|e| crate::error::kafka(format!("listing {what} (timeout {:?})", self.timeout), e))?;
         for elem in result.elements() {
             elem.error().map_err(|e| {
                 crate::error::kafka(format!("listing {what} of {}:{}", elem.topic(), elem.partition()), e)

@@ -86,9 +86,17 @@ impl TestKafka {
     }
 
     pub fn create_named_topic(&self, name: &str, partitions: i32) {
+        self.create_named_topic_with(name, partitions, 1, &[]);
+    }
+
+    /// A topic with `replication` replicas and more topic configs (a cluster's `min.insync.replicas`).
+    pub fn create_named_topic_with(&self, name: &str, partitions: i32, replication: i32, configs: &[(&str, &str)]) {
         let admin = self.admin();
         // Records in tests carry fixed historical timestamps: time-based retention must not delete them.
-        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1)).set("retention.ms", "-1");
+        let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(replication)).set("retention.ms", "-1");
+        for (k, v) in configs {
+            topic = topic.set(k, v);
+        }
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
         let results = block_on(admin.create_topics([&topic], &options)).expect("create_topics");
         for r in results {

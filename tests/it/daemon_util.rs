@@ -179,6 +179,12 @@ pub fn metric(text: &str, name: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// The records the running daemon's sink has taken, from its metrics endpoint on `port`.
+pub fn records_written(port: u16) -> Option<u64> {
+    let text = http_get(&format!("127.0.0.1:{port}"), "/metrics")?;
+    metric(&text, "tidegate_records_written_total").map(|v| v as u64)
+}
+
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

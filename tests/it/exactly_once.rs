@@ -182,12 +182,6 @@ fn a_second_process_on_the_same_job_fences_the_first() {
     );
 }
 
-/// The records the running daemon's sink has taken, from its metrics endpoint.
-fn records_written(port: u16) -> Option<u64> {
-    let text = http_get(&format!("127.0.0.1:{port}"), "/metrics")?;
-    metric(&text, "tidegate_records_written_total").map(|v| v as u64)
-}
-
 #[test]
 fn datagen_into_kafka_killed_ten_times_writes_every_index_once() {
     let kafka = TestKafka::get();

@@ -26,7 +26,7 @@ impl Lcg {
     }
 }
 
-fn produce_coordinates(kafka: &TestKafka, topic: &str, partitions: i32, n: usize) {
+pub(crate) fn produce_coordinates(kafka: &TestKafka, topic: &str, partitions: i32, n: usize) {
     // each value names its own coordinates' index, so copies can be checked without the source
     let records: Vec<TestRecord> = (0..n)
         .map(|i| TestRecord::to((i % partitions as usize) as i32, format!("{i:0>12}{}", "x".repeat(80))))
@@ -64,12 +64,6 @@ fn checkpoint_id(dir: &JobDir) -> u64 {
         .flatten()
         .and_then(|s| s["checkpoint_id"].as_u64())
         .unwrap_or(0)
-}
-
-/// The records the running daemon's sink has taken, from its metrics endpoint.
-fn records_written(port: u16) -> Option<u64> {
-    let text = http_get(&format!("127.0.0.1:{port}"), "/metrics")?;
-    metric(&text, "tidegate_records_written_total").map(|v| v as u64)
 }
 
 /// How many times the kill tests kill the replay.

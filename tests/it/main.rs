@@ -2,6 +2,7 @@
 //! crate and librdkafka are linked once.
 
 mod broker;
+mod cluster;
 mod common;
 mod containers;
 mod daemon;
@@ -18,6 +19,7 @@ mod instances;
 mod kafka_source;
 mod kubernetes;
 mod own_broker;
+mod own_cluster;
 mod periodic;
 mod plan;
 mod recreated;
