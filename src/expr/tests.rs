@@ -225,3 +225,35 @@ fn direct_checks_agree_with_cel_on_generated_records() {
         );
     }
 }
+
+#[test]
+fn what_an_expression_reads_decides_whether_it_runs_before_decoding() {
+    let reads = |e: &str| {
+        let e = RecordExpression::compile(e).unwrap();
+        (e.reads_value(), e.reads_key())
+    };
+    assert_eq!(reads("headers.source == 'nyse'"), (false, false));
+    assert_eq!(reads("topic == 't' && partition == 1 && offset > 3 && timestamp > 0"), (false, false));
+    assert_eq!(reads("key == 'AAPL'"), (false, true));
+    assert_eq!(reads("value.type == 'TRADE'"), (true, false));
+    assert_eq!(reads("has(headers.x) || value == 'x'"), (true, false));
+    // inside a comprehension, and a comprehension variable that shadows `value`: decoded, to be safe
+    assert_eq!(reads("[1, 2].exists(x, x == value.n)"), (true, false));
+    assert_eq!(reads("[1, 2].exists(value, value > 1)"), (true, false));
+}
+
+#[test]
+fn a_filter_is_evaluated_on_an_undecoded_record() {
+    // a value that is not JSON, never decoded: a filter over headers still answers
+    let mut r = record(json!(null));
+    r.value = Some(b"{not json".to_vec());
+    r.decoded = None;
+    let e = RecordExpression::compile("headers.source == 'nyse'").unwrap();
+    assert!(e.matches(&r));
+    let e = RecordExpression::compile("headers.source == 'lse'").unwrap();
+    assert!(!e.matches(&r));
+    // a missing header fails the evaluation: no match, counted
+    let e = RecordExpression::compile("headers.region == 'eu'").unwrap().in_role("filter");
+    assert!(!e.matches(&r));
+    assert_eq!(e.errors(), 1);
+}
