@@ -116,7 +116,17 @@ impl<T: RecordPosition> ReaderOutput<T> {
     /// A record the source's filter rejected: never emitted, but the evaluator still sees it (a
     /// filter decides what is emitted, the evaluator where the split ends), and it is counted.
     /// A marker it rejected is not emitted, whatever `emit_marker` says.
-    pub fn filter(&mut self, record: T) {
+    pub fn filter(&mut self, record: &T) {
+        self.filter_maybe_evaluated(record, true);
+    }
+
+    /// A rejected record the evaluator cannot judge (its value could not be decoded for it): it
+    /// is counted, and never ends its split, as an undecodable record never does.
+    pub fn filter_unevaluated(&mut self, record: &T) {
+        self.filter_maybe_evaluated(record, false);
+    }
+
+    fn filter_maybe_evaluated(&mut self, record: &T, evaluate: bool) {
         if self.ended_at.is_some() {
             return;
         }
@@ -127,8 +137,8 @@ impl<T: RecordPosition> ReaderOutput<T> {
                 timestamp: record.timestamp(),
             });
         }
-        if let Some(eof) = &self.eof {
-            if eof.is_end_of_stream(&record) {
+        if let Some(eof) = self.eof.as_ref().filter(|_| evaluate) {
+            if eof.is_end_of_stream(record) {
                 self.ended_at = Some(record.position());
                 self.marker_timestamp = record.timestamp();
                 self.marker_kept = false;
@@ -236,11 +246,11 @@ mod tests {
         for emit_marker in [false, true] {
             let mut out = ReaderOutput::new(Some(Arc::clone(&eof)), emit_marker).tracking_filtered();
             out.collect(0);
-            out.filter(1);
+            out.filter(&1);
             out.collect(2);
-            out.filter(3); // the marker, rejected: the split ends there, nothing emitted
+            out.filter(&3); // the marker, rejected: the split ends there, nothing emitted
             out.collect(4);
-            out.filter(5);
+            out.filter(&5);
             let (records, filtered) = out.take_staged();
             assert_eq!(records, vec![0, 2], "emit_marker {emit_marker}");
             assert_eq!(
@@ -254,7 +264,7 @@ mod tests {
         }
         // a marker the filter lets through is kept with emit_marker
         let mut out = ReaderOutput::new(Some(eof), true);
-        out.filter(2);
+        out.filter(&2);
         out.collect(3);
         assert_eq!(out.take_records(), vec![3]);
         assert!(out.marker_kept());

@@ -91,7 +91,7 @@ impl RecordExpression {
             return Err(format!("gives {what}, not true or false: the expression must be a condition"));
         }
         // a comprehension variable named `value` counts as a use too: decoded first, to be safe
-        let used = |name: &str| references.has_variable(name);
+        let (reads_value, reads_key) = (references.has_variable("value"), references.has_variable("key"));
         let value_fields = selected_fields(program.expression(), "value");
         let direct = direct::DirectCheck::compile(&program.expression().expr);
         Ok(RecordExpression {
@@ -100,8 +100,8 @@ impl RecordExpression {
             env,
             value_fields,
             direct,
-            reads_value: used("value"),
-            reads_key: used("key"),
+            reads_value,
+            reads_key,
             role: EOF_ROLE,
             errors: AtomicU64::new(0),
             failures: metrics::Counter::noop(),
