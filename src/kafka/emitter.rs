@@ -246,3 +246,7 @@ impl RecordEmitter<Record, Record, KafkaPartitionSplit> for KafkaRecordEmitter {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "emitter_tests.rs"]
+mod tests;
