@@ -11,6 +11,7 @@ mod datagen;
 mod event_time;
 mod event_time_stop;
 mod exactly_once;
+mod filters;
 mod examples;
 mod faults;
 mod formats;
