@@ -88,7 +88,9 @@ impl RecordExpression {
             ));
         }
         if let Some(what) = not_a_condition(&program.expression().expr) {
-            return Err(format!("gives {what}, not true or false: the expression must be a condition"));
+            return Err(format!(
+                "gives {what}, not true or false: the expression must be a condition"
+            ));
         }
         // a comprehension variable named `value` counts as a use too: decoded first, to be safe
         let (reads_value, reads_key) = (references.has_variable("value"), references.has_variable("key"));

@@ -233,7 +233,10 @@ fn what_an_expression_reads_decides_whether_it_runs_before_decoding() {
         (e.reads_value(), e.reads_key())
     };
     assert_eq!(reads("headers.source == 'nyse'"), (false, false));
-    assert_eq!(reads("topic == 't' && partition == 1 && offset > 3 && timestamp > 0"), (false, false));
+    assert_eq!(
+        reads("topic == 't' && partition == 1 && offset > 3 && timestamp > 0"),
+        (false, false)
+    );
     assert_eq!(reads("key == 'AAPL'"), (false, true));
     assert_eq!(reads("value.type == 'TRADE'"), (true, false));
     assert_eq!(reads("has(headers.x) || value == 'x'"), (true, false));
@@ -253,7 +256,9 @@ fn a_filter_is_evaluated_on_an_undecoded_record() {
     let e = RecordExpression::compile("headers.source == 'lse'").unwrap();
     assert!(!e.matches(&r));
     // a missing header fails the evaluation: no match, counted
-    let e = RecordExpression::compile("headers.region == 'eu'").unwrap().in_role("filter");
+    let e = RecordExpression::compile("headers.region == 'eu'")
+        .unwrap()
+        .in_role("filter");
     assert!(!e.matches(&r));
     assert_eq!(e.errors(), 1);
 }
