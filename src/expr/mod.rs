@@ -148,8 +148,15 @@ impl RecordExpression {
 
     /// Evaluate against `record`: `Ok(true)` only for a boolean `true` result.
     pub fn evaluate(&self, record: &Record) -> Result<bool, String> {
-        if let (Some(direct), Some(serde_json::Value::Object(object))) = (&self.direct, &record.decoded) {
-            if let Some(result) = direct.evaluate(object) {
+        if let Some(direct) = &self.direct {
+            let fields = direct::Fields {
+                value: match &record.decoded {
+                    Some(serde_json::Value::Object(object)) => Some(object),
+                    _ => None,
+                },
+                headers: &record.headers,
+            };
+            if let Some(result) = direct.evaluate(&fields) {
                 return Ok(result);
             }
         }
