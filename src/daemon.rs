@@ -258,11 +258,14 @@ impl RunJob {
 fn print_summary<S: SourceSplit>(job: &str, report: &JobReport<S>) {
     let secs = report.elapsed.as_secs_f64().max(1e-6);
     let how = if report.stopped { "stopped" } else { "finished" };
-    let dead = if report.records_diverted > 0 {
+    let mut dead = if report.records_diverted > 0 {
         format!(", {} dead-lettered", report.records_diverted)
     } else {
         String::new()
     };
+    if report.records_filtered > 0 {
+        dead.push_str(&format!(", {} filtered out", report.records_filtered));
+    }
     say!(
         "tidegate: job {job} {how} after {:.1}s: {} records emitted, {} written ({:.0}/s){dead}, {} checkpoints",
         secs,

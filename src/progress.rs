@@ -42,7 +42,11 @@ impl Progress {
             let mut last_count = 0u64;
             loop {
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                let done = stats.records_written.load(Ordering::Relaxed);
+                // records done: written, and read but never written (filtered out, dead letters),
+                // so the bar reaches its end with a filter too
+                let done = stats.records_written.load(Ordering::Relaxed)
+                    + stats.records_filtered.load(Ordering::Relaxed)
+                    + stats.records_diverted.load(Ordering::Relaxed);
                 let expected = stats.expected_records.load(Ordering::Relaxed);
                 // a paced replay shows the event time it has replayed to (the market's clock)
                 let replayed = stats

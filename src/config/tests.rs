@@ -253,6 +253,17 @@ fn validate_refuses_what_run_would_fail_on() {
             "source.eof",
             "not true or false",
         ),
+        // the filter: the same checks, naming its own key
+        (
+            BASE.replace("topics = [\"trades\"]", "topics = [\"t\"]\nwhere = 'size(headers)'"),
+            "source.where",
+            "not true or false",
+        ),
+        (
+            BASE.replace("topics = [\"trades\"]", "topics = [\"t\"]\nwhere = 'region == 1'"),
+            "source.where",
+            "unknown variable region",
+        ),
         // a missing Avro schema file
         (
             BASE.replace(
@@ -386,4 +397,27 @@ fn the_config_reference_is_current() {
         committed == generated,
         "docs/config.md is stale: regenerate it with `cargo run -- config-reference > docs/config.md`"
     );
+}
+
+#[test]
+fn validate_says_where_a_filter_is_evaluated() {
+    use crate::connector::SourceConnector;
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    for (filter, line) in [
+        (
+            "headers.region == 'eu'",
+            "  records where headers.region == 'eu' (evaluated before decoding); the others are skipped, their position kept",
+        ),
+        (
+            "value.size > 2",
+            "  records where value.size > 2 (evaluated on the decoded value); the others are skipped, their position kept",
+        ),
+    ] {
+        let text = BASE.replace("topics = [\"trades\"]", &format!("topics = [\"t\"]\nformat = \"json\"\nwhere = \"{filter}\""));
+        let c = load(&write(&dir, &text), &[]).unwrap();
+        let SourceConfig::Kafka(k) = c.source else { panic!() };
+        assert_eq!(k.filter.as_deref(), Some(filter));
+        assert!(k.describe().iter().any(|l| l == line), "{:#?}", k.describe());
+    }
 }

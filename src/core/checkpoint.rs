@@ -61,6 +61,8 @@ pub struct Checkpoint<E, S: SourceSplit> {
 pub struct JobStats {
     pub records_emitted: AtomicU64,
     pub records_written: AtomicU64,
+    /// Records the source's filter rejected: read, never emitted.
+    pub records_filtered: AtomicU64,
     /// Records the sink wrote elsewhere (dead letters), not counted as written.
     pub records_diverted: AtomicU64,
     pub checkpoints_completed: AtomicU64,
@@ -79,6 +81,8 @@ pub struct JobStats {
 pub struct JobReport<S: SourceSplit> {
     pub records_emitted: u64,
     pub records_written: u64,
+    /// Records the source's filter rejected.
+    pub records_filtered: u64,
     /// Records the sink wrote elsewhere (dead letters).
     pub records_diverted: u64,
     pub checkpoints: u64,

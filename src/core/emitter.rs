@@ -47,6 +47,15 @@ pub trait RecordEmitter<E, T, S>: Send {
     fn emit_record(&mut self, element: E, output: &mut ReaderOutput<T>, split: &mut S) -> Result<()>;
 }
 
+/// A record a source's filter rejected, as the event-time hold sees it: its place among the
+/// records collected (it came after the first `after` of them) and its timestamp, so it moves
+/// its split's watermark as it would unfiltered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FilteredAt {
+    pub(crate) after: usize,
+    pub(crate) timestamp: Option<i64>,
+}
+
 /// Where records go when a reader emits them; applies the end-of-stream evaluator
 /// (Flink's `SourceOutputWrapper` in `SourceReaderBase`).
 pub struct ReaderOutput<T> {
@@ -57,6 +66,12 @@ pub struct ReaderOutput<T> {
     ended_at: Option<Option<i64>>,
     /// The timestamp of the last record the evaluator matched.
     marker_timestamp: Option<i64>,
+    /// The last marker was kept (emitted): `emit_marker`, and the filter let it through.
+    marker_kept: bool,
+    /// Records the filter rejected since the last [`ReaderOutput::take_filtered`].
+    filtered: u64,
+    /// With event time: where the rejected records were ([`ReaderOutput::take_staged`]).
+    filtered_at: Option<Vec<FilteredAt>>,
 }
 
 impl<T: RecordPosition> ReaderOutput<T> {
@@ -67,7 +82,16 @@ impl<T: RecordPosition> ReaderOutput<T> {
             emit_marker,
             ended_at: None,
             marker_timestamp: None,
+            marker_kept: false,
+            filtered: 0,
+            filtered_at: None,
         }
+    }
+
+    /// Note where rejected records were, for the event-time hold.
+    pub(crate) fn tracking_filtered(mut self) -> Self {
+        self.filtered_at = Some(Vec::new());
+        self
     }
 
     /// Emit one record. After an end-of-stream match, records of the same split are dropped.
@@ -79,6 +103,7 @@ impl<T: RecordPosition> ReaderOutput<T> {
             if eof.is_end_of_stream(&record) {
                 self.ended_at = Some(record.position());
                 self.marker_timestamp = record.timestamp();
+                self.marker_kept = self.emit_marker;
                 if self.emit_marker {
                     self.records.push(record);
                 }
@@ -86,6 +111,39 @@ impl<T: RecordPosition> ReaderOutput<T> {
             }
         }
         self.records.push(record);
+    }
+
+    /// A record the source's filter rejected: never emitted, but the evaluator still sees it (a
+    /// filter decides what is emitted, the evaluator where the split ends), and it is counted.
+    /// A marker it rejected is not emitted, whatever `emit_marker` says.
+    pub fn filter(&mut self, record: &T) {
+        self.filter_maybe_evaluated(record, true);
+    }
+
+    /// A rejected record the evaluator cannot judge (its value could not be decoded for it): it
+    /// is counted, and never ends its split, as an undecodable record never does.
+    pub fn filter_unevaluated(&mut self, record: &T) {
+        self.filter_maybe_evaluated(record, false);
+    }
+
+    fn filter_maybe_evaluated(&mut self, record: &T, evaluate: bool) {
+        if self.ended_at.is_some() {
+            return;
+        }
+        self.filtered += 1;
+        if let Some(at) = &mut self.filtered_at {
+            at.push(FilteredAt {
+                after: self.records.len(),
+                timestamp: record.timestamp(),
+            });
+        }
+        if let Some(eof) = self.eof.as_ref().filter(|_| evaluate) {
+            if eof.is_end_of_stream(record) {
+                self.ended_at = Some(record.position());
+                self.marker_timestamp = record.timestamp();
+                self.marker_kept = false;
+            }
+        }
     }
 
     /// Emit a record that is not data for the evaluator (a dead letter): never an end of stream.
@@ -105,6 +163,11 @@ impl<T: RecordPosition> ReaderOutput<T> {
         self.marker_timestamp
     }
 
+    /// Whether the record the evaluator matched last was emitted (the last record collected).
+    pub(crate) fn marker_kept(&self) -> bool {
+        self.marker_kept
+    }
+
     /// Reset the end-of-split flag, returning the marker's position if it was set.
     pub(crate) fn take_end_of_split(&mut self) -> Option<Option<i64>> {
         self.ended_at.take()
@@ -122,6 +185,22 @@ impl<T> ReaderOutput<T> {
         // the next batch is likely as large: allocate its room once, not by doubling
         let capacity = self.records.len();
         std::mem::replace(&mut self.records, Vec::with_capacity(capacity))
+    }
+
+    /// The records collected and where the rejected ones were among them, since the last call.
+    pub(crate) fn take_staged(&mut self) -> (Vec<T>, Vec<FilteredAt>) {
+        let filtered = self.filtered_at.as_mut().map(std::mem::take).unwrap_or_default();
+        (self.take_records(), filtered)
+    }
+
+    /// Records the filter rejected since the last call.
+    pub fn take_filtered(&mut self) -> u64 {
+        std::mem::take(&mut self.filtered)
+    }
+
+    /// Count records another output rejected (the event-time staging) as this one's.
+    pub(crate) fn add_filtered(&mut self, n: u64) {
+        self.filtered += n;
     }
 
     pub fn len(&self) -> usize {
@@ -159,5 +238,36 @@ mod tests {
         }
         assert_eq!(out.take_records(), vec![0, 1]);
         assert!(out.take_end_of_split().is_some());
+    }
+
+    #[test]
+    fn a_filtered_record_is_evaluated_for_the_end_but_never_emitted() {
+        let eof: Arc<dyn EofOnRecordEvaluator<u64>> = Arc::new(|v: &u64| *v == 3);
+        for emit_marker in [false, true] {
+            let mut out = ReaderOutput::new(Some(Arc::clone(&eof)), emit_marker).tracking_filtered();
+            out.collect(0);
+            out.filter(&1);
+            out.collect(2);
+            out.filter(&3); // the marker, rejected: the split ends there, nothing emitted
+            out.collect(4);
+            out.filter(&5);
+            let (records, filtered) = out.take_staged();
+            assert_eq!(records, vec![0, 2], "emit_marker {emit_marker}");
+            assert_eq!(
+                filtered.iter().map(|f| f.after).collect::<Vec<_>>(),
+                vec![1, 2],
+                "where the rejected ones were"
+            );
+            assert_eq!(out.take_filtered(), 2, "records after the end are not counted");
+            assert_eq!(out.take_end_of_split(), Some(Some(3)));
+            assert!(!out.marker_kept());
+        }
+        // a marker the filter lets through is kept with emit_marker
+        let mut out = ReaderOutput::new(Some(eof), true);
+        out.filter(&2);
+        out.collect(3);
+        assert_eq!(out.take_records(), vec![3]);
+        assert!(out.marker_kept());
+        assert_eq!(out.take_filtered(), 1);
     }
 }

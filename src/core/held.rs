@@ -12,7 +12,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 use tracing::warn;
 
-use super::emitter::{ReaderOutput, RecordPosition};
+use super::emitter::{FilteredAt, ReaderOutput, RecordPosition};
 use super::event_time::{EventTimeClock, Release};
 use super::reader::AvailabilityFuture;
 use super::source::SplitId;
@@ -76,9 +76,11 @@ impl<T: RecordPosition> HeldRecords<T> {
         &self.clock
     }
 
-    /// Hold `records` of split `id`, just evaluated; `marker`: the split ended at an
-    /// end-of-stream record with this timestamp (the last of `records` if it was kept). Returns
-    /// the marker's event time.
+    /// Hold `records` of split `id`, just evaluated; `filtered`: where records the filter
+    /// rejected were among them (their timestamps move the split's event time as they would
+    /// unfiltered: a filter changes what is emitted, not when or where anything stops);
+    /// `marker`: the split ended at an end-of-stream record with this timestamp (the last of
+    /// `records` if it was kept). Returns the marker's event time.
     ///
     /// A record without a timestamp takes the one of the record before it in its split, so it
     /// keeps its place: paced with it, and stopped with it. One with no record before it in this
@@ -88,6 +90,7 @@ impl<T: RecordPosition> HeldRecords<T> {
         &mut self,
         id: &SplitId,
         records: Vec<T>,
+        filtered: &[FilteredAt],
         marker: Option<Option<i64>>,
         marker_kept: bool,
     ) -> Option<i64> {
@@ -105,7 +108,14 @@ impl<T: RecordPosition> HeldRecords<T> {
         };
         // an end-of-stream record without a timestamp takes its predecessor's too
         let mut marker_time = None;
+        let mut rejected = filtered.iter().peekable();
         for (i, record) in records.into_iter().enumerate() {
+            while let Some(f) = rejected.next_if(|f| f.after <= i) {
+                if let Some(t) = f.timestamp {
+                    previous = Some(t);
+                    observe(t);
+                }
+            }
             let timestamp = record.timestamp().or(previous);
             let is_marker = marker_kept && marker.is_some() && i + 1 == n;
             if let Some(t) = timestamp {
@@ -125,6 +135,12 @@ impl<T: RecordPosition> HeldRecords<T> {
                 timestamp,
                 marker: is_marker,
             });
+        }
+        for f in rejected {
+            if let Some(t) = f.timestamp {
+                previous = Some(t);
+                observe(t);
+            }
         }
         if let Some(m) = marker.filter(|_| !marker_kept) {
             marker_time = m.or(previous);

@@ -49,8 +49,8 @@ fn a_slow_paced_split_pauses_its_fetch_and_resumes_when_drained() {
     let id: SplitId = Arc::from("only");
     h.clock().register(&id);
     // an hour of records, one a second: at real time, only the first is due now
-    h.hold(&id, (0..3600).map(|s| At(s * 1000)).collect(), None, false);
-    h.hold(&id, (3600..10_000).map(|s| At(s * 1000)).collect(), None, false);
+    h.hold(&id, (0..3600).map(|s| At(s * 1000)).collect(), &[], None, false);
+    h.hold(&id, (3600..10_000).map(|s| At(s * 1000)).collect(), &[], None, false);
     let mut out = ReaderOutput::new(None, false);
     assert_eq!(h.release(&mut out).count, 1);
     assert_eq!(
@@ -75,9 +75,9 @@ fn the_source_wide_stop_drops_records_at_or_after_it_and_keeps_those_before_it()
     let (a, b): (SplitId, SplitId) = (Arc::from("a"), Arc::from("b"));
     h.clock().register(&a);
     h.clock().register(&b);
-    h.hold(&a, vec![At(10), At(20), At(30), At(40)], None, false);
+    h.hold(&a, vec![At(10), At(20), At(30), At(40)], &[], None, false);
     // b ends at its marker at 25 (the marker not kept)
-    h.hold(&b, vec![At(5)], Some(Some(25)), false);
+    h.hold(&b, vec![At(5)], &[], Some(Some(25)), false);
     assert!(h.clock().is_past_stop(&b));
     h.clock().remove(&b);
     let mut out = ReaderOutput::new(None, false);
@@ -87,7 +87,7 @@ fn the_source_wide_stop_drops_records_at_or_after_it_and_keeps_those_before_it()
     assert_eq!(released.dropped, 2);
     assert!(h.is_empty());
     // a's later records: one before the stop goes out, the others never
-    h.hold(&a, vec![At(22), At(26), At(25)], None, false);
+    h.hold(&a, vec![At(22), At(26), At(25)], &[], None, false);
     h.release(&mut out);
     assert_eq!(out.take_records().iter().map(|r| r.0).collect::<Vec<_>>(), vec![22]);
 }
@@ -108,21 +108,21 @@ fn a_marker_found_later_in_an_out_of_order_split_stops_the_source_before_anythin
         h.release(&mut out);
         out.take_records().iter().map(|r| r.0).collect::<Vec<i64>>()
     };
-    h.hold(&a, vec![At(100), At(130)], None, false);
-    h.hold(&b, vec![At(110), At(160)], None, false);
+    h.hold(&a, vec![At(100), At(130)], &[], None, false);
+    h.hold(&b, vec![At(110), At(160)], &[], None, false);
     assert_eq!(released(&mut h), Vec::<i64>::new(), "a may run back to 80, b to 110");
-    h.hold(&b, vec![At(200)], None, false);
-    h.hold(&a, vec![At(190)], None, false);
+    h.hold(&b, vec![At(200)], &[], None, false);
+    h.hold(&a, vec![At(190)], &[], None, false);
     assert_eq!(
         released(&mut h),
         vec![100, 110, 130],
         "160 waits: a may still run back to 140"
     );
     // a's marker at 145, after its record at 190: the stop is there, 160 never goes out
-    assert_eq!(h.hold(&a, vec![], Some(Some(145)), false), Some(145));
+    assert_eq!(h.hold(&a, vec![], &[], Some(Some(145)), false), Some(145));
     assert!(h.clock().is_past_stop(&b));
     assert!(!h.clock().is_past_stop(&a), "a may still hold records before 145");
-    h.hold(&a, vec![At(141), At(260)], None, false);
+    h.hold(&a, vec![At(141), At(260)], &[], None, false);
     assert!(h.clock().is_past_stop(&a));
     assert_eq!(released(&mut h), vec![141]);
     assert!(h.is_empty());
@@ -145,10 +145,11 @@ fn records_without_a_timestamp_take_their_predecessors_time_and_leading_ones_go_
             Rec(4, Some(70_000)),
             Rec(5, None),
         ],
+        &[],
         None,
         false,
     );
-    h.hold(&b, vec![Rec(100, Some(10_000))], None, false);
+    h.hold(&b, vec![Rec(100, Some(10_000))], &[], None, false);
     let mut out = ReaderOutput::new(None, false);
     h.release(&mut out);
     // the leading ones at once, then everything at 10 s (the anchor); 70 s is a minute away
@@ -174,8 +175,8 @@ fn a_partition_without_timestamps_does_not_keep_the_pacing_clock_from_starting()
     let (a, b): (SplitId, SplitId) = (Arc::from("a"), Arc::from("b"));
     h.clock().register(&a);
     h.clock().register(&b);
-    h.hold(&a, vec![Rec(0, None), Rec(1, None)], None, false);
-    h.hold(&b, vec![Rec(0, Some(5_000)), Rec(1, Some(5_000))], None, false);
+    h.hold(&a, vec![Rec(0, None), Rec(1, None)], &[], None, false);
+    h.hold(&b, vec![Rec(0, Some(5_000)), Rec(1, Some(5_000))], &[], None, false);
     let mut out = ReaderOutput::new(None, false);
     assert_eq!(h.release(&mut out).count, 2, "a's records go at once");
     // a has shown no timestamp and is not at the end of its log: b waits for a's first one
@@ -186,4 +187,33 @@ fn a_partition_without_timestamps_does_not_keep_the_pacing_clock_from_starting()
         2,
         "a at its end: b's records start the clock"
     );
+}
+
+#[test]
+fn records_the_filter_rejected_move_their_splits_event_time() {
+    // b holds a record at 5, then rejected ones up to 40: with the source-wide stop, a's records
+    // go out once b is known past them, as they would unfiltered
+    let released_with = |filtered: &[FilteredAt]| {
+        let mut h = held(None, true);
+        let (a, b): (SplitId, SplitId) = (Arc::from("a"), Arc::from("b"));
+        h.clock().register(&a);
+        h.clock().register(&b);
+        h.hold(&a, vec![At(10), At(20), At(30)], &[], None, false);
+        h.hold(&b, vec![At(5)], filtered, None, false);
+        let mut out = ReaderOutput::new(None, false);
+        h.release(&mut out);
+        out.take_records().iter().map(|r| r.0).collect::<Vec<i64>>()
+    };
+    let rejected = [
+        FilteredAt {
+            after: 1,
+            timestamp: Some(25),
+        },
+        FilteredAt {
+            after: 1,
+            timestamp: Some(40),
+        },
+    ];
+    assert_eq!(released_with(&[]), Vec::<i64>::new(), "b may still hold a marker at 5");
+    assert_eq!(released_with(&rejected), vec![5, 10, 20], "30 waits for a itself");
 }

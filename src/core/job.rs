@@ -313,6 +313,7 @@ impl<S: Source> Job<S> {
         Ok(JobReport {
             records_emitted: self.stats.records_emitted.load(Ordering::Relaxed),
             records_written: self.stats.records_written.load(Ordering::Relaxed),
+            records_filtered: self.stats.records_filtered.load(Ordering::Relaxed),
             records_diverted: self.stats.records_diverted.load(Ordering::Relaxed),
             checkpoints: self.stats.checkpoints_completed.load(Ordering::Relaxed),
             splits: last_splits,

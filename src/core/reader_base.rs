@@ -116,7 +116,7 @@ where
             staging: options
                 .event_time
                 .as_ref()
-                .map(|_| ReaderOutput::new(options.eof.clone(), options.eof_emit_marker)),
+                .map(|_| ReaderOutput::new(options.eof.clone(), options.eof_emit_marker).tracking_filtered()),
             held: options.event_time.clone().map(HeldRecords::new),
             options,
         }
@@ -230,7 +230,9 @@ where
                         continue;
                     };
                     let marker = Some(staging.marker_timestamp());
-                    let time = held.hold(&id, staging.take_records(), marker, self.options.eof_emit_marker);
+                    let kept = staging.marker_kept();
+                    let (records, filtered) = staging.take_staged();
+                    let time = held.hold(&id, records, &filtered, marker, kept);
                     // a marker with an event time stops the whole source there; its own split
                     // reads on while records before the stop may still follow in it
                     if !source_wide || time.is_none() || held.clock().is_past_stop(&id) {
@@ -238,7 +240,8 @@ where
                         break;
                     }
                 }
-                held.hold(&id, staging.take_records(), None, false);
+                let (records, filtered) = staging.take_staged();
+                held.hold(&id, records, &filtered, None, false);
                 if let Some(at) = ended {
                     let finished = Finished {
                         reason: FinishReason::EofRecord,
@@ -257,6 +260,7 @@ where
                 held.clock().confirmed_caught_up(id, *at);
             }
         }
+        output.add_filtered(staging.take_filtered());
         let released = held.release(output);
         progressed |= released.count + released.dropped > 0;
         // a split ends at the source-wide stop once no record before it can follow (its

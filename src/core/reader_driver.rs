@@ -117,6 +117,10 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
                 InputStatus::MoreAvailable => {
                     sim::point("reader.poll").await;
                     status = reader.poll_next(&mut output)?;
+                    let filtered = output.take_filtered();
+                    if filtered > 0 {
+                        self.stats.records_filtered.fetch_add(filtered, Ordering::Relaxed);
+                    }
                     for request in reader.take_requests() {
                         self.send(ReaderEvent::Request(request));
                     }

@@ -1,7 +1,8 @@
-//! Direct checks for the simple end-of-stream expressions: `value.f == "lit"`, `value.f != lit`,
-//! `has(value.f)`, combined with `&&`, `||` and `!`, evaluated on the decoded JSON object without
-//! building CEL values (a CEL evaluation allocates a context, a map and the converted fields on
-//! every record; this is a comparison).
+//! Direct checks for the simple record expressions (the end of stream, the filter):
+//! `value.f == "lit"`, `value.f != lit`, `has(value.f)`, and the same on `headers.h` (a header
+//! filter evaluated before decoding), combined with `&&`, `||` and `!`, evaluated on the decoded
+//! JSON object and the record's headers without building CEL values (a CEL evaluation allocates
+//! a context, a map and the converted fields on every record; this is a comparison).
 //!
 //! A check answers only where it is sure to agree with CEL: a field holding a value of the
 //! literal's own type (a string, a boolean, an integer). Anything else (a missing field, another
@@ -11,6 +12,43 @@
 
 use cel::common::ast::{operators, Expr, LiteralValue, SelectExpr};
 use serde_json::{Map, Value};
+
+use crate::record::Header;
+
+/// A field a check reads: of the decoded value, or a header.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Field {
+    Value(String),
+    Header(String),
+}
+
+/// What a direct check looks at: the decoded value when it is an object, and the headers.
+pub(super) struct Fields<'r> {
+    pub(super) value: Option<&'r Map<String, Value>>,
+    pub(super) headers: &'r [Header],
+}
+
+/// A header's value as CEL sees it, when a check can compare it: the only one of its name, and
+/// text (a repeated name is a list, a null value null, other bytes bytes: left to CEL).
+enum HeaderValue<'r> {
+    Absent,
+    Text(&'r str),
+    Other,
+}
+
+impl Fields<'_> {
+    fn header(&self, name: &str) -> HeaderValue<'_> {
+        let mut found = self.headers.iter().filter(|h| h.key == name);
+        match (found.next(), found.next()) {
+            (None, _) => HeaderValue::Absent,
+            (Some(h), None) => match h.value.as_deref().map(std::str::from_utf8) {
+                Some(Ok(text)) => HeaderValue::Text(text),
+                _ => HeaderValue::Other,
+            },
+            (Some(_), Some(_)) => HeaderValue::Other,
+        }
+    }
+}
 
 /// A literal a field is compared with.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,14 +84,14 @@ impl Literal {
 /// A compiled simple expression.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum DirectCheck {
-    /// `value.field == literal` (or `!=` when `negated`).
+    /// `value.field == literal` or `headers.name == "text"` (or `!=` when `negated`).
     Equals {
-        field: String,
+        field: Field,
         literal: Literal,
         negated: bool,
     },
-    /// `has(value.field)`.
-    Has(String),
+    /// `has(value.field)`, `has(headers.name)`.
+    Has(Field),
     Not(Box<DirectCheck>),
     And(Box<DirectCheck>, Box<DirectCheck>),
     Or(Box<DirectCheck>, Box<DirectCheck>),
@@ -83,6 +121,9 @@ impl DirectCheck {
                             }
                             _ => return None,
                         };
+                        if matches!(field, Field::Header(_)) && !matches!(literal, Literal::String(_)) {
+                            return None; // a header is text (or bytes): other literals left to CEL
+                        }
                         Some(DirectCheck::Equals {
                             field,
                             literal,
@@ -99,21 +140,31 @@ impl DirectCheck {
     /// The result CEL would give on a value decoded to `object`, or `None` where only CEL can say
     /// (including where CEL would fail). `&&` and `||` absorb an undecided side as CEL absorbs an
     /// error: `false && x` is false and `true || x` true whatever `x` is.
-    pub(super) fn evaluate(&self, object: &Map<String, Value>) -> Option<bool> {
+    pub(super) fn evaluate(&self, fields: &Fields<'_>) -> Option<bool> {
         match self {
             DirectCheck::Equals {
-                field,
+                field: Field::Value(field),
                 literal,
                 negated,
-            } => literal.equals(object.get(field)?).map(|eq| eq != *negated),
-            DirectCheck::Has(field) => Some(object.contains_key(field)),
-            DirectCheck::Not(a) => a.evaluate(object).map(|b| !b),
-            DirectCheck::And(a, b) => match (a.evaluate(object), b.evaluate(object)) {
+            } => literal.equals(fields.value?.get(field)?).map(|eq| eq != *negated),
+            DirectCheck::Equals {
+                field: Field::Header(name),
+                literal: Literal::String(text),
+                negated,
+            } => match fields.header(name) {
+                HeaderValue::Text(value) => Some((value == text) != *negated),
+                HeaderValue::Absent | HeaderValue::Other => None,
+            },
+            DirectCheck::Equals { .. } => None,
+            DirectCheck::Has(Field::Value(field)) => Some(fields.value?.contains_key(field)),
+            DirectCheck::Has(Field::Header(name)) => Some(fields.headers.iter().any(|h| &h.key == name)),
+            DirectCheck::Not(a) => a.evaluate(fields).map(|b| !b),
+            DirectCheck::And(a, b) => match (a.evaluate(fields), b.evaluate(fields)) {
                 (Some(false), _) | (_, Some(false)) => Some(false),
                 (Some(true), Some(true)) => Some(true),
                 _ => None,
             },
-            DirectCheck::Or(a, b) => match (a.evaluate(object), b.evaluate(object)) {
+            DirectCheck::Or(a, b) => match (a.evaluate(fields), b.evaluate(fields)) {
                 (Some(true), _) | (_, Some(true)) => Some(true),
                 (Some(false), Some(false)) => Some(false),
                 _ => None,
@@ -122,18 +173,19 @@ impl DirectCheck {
     }
 }
 
-/// `f` when `expr` is `value.f`.
-fn value_field(expr: &Expr) -> Option<String> {
+/// The field when `expr` is `value.f` or `headers.h`.
+fn value_field(expr: &Expr) -> Option<Field> {
     match expr {
         Expr::Select(s) if !s.test => selected_value_field(s),
         _ => None,
     }
 }
 
-/// `f` when `select` selects `f` on `value` (`value.f`, or `has(value.f)` when it tests).
-fn selected_value_field(select: &SelectExpr) -> Option<String> {
+/// The field `select` selects on `value` or `headers` (`value.f`, or `has(value.f)` when it tests).
+fn selected_value_field(select: &SelectExpr) -> Option<Field> {
     match &select.operand.expr {
-        Expr::Ident(id) if id == "value" => Some(select.field.clone()),
+        Expr::Ident(id) if id == "value" => Some(Field::Value(select.field.clone())),
+        Expr::Ident(id) if id == "headers" => Some(Field::Header(select.field.clone())),
         _ => None,
     }
 }

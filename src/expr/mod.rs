@@ -1,6 +1,7 @@
-//! End-of-stream expressions: CEL (the `cel` crate) over a record's `key`, `value`, `headers`,
-//! `topic`, `partition`, `offset` and `timestamp`, compiled once and evaluated per record
-//! (FLIP-208's `EofOnRecordEvaluator`, written as an expression).
+//! Record expressions: CEL (the `cel` crate) over a record's `key`, `value`, `headers`, `topic`,
+//! `partition`, `offset` and `timestamp`, compiled once and evaluated per record: the end of
+//! stream (FLIP-208's `EofOnRecordEvaluator`, written as an expression) and the source's filter
+//! (`source.where`).
 
 mod direct;
 
@@ -19,6 +20,9 @@ use crate::record::{Record, ValueFormat};
 /// The variables an expression may use.
 pub const VARIABLES: [&str; 7] = ["key", "value", "headers", "topic", "partition", "offset", "timestamp"];
 
+/// What a role calls an expression in its log lines.
+const EOF_ROLE: &str = "end-of-stream expression";
+
 /// A compiled CEL expression over records.
 pub struct RecordExpression {
     source: String,
@@ -29,6 +33,12 @@ pub struct RecordExpression {
     value_fields: Option<Vec<String>>,
     /// The expression as a direct check, when it is a simple one (`value.type == "X"`).
     direct: Option<direct::DirectCheck>,
+    /// It uses `value` (so the value must be decoded before it is evaluated).
+    reads_value: bool,
+    /// It uses `key` (so a key with a `key_format` must be decoded before it is evaluated).
+    reads_key: bool,
+    /// What it is, for the warning on its first failure.
+    role: &'static str,
     /// Evaluations that failed (a missing map key, a non-boolean result); they count as "no match".
     errors: AtomicU64,
     /// The metric the failures are counted in.
@@ -79,9 +89,11 @@ impl RecordExpression {
         }
         if let Some(what) = not_a_condition(&program.expression().expr) {
             return Err(format!(
-                "gives {what}, not true or false: an end-of-stream expression is a condition"
+                "gives {what}, not true or false: the expression must be a condition"
             ));
         }
+        // a comprehension variable named `value` counts as a use too: decoded first, to be safe
+        let (reads_value, reads_key) = (references.has_variable("value"), references.has_variable("key"));
         let value_fields = selected_fields(program.expression(), "value");
         let direct = direct::DirectCheck::compile(&program.expression().expr);
         Ok(RecordExpression {
@@ -90,6 +102,9 @@ impl RecordExpression {
             env,
             value_fields,
             direct,
+            reads_value,
+            reads_key,
+            role: EOF_ROLE,
             errors: AtomicU64::new(0),
             failures: metrics::Counter::noop(),
         })
@@ -99,6 +114,22 @@ impl RecordExpression {
     pub fn counting_failures_in(mut self, counter: metrics::Counter) -> Self {
         self.failures = counter;
         self
+    }
+
+    /// Name it `role` in its warning ("filter"); an end-of-stream expression by default.
+    pub fn in_role(mut self, role: &'static str) -> Self {
+        self.role = role;
+        self
+    }
+
+    /// Whether it uses `value`: when not, it is evaluated before the value is decoded.
+    pub fn reads_value(&self) -> bool {
+        self.reads_value
+    }
+
+    /// Whether it uses `key` (decoded first when the source has a `key_format`).
+    pub fn reads_key(&self) -> bool {
+        self.reads_key
     }
 
     pub fn source(&self) -> &str {
@@ -117,8 +148,15 @@ impl RecordExpression {
 
     /// Evaluate against `record`: `Ok(true)` only for a boolean `true` result.
     pub fn evaluate(&self, record: &Record) -> Result<bool, String> {
-        if let (Some(direct), Some(serde_json::Value::Object(object))) = (&self.direct, &record.decoded) {
-            if let Some(result) = direct.evaluate(object) {
+        if let Some(direct) = &self.direct {
+            let fields = direct::Fields {
+                value: match &record.decoded {
+                    Some(serde_json::Value::Object(object)) => Some(object),
+                    _ => None,
+                },
+                headers: &record.headers,
+            };
+            if let Some(result) = direct.evaluate(&fields) {
                 return Ok(result);
             }
         }
@@ -146,8 +184,10 @@ impl RecordExpression {
     }
 }
 
-impl EofOnRecordEvaluator<Record> for RecordExpression {
-    fn is_end_of_stream(&self, record: &Record) -> bool {
+impl RecordExpression {
+    /// Whether `record` matches: a failed evaluation counts as no match, is counted, and the
+    /// first one is logged.
+    pub fn matches(&self, record: &Record) -> bool {
         match self.evaluate(record) {
             Ok(matched) => matched,
             Err(e) => {
@@ -160,13 +200,19 @@ impl EofOnRecordEvaluator<Record> for RecordExpression {
                         record.partition.map_or("-".to_string(), |p| p.to_string()),
                         record.offset.map_or("-".to_string(), |o| o.to_string())
                     );
-                    warn!(expression = %self.source, record = %at, error = %e,
-                          "end-of-stream expression failed on a record; treated as no match (further failures are counted, not logged)");
+                    warn!(expression = %self.source, record = %at, error = %e, role = self.role,
+                          "an expression failed on a record; treated as no match (further failures are counted, not logged)");
                 }
                 self.failures.increment(1);
                 false
             }
         }
+    }
+}
+
+impl EofOnRecordEvaluator<Record> for RecordExpression {
+    fn is_end_of_stream(&self, record: &Record) -> bool {
+        self.matches(record)
     }
 }
 

@@ -225,3 +225,100 @@ fn direct_checks_agree_with_cel_on_generated_records() {
         );
     }
 }
+
+#[test]
+fn what_an_expression_reads_decides_whether_it_runs_before_decoding() {
+    let reads = |e: &str| {
+        let e = RecordExpression::compile(e).unwrap();
+        (e.reads_value(), e.reads_key())
+    };
+    assert_eq!(reads("headers.source == 'nyse'"), (false, false));
+    assert_eq!(
+        reads("topic == 't' && partition == 1 && offset > 3 && timestamp > 0"),
+        (false, false)
+    );
+    assert_eq!(reads("key == 'AAPL'"), (false, true));
+    assert_eq!(reads("value.type == 'TRADE'"), (true, false));
+    assert_eq!(reads("has(headers.x) || value == 'x'"), (true, false));
+    // inside a comprehension, and a comprehension variable that shadows `value`: decoded, to be safe
+    assert_eq!(reads("[1, 2].exists(x, x == value.n)"), (true, false));
+    assert_eq!(reads("[1, 2].exists(value, value > 1)"), (true, false));
+}
+
+#[test]
+fn a_filter_is_evaluated_on_an_undecoded_record() {
+    // a value that is not JSON, never decoded: a filter over headers still answers
+    let mut r = record(json!(null));
+    r.value = Some(b"{not json".to_vec());
+    r.decoded = None;
+    let e = RecordExpression::compile("headers.source == 'nyse'").unwrap();
+    assert!(e.matches(&r));
+    let e = RecordExpression::compile("headers.source == 'lse'").unwrap();
+    assert!(!e.matches(&r));
+    // a missing header fails the evaluation: no match, counted
+    let e = RecordExpression::compile("headers.region == 'eu'")
+        .unwrap()
+        .in_role("filter");
+    assert!(!e.matches(&r));
+    assert_eq!(e.errors(), 1);
+}
+
+#[test]
+fn direct_header_checks_agree_with_cel_on_generated_headers() {
+    use rand::{Rng, SeedableRng};
+    let direct = [
+        r#"headers.region == "eu""#,
+        r#""eu" != headers.region"#,
+        "has(headers.region)",
+        r#"has(headers.region) && headers.region == "eu" || headers.desk == "fx""#,
+        r#"headers.region == "eu" && value.type == "TRADE""#,
+    ];
+    let cel_only = [
+        r#"headers.region.startsWith("e")"#,
+        "headers.region == 1",
+        r#"headers == {"a": "b"}"#,
+    ];
+    let values: [Option<&[u8]>; 5] = [Some(b"eu"), Some(b"us"), Some(b""), Some(&[0xff, 0xfe]), None];
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+    let records: Vec<Record> = (0..400)
+        .map(|i| {
+            let mut r = record(if i % 2 == 0 {
+                json!({"type": "TRADE"})
+            } else {
+                json!("text")
+            });
+            r.headers.clear();
+            for name in ["region", "region", "desk"] {
+                if rng.random_range(0..3) > 0 {
+                    let value = values[rng.random_range(0..values.len())];
+                    r.headers.push(Header {
+                        key: name.into(),
+                        value: value
+                            .map(|v| v.to_vec())
+                            .or(Some(b"fx".to_vec()).filter(|_| name == "desk")),
+                    });
+                }
+            }
+            r
+        })
+        .collect();
+    for (source, expect_direct) in direct
+        .iter()
+        .map(|s| (s, true))
+        .chain(cel_only.iter().map(|s| (s, false)))
+    {
+        let e = RecordExpression::compile(source).unwrap();
+        assert_eq!(e.is_direct(), expect_direct, "{source}");
+        let (mut decided, mut matched) = (0, 0);
+        for r in &records {
+            let cel = e.evaluate_with_cel(r);
+            assert_eq!(e.evaluate(r), cel, "{source} on {:?}", r.headers);
+            decided += usize::from(cel.is_ok());
+            matched += usize::from(cel == Ok(true));
+        }
+        assert!(
+            matched > 0 && decided > matched || !expect_direct,
+            "{source}: {matched} matched, {decided} decided"
+        );
+    }
+}

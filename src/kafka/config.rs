@@ -10,9 +10,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::offsets::{parse_topic_partition, CommittedReset, StartingOffsets, StoppingOffsets};
+use super::config_offsets::{starting_offsets, stopping_offsets};
+use super::offsets::{parse_topic_partition, StartingOffsets, StoppingOffsets};
 use super::{KafkaSource, KafkaSourceSettings, Subscription};
-use crate::connector::values::{duration_at, keyword, one_of, properties, single_entry, time_value, PropertyValue};
+use crate::connector::values::{duration_at, keyword, properties, PropertyValue};
 use crate::connector::{JobConfig, SourceConnector, SourceContext};
 use crate::core::{EventTimeOptions, Sink};
 use crate::error::{Error, Result};
@@ -52,9 +53,15 @@ pub struct RawKafkaSource {
     /// `offset`, `timestamp`, e.g. `value.type == "MARKET_CLOSE"`. The matching record ends its
     /// partition and is not emitted.
     pub eof: Option<String>,
-    /// Emit the record that matched `eof` too.
+    /// Emit the record that matched `eof` too (unless `where` rejects it).
     #[serde(default)]
     pub eof_emit_marker: bool,
+    /// A filter in CEL over the same variables as `eof`, e.g. `headers.region == "eu"`: records for which it is
+    /// false are not emitted, but still advance the position (checkpoints, stops and `eof` are unaffected). When it
+    /// reads only `key`, `headers`, `topic`, `partition`, `offset` or `timestamp`, it runs before the value is
+    /// decoded (a rejected value is never decoded). An evaluation that fails (a missing field) rejects the record.
+    #[serde(rename = "where")]
+    pub filter: Option<String>,
     /// What an `eof` match ends: "partition" (default: its own partition) or "source" (every
     /// partition, at the marker's timestamp: each record before it is emitted, none at or after
     /// it, exact across skewed partitions; kept across a restart).
@@ -126,6 +133,8 @@ pub struct KafkaSourceConfig {
     pub wire_schema: Option<WireSchema>,
     pub eof: Option<String>,
     pub eof_emit_marker: bool,
+    /// `source.where` as written.
+    pub filter: Option<String>,
     pub event_time: EventTimeOptions,
     pub decode_errors: DecodeErrorPolicy,
     pub dead_letter_topic: Option<String>,
@@ -218,6 +227,9 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
     if let Some(expr) = &raw.eof {
         crate::expr::RecordExpression::compile(expr).map_err(|e| Error::config("source.eof", e))?;
     }
+    if let Some(expr) = &raw.filter {
+        crate::expr::RecordExpression::compile(expr).map_err(|e| Error::config("source.where", e))?;
+    }
     let key_format = key_format("source.key_format", raw.key_format.as_deref(), ALL_FORMATS)?;
     let (format, avro, wire_schema) = read_formats(
         raw.format.as_deref(),
@@ -303,88 +315,11 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
         wire_schema,
         eof: raw.eof,
         eof_emit_marker: raw.eof_emit_marker,
+        filter: raw.filter,
         event_time,
         decode_errors,
         dead_letter_topic: raw.dead_letter_topic,
     })
-}
-
-fn offsets_map(key: &str, v: &Value) -> Result<BTreeMap<(String, i32), i64>> {
-    let Value::Object(map) = v else {
-        return Err(Error::config(key, "must be a table of \"topic:partition\" = offset"));
-    };
-    let mut out = BTreeMap::new();
-    for (tp, o) in map {
-        let entry = format!("{key}.\"{tp}\"");
-        let parsed = parse_topic_partition(tp).ok_or_else(|| Error::config(&entry, "is not \"topic:partition\""))?;
-        let offset = o
-            .as_i64()
-            .filter(|o| *o >= 0)
-            .ok_or_else(|| Error::config(&entry, "must be an offset (>= 0)"))?;
-        out.insert(parsed, offset);
-    }
-    Ok(out)
-}
-
-fn starting_offsets(v: Option<&Value>) -> Result<StartingOffsets> {
-    const KEY: &str = "source.starting_offsets";
-    const EXPECTED: &str =
-        "\"earliest\", \"latest\", \"committed\", { committed = … }, { timestamp = … } or { offsets = { … } }";
-    let Some(v) = v else {
-        return Ok(StartingOffsets::Earliest);
-    };
-    if let Some(s) = v.as_str() {
-        return match s {
-            "earliest" => Ok(StartingOffsets::Earliest),
-            "latest" => Ok(StartingOffsets::Latest),
-            "committed" => Ok(StartingOffsets::Committed {
-                reset: CommittedReset::None,
-            }),
-            other => Err(Error::config(KEY, format!("{other:?} is not one of {EXPECTED}"))),
-        };
-    }
-    let (kind, arg) = single_entry(KEY, v, EXPECTED)?;
-    let at = format!("{KEY}.{kind}");
-    match kind {
-        "timestamp" => Ok(StartingOffsets::Timestamp(time_value(&at, arg)?)),
-        "offsets" => Ok(StartingOffsets::Specific(offsets_map(&at, arg)?)),
-        "committed" => {
-            const RESETS: [(&str, CommittedReset); 3] = [
-                ("earliest", CommittedReset::Earliest),
-                ("latest", CommittedReset::Latest),
-                ("none", CommittedReset::None),
-            ];
-            match arg.as_str() {
-                Some(text) => Ok(StartingOffsets::Committed {
-                    reset: keyword(&at, Some(text), CommittedReset::None, &RESETS)?,
-                }),
-                None => Err(Error::config(at, format!("is {}", one_of(&RESETS)))),
-            }
-        }
-        other => Err(Error::config(KEY, format!("{other:?} is not one of {EXPECTED}"))),
-    }
-}
-
-fn stopping_offsets(v: Option<&Value>) -> Result<StoppingOffsets> {
-    const KEY: &str = "source.stopping_offsets";
-    const EXPECTED: &str = "\"none\", \"latest\", { timestamp = … } or { offsets = { … } }";
-    let Some(v) = v else {
-        return Ok(StoppingOffsets::None);
-    };
-    if let Some(s) = v.as_str() {
-        return match s {
-            "none" => Ok(StoppingOffsets::None),
-            "latest" => Ok(StoppingOffsets::Latest),
-            other => Err(Error::config(KEY, format!("{other:?} is not one of {EXPECTED}"))),
-        };
-    }
-    let (kind, arg) = single_entry(KEY, v, EXPECTED)?;
-    let at = format!("{KEY}.{kind}");
-    match kind {
-        "timestamp" => Ok(StoppingOffsets::Timestamp(time_value(&at, arg)?)),
-        "offsets" => Ok(StoppingOffsets::Specific(offsets_map(&at, arg)?)),
-        other => Err(Error::config(KEY, format!("{other:?} is not one of {EXPECTED}"))),
-    }
 }
 
 impl SourceConnector for KafkaSourceConfig {
@@ -434,12 +369,35 @@ impl SourceConnector for KafkaSourceConfig {
             .transpose()
             .map_err(|e| Error::config("source.eof", e))?
             .map(|e| e.counting_failures_in(metrics.eof_evaluation_errors.clone()));
-        // JSON: decode only the fields the expression selects (none without an expression) when
-        // it uses the value only that way; the document is still checked in full
-        let fields = match &expression {
-            None => Some(Vec::new()),
-            Some(e) => e.value_fields().map(<[String]>::to_vec),
-        };
+        let filter = self
+            .filter
+            .as_deref()
+            .map(crate::expr::RecordExpression::compile)
+            .transpose()
+            .map_err(|e| Error::config("source.where", e))?
+            .map(|e| {
+                e.in_role("filter")
+                    .counting_failures_in(metrics.filter_evaluation_errors.clone())
+            });
+        // JSON: decode only the fields the expressions select (none without one) when they use
+        // the value only that way; the document is still checked in full
+        let mut fields: Option<Vec<String>> = Some(Vec::new());
+        for e in expression.iter().chain(filter.iter().filter(|f| f.reads_value())) {
+            fields = match (fields, e.value_fields()) {
+                (Some(mut all), Some(more)) => {
+                    for f in more {
+                        if !all.contains(f) {
+                            all.push(f.clone());
+                        }
+                    }
+                    Some(all)
+                }
+                _ => None,
+            };
+        }
+        let eof_reads = expression
+            .as_ref()
+            .map_or(super::emitter::Decoded::NOTHING, super::emitter::Decoded::read_by);
         let timeout = self.settings.request_timeout;
         let decoder: crate::format::DecoderFactory = match (self.format, fields) {
             (ValueFormat::Json, Some(fields)) => Arc::new(move || {
@@ -458,7 +416,11 @@ impl SourceConnector for KafkaSourceConfig {
         if let Some(expression) = expression {
             builder = builder.eof_evaluator(Arc::new(expression));
         }
+        if let Some(filter) = filter {
+            builder = builder.filter(Arc::new(filter));
+        }
         let mut source = builder.build()?;
+        source.eof_reads = eof_reads;
         source.eof_text = self.eof.clone();
         source.event_time = self.event_time.clone();
         source.queue_capacity = ctx.job.queue_capacity;

@@ -23,6 +23,18 @@ pub fn lines(c: &KafkaSourceConfig) -> Vec<String> {
         None => String::new(),
     };
     lines.push(format!("  format {}{eof}", c.format));
+    if let Some(filter) = &c.filter {
+        // validated already: a filter that does not compile is a config error before this
+        let before = crate::expr::RecordExpression::compile(filter).is_ok_and(|e| !e.reads_value());
+        let when = if before {
+            "evaluated before decoding"
+        } else {
+            "evaluated on the decoded value"
+        };
+        lines.push(format!(
+            "  records where {filter} ({when}); the others are skipped, their position kept"
+        ));
+    }
     if let Some(speed) = c.event_time.speed {
         lines.push(format!(
             "  replayed at {speed}x event time, all partitions on one clock"

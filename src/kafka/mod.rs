@@ -6,6 +6,7 @@ mod caught_up;
 pub mod client;
 mod committer;
 pub mod config;
+mod config_offsets;
 pub mod consumer;
 mod describe;
 mod discovery;
@@ -150,6 +151,10 @@ pub struct KafkaSource {
     /// fit the splits it ended); `None` with an `eof` closure.
     pub eof_text: Option<String>,
     pub eof_emit_marker: bool,
+    /// What the end-of-stream evaluator reads (everything, for a closure).
+    pub eof_reads: emitter::Decoded,
+    /// The filter (`source.where`): records it rejects are not emitted but advance the position.
+    pub filter: Option<Arc<crate::expr::RecordExpression>>,
     pub fetcher_mode: FetcherMode,
     pub queue_capacity: usize,
     pub max_batch_records: usize,
@@ -190,6 +195,8 @@ pub struct KafkaSourceBuilder {
     eof: Option<Arc<dyn EofOnRecordEvaluator<Record>>>,
     eof_text: Option<String>,
     eof_emit_marker: bool,
+    eof_reads: Option<emitter::Decoded>,
+    filter: Option<Arc<crate::expr::RecordExpression>>,
     fetcher_mode: FetcherMode,
     wait_for_topics: bool,
 }
@@ -256,15 +263,31 @@ impl KafkaSourceBuilder {
     pub fn eof_evaluator(mut self, eof: Arc<dyn EofOnRecordEvaluator<Record>>) -> Self {
         self.eof = Some(eof);
         self.eof_text = None;
+        self.eof_reads = None;
         self
     }
     /// End a split at the first record this CEL expression matches.
     pub fn eof_expression(self, expression: &str) -> Result<Self> {
         let compiled =
             crate::expr::RecordExpression::compile(expression).map_err(|e| Error::config("source.eof", e))?;
+        let reads = emitter::Decoded::read_by(&compiled);
         let mut builder = self.eof_evaluator(Arc::new(compiled));
         builder.eof_text = Some(expression.to_string());
+        builder.eof_reads = Some(reads);
         Ok(builder)
+    }
+    /// Emit only the records this compiled filter matches (`source.where`); the others still
+    /// advance the position, and are evaluated for the end of stream.
+    pub fn filter(mut self, filter: Arc<crate::expr::RecordExpression>) -> Self {
+        self.filter = Some(filter);
+        self
+    }
+    /// Emit only the records this CEL expression matches.
+    pub fn where_expression(self, expression: &str) -> Result<Self> {
+        let compiled = crate::expr::RecordExpression::compile(expression)
+            .map_err(|e| Error::config("source.where", e))?
+            .in_role("filter");
+        Ok(self.filter(Arc::new(compiled)))
     }
     pub fn eof_emit_marker(mut self, emit: bool) -> Self {
         self.eof_emit_marker = emit;
@@ -325,6 +348,8 @@ impl KafkaSourceBuilder {
             eof: self.eof,
             eof_text: self.eof_text,
             eof_emit_marker: self.eof_emit_marker,
+            eof_reads: self.eof_reads.unwrap_or(emitter::Decoded::ALL),
+            filter: self.filter,
             fetcher_mode: self.fetcher_mode,
             queue_capacity: crate::core::queue::DEFAULT_CAPACITY,
             max_batch_records: 4096,
@@ -402,6 +427,14 @@ impl Source for KafkaSource {
         let emitter =
             emitter::KafkaRecordEmitter::new((self.decoder)()?, self.decode_errors, self.metrics.reader(index))
                 .keep_decoded(self.keep_decoded)
+                .filter(
+                    self.filter.clone(),
+                    if self.eof.is_some() {
+                        self.eof_reads
+                    } else {
+                        emitter::Decoded::NOTHING
+                    },
+                )
                 .key_decoder(self.key_decoder.as_ref().map(|f| f()).transpose()?);
         let mut reader = SourceReaderBase::new(factory, emitter, options).with_event_handler(Box::new(|event| {
             match event.0.downcast::<RemoveSplits>() {

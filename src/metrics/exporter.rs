@@ -27,6 +27,7 @@ const DESCRIPTIONS: &[(&str, &str, &str)] = &[
     ("tidegate_up", "gauge", "1 while the daemon runs"),
     ("tidegate_records_emitted_total", "counter", "records the readers emitted (records in)"),
     ("tidegate_records_written_total", "counter", "records the sink took (records out)"),
+    ("tidegate_records_filtered_total", "counter", "records source.where rejected: read (their position advanced), never emitted"),
     ("tidegate_expected_records", "gauge", "records the assigned bounded splits hold (an upper bound)"),
     ("tidegate_checkpoints_completed_total", "counter", "checkpoints written to the state file"),
     ("tidegate_checkpoint_failures_total", "counter", "checkpoints that could not be written"),
@@ -43,6 +44,7 @@ const DESCRIPTIONS: &[(&str, &str, &str)] = &[
     ("tidegate_kafka_fetch_restarts_total", "counter", "partition fetches restarted after 15 s without records while the partition had more (a librdkafka stall after a reconnect)"),
     ("tidegate_kafka_discovery_failures_total", "counter", "partition discoveries that failed after the first"),
     ("tidegate_eof_evaluation_errors_total", "counter", "end-of-stream evaluations that failed (no match)"),
+    ("tidegate_filter_evaluation_errors_total", "counter", "source.where evaluations that failed (the record is not emitted)"),
     ("tidegate_decode_errors_skipped_total", "counter", "undecodable records skipped"),
     ("tidegate_decode_errors_dead_lettered_total", "counter", "undecodable records sent to the dead-letter topic"),
     ("tidegate_replay_event_time_seconds", "gauge", "event time replayed to: the largest record timestamp emitted (with replay_speed or eof_scope = \"source\")"),
@@ -58,6 +60,7 @@ pub struct Metrics {
     stats: Arc<JobStats>,
     emitted: Counter,
     written: Counter,
+    filtered: Counter,
     checkpoints: Counter,
     checkpoint_failures: Counter,
     last_checkpoint: Gauge,
@@ -84,6 +87,7 @@ impl Metrics {
             stats,
             emitted: metrics::counter!("tidegate_records_emitted_total"),
             written: metrics::counter!("tidegate_records_written_total"),
+            filtered: metrics::counter!("tidegate_records_filtered_total"),
             checkpoints: metrics::counter!("tidegate_checkpoints_completed_total"),
             checkpoint_failures: metrics::counter!("tidegate_checkpoint_failures_total"),
             last_checkpoint: metrics::gauge!("tidegate_last_checkpoint_duration_seconds"),
@@ -96,6 +100,7 @@ impl Metrics {
         let s = &self.stats;
         self.emitted.absolute(s.records_emitted.load(Ordering::Relaxed));
         self.written.absolute(s.records_written.load(Ordering::Relaxed));
+        self.filtered.absolute(s.records_filtered.load(Ordering::Relaxed));
         self.checkpoints
             .absolute(s.checkpoints_completed.load(Ordering::Relaxed));
         self.checkpoint_failures

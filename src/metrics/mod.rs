@@ -18,6 +18,8 @@ pub struct KafkaMetrics {
     pub discovery_failures: Counter,
     /// End-of-stream evaluations that failed (counted as no match).
     pub eof_evaluation_errors: Counter,
+    /// Filter evaluations that failed (the record is not emitted).
+    pub filter_evaluation_errors: Counter,
     /// Fetches restarted because a partition stalled with records left.
     pub fetch_restarts: Counter,
 }
@@ -29,12 +31,14 @@ impl KafkaMetrics {
             consumer_errors: metrics::counter!("tidegate_kafka_consumer_errors_total"),
             discovery_failures: metrics::counter!("tidegate_kafka_discovery_failures_total"),
             eof_evaluation_errors: metrics::counter!("tidegate_eof_evaluation_errors_total"),
+            filter_evaluation_errors: metrics::counter!("tidegate_filter_evaluation_errors_total"),
             fetch_restarts: metrics::counter!("tidegate_kafka_fetch_restarts_total"),
         };
         for c in [
             &m.consumer_errors,
             &m.discovery_failures,
             &m.eof_evaluation_errors,
+            &m.filter_evaluation_errors,
             &m.fetch_restarts,
         ] {
             c.increment(0);
@@ -48,6 +52,7 @@ impl KafkaMetrics {
             consumer_errors: Counter::noop(),
             discovery_failures: Counter::noop(),
             eof_evaluation_errors: Counter::noop(),
+            filter_evaluation_errors: Counter::noop(),
             fetch_restarts: Counter::noop(),
         }
     }

@@ -14,6 +14,7 @@ mod event_time_stop;
 mod exactly_once;
 mod examples;
 mod faults;
+mod filters;
 mod formats;
 mod instances;
 mod kafka_source;
