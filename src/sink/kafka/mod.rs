@@ -138,7 +138,8 @@ pub fn producer_config(settings: &KafkaSinkSettings) -> Result<rdkafka::config::
 
 /// Produces records to a topic.
 pub struct KafkaSink {
-    producer: ThreadedProducer<DeliveryContext>,
+    /// Shared with a commit-marker call that may outlive its timeout (see `transaction.rs`).
+    producer: Arc<ThreadedProducer<DeliveryContext>>,
     settings: KafkaSinkSettings,
     failure: DeliveryFailure,
     end_marker: Option<Record>,
@@ -154,6 +155,7 @@ impl KafkaSink {
                 log: TracingContext::new("sink"),
                 failure: Arc::clone(&failure),
             })
+            .map(Arc::new)
             .map_err(|e| crate::error::kafka("creating the sink's producer", e))?;
         let transactional_id = match settings.delivery {
             Delivery::AtLeastOnce => None,

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::mocking::MockCluster;
+use rdkafka::mocking::{MockCluster, MockCoordinator};
 use rdkafka::types::RDKafkaRespErr;
 use serde_json::json;
 
@@ -131,4 +131,38 @@ fn a_failure_that_passes_is_retried_and_one_that_stays_fails_with_the_last_error
     );
     assert!(text.contains("reading something else: still failing after"), "{text}");
     assert!(text.contains("no leader"), "{text}");
+}
+
+#[test]
+fn a_commit_marker_whose_group_coordinator_died_stops_the_job_instead_of_hanging() {
+    // librdkafka's send_offsets_to_transaction waits forever when the group coordinator goes
+    // down mid-call (confluentinc/librdkafka#5456); the sink must give up after its timeout
+    let cluster = MockCluster::new(3).expect("mock cluster");
+    let topic = "eo-stuck-marker";
+    cluster.create_topic(topic, 1, 3).expect("topic");
+    let id = "tidegate-test-stuck";
+    cluster
+        .coordinator(MockCoordinator::Transaction(id.into()), 1)
+        .expect("transaction coordinator");
+    cluster
+        .coordinator(MockCoordinator::Group(id.into()), 2)
+        .expect("group coordinator");
+    let mut settings = settings(&cluster.bootstrap_servers(), topic);
+    settings.delivery = Delivery::ExactlyOnce;
+    settings.transactional_id = Some(id.into());
+    let mut sink = KafkaSink::new(settings, None).expect("sink");
+    assert!(sink.recover(None).expect("transactions initialised"));
+    sink.write(vec![record("a")]).expect("written into the transaction");
+    cluster.broker_down(2).expect("group coordinator down");
+    let started = Instant::now();
+    let err = match sink.prepare_commit(1) {
+        Ok(_) => panic!("the commit marker was written without its group coordinator"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("commit marker was not written within"), "{err}");
+    assert!(
+        started.elapsed() < TIMEOUT * 10,
+        "gave up after {:?}",
+        started.elapsed()
+    );
 }

@@ -14,6 +14,7 @@
 //! resume from this checkpoint) or not (aborted: resume from the checkpoint before it, which the
 //! state file keeps for this case).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
@@ -44,7 +45,8 @@ pub(super) struct Transactions {
     /// Reads the commit markers (a consumer of the group named like the transactional id; it
     /// never subscribes).
     markers: BaseConsumer<TracingContext>,
-    group: ConsumerGroupMetadata,
+    /// Shared with the thread that writes a commit marker (see [`send_marker`]).
+    group: Arc<ConsumerGroupMetadata>,
     initialised: bool,
     /// The token of the open transaction.
     open: Option<String>,
@@ -73,7 +75,7 @@ impl Transactions {
             topic: settings.topic.clone(),
             timeout: settings.flush_timeout,
             markers,
-            group,
+            group: Arc::new(group),
             initialised: false,
             open: None,
         })
@@ -85,7 +87,8 @@ impl Transactions {
             "kafka sink",
             format!(
                 "fenced: another tidegate process started the same job (transactional.id {}) and took over \
-                 its transactions; this one stops so that only one writes them",
+                 its transactions, or the broker aborted a transaction that outlived transaction.timeout.ms; \
+                 this one stops so that only one writes them",
                 self.id
             ),
         )
@@ -126,7 +129,7 @@ impl Transactions {
     /// checkpoint keeps is its token (`null` when nothing was written since the last commit).
     pub(super) fn prepare(
         &mut self,
-        producer: &ThreadedProducer<DeliveryContext>,
+        producer: &Arc<ThreadedProducer<DeliveryContext>>,
         checkpoint_id: u64,
     ) -> Result<SinkState> {
         let Some(token) = self.open.clone() else {
@@ -139,8 +142,7 @@ impl Transactions {
         if let Some(mut elem) = marker.find_partition(&self.topic, 0) {
             elem.set_metadata(&token);
         }
-        producer
-            .send_offsets_to_transaction(&marker, &self.group, self.timeout)
+        send_marker(producer, marker, &self.group, self.timeout, checkpoint_id)?
             .map_err(|e| self.error("writing the commit marker into the transaction", e))?;
         debug!(checkpoint = checkpoint_id, transaction = %token, "transaction prepared");
         Ok(json!({ "transactional_id": self.id, "transaction": token }))
@@ -219,4 +221,43 @@ impl Transactions {
             }
         }
     }
+}
+
+/// How much longer than its timeout writing a commit marker may take before the job gives up.
+const STUCK_MARGIN: Duration = Duration::from_secs(10);
+
+/// `send_offsets_to_transaction`, watched: librdkafka does not honour its timeout when the
+/// consumer group's coordinator dies mid-call (confluentinc/librdkafka issues 5456 and 5511; the
+/// cluster tier's leader-kill test met it about one run in three), and would wait forever. The call
+/// runs on a thread of its own; past the timeout and a margin the job stops with an error naming
+/// the cause, so that a restart (which fences the stuck producer and aborts its transaction)
+/// resumes from the last checkpoint with nothing lost or repeated. The stuck thread keeps the
+/// producer alive until the process exits.
+fn send_marker(
+    producer: &Arc<ThreadedProducer<DeliveryContext>>,
+    marker: TopicPartitionList,
+    group: &Arc<ConsumerGroupMetadata>,
+    timeout: Duration,
+    checkpoint_id: u64,
+) -> Result<std::result::Result<(), KafkaError>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (producer, group) = (Arc::clone(producer), Arc::clone(group));
+    std::thread::Builder::new()
+        .name("tidegate-txn-marker".to_string())
+        .spawn(move || {
+            let _ = tx.send(producer.send_offsets_to_transaction(&marker, &group, timeout));
+        })
+        .map_err(|e| Error::runtime("kafka sink", format!("starting the commit-marker thread: {e}")))?;
+    rx.recv_timeout(timeout + STUCK_MARGIN).map_err(|_| {
+        Error::runtime(
+            "kafka sink",
+            format!(
+                "checkpoint {checkpoint_id}'s commit marker was not written within {}: the sink cluster's group \
+                 coordinator did not answer (librdkafka waits forever when that broker dies, \
+                 confluentinc/librdkafka#5456); stopping, so that a restart resumes from the last checkpoint \
+                 with nothing lost or repeated",
+                humantime::format_duration(timeout + STUCK_MARGIN)
+            ),
+        )
+    })
 }
