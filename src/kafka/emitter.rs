@@ -1,6 +1,6 @@
 //! The Kafka record emitter (Flink's `KafkaRecordEmitter`): decodes each fetched record's value
-//! (and key, with a `key_format`), applies the decode-error policy, emits it, and advances the
-//! split past it.
+//! (and key, with a `key_format`), checks the sink can route it (a topic template), applies the
+//! decode-error policy to a record that fails either, emits it, and advances the split past it.
 
 use tracing::warn;
 
@@ -16,6 +16,8 @@ pub struct KafkaRecordEmitter {
     decoder: Box<dyn ValueDecoder>,
     /// Decodes keys, when the source has a `key_format`.
     key_decoder: Option<Box<dyn ValueDecoder>>,
+    /// The sink's check (a topic template's resolution): a failure is a decode error.
+    sink_check: Option<crate::connector::RecordCheck>,
     policy: DecodeErrorPolicy,
     metrics: ReaderMetrics,
     emitted: u64,
@@ -29,6 +31,7 @@ impl KafkaRecordEmitter {
         KafkaRecordEmitter {
             decoder,
             key_decoder: None,
+            sink_check: None,
             policy,
             metrics,
             emitted: 0,
@@ -50,6 +53,12 @@ impl KafkaRecordEmitter {
         self
     }
 
+    /// Check each record as the sink will (`None`: no check).
+    pub fn sink_check(mut self, check: Option<crate::connector::RecordCheck>) -> Self {
+        self.sink_check = check;
+        self
+    }
+
     /// The record's key and value decoded; a key's error says it is the key's.
     fn decode(&mut self, record: &mut Record) -> std::result::Result<(), DecodeError> {
         if let (Some(decoder), Some(bytes)) = (self.key_decoder.as_mut(), record.key.as_deref()) {
@@ -60,6 +69,9 @@ impl KafkaRecordEmitter {
         }
         if let Some(bytes) = record.value.as_deref() {
             record.decoded = self.decoder.decode(bytes)?;
+        }
+        if let Some(check) = &self.sink_check {
+            check(record).map_err(DecodeError::Invalid)?;
         }
         Ok(())
     }

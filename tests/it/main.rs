@@ -4,6 +4,7 @@
 mod broker;
 mod common;
 mod containers;
+mod copies;
 mod daemon;
 mod daemon_exit;
 mod daemon_util;
