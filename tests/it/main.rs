@@ -26,6 +26,7 @@ mod registry;
 mod registry_double;
 mod registry_formats;
 mod restore;
+mod routing;
 mod security;
 mod testing_api;
 mod tls;
