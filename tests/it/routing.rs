@@ -102,7 +102,7 @@ fn dead_letters_go_back_to_their_source_topics() {
     }
 
     // a dead letter without its source topic: decode_errors = "fail" names it
-    crate::copies::produce_raw(
+    produce_raw(
         &kafka,
         &dlt,
         &[RawRecord {

@@ -140,7 +140,7 @@ impl SinkConnector for KafkaSinkConfig {
         }
         let mut settings = KafkaSinkSettings::new(raw.bootstrap_servers, raw.topic);
         settings.preserve_partition = raw.preserve_partition;
-        settings.headers = headers;
+        settings.headers = std::sync::Arc::new(headers);
         // a literal topic is created when the sink is built; a template's, when first resolved
         settings.create_topic = create_topic.filter(|_| route.literal().is_none());
         settings.properties = properties;

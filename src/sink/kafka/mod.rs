@@ -77,8 +77,8 @@ pub struct KafkaSinkSettings {
     pub bootstrap_servers: String,
     /// The topic, or a template over the record ([`TopicTemplate`]).
     pub topic: String,
-    /// What happens to the headers on the way.
-    pub headers: HeaderRules,
+    /// What happens to the headers on the way (shared: the config enum stays small).
+    pub headers: Arc<HeaderRules>,
     /// Partitions and replication factor of a topic a template resolves to and which does not
     /// exist yet (a literal topic is created when the sink is built).
     pub create_topic: Option<(i32, i32)>,
@@ -104,7 +104,7 @@ impl KafkaSinkSettings {
         KafkaSinkSettings {
             bootstrap_servers: bootstrap_servers.into(),
             topic: topic.into(),
-            headers: HeaderRules::default(),
+            headers: Arc::default(),
             create_topic: None,
             preserve_partition: false,
             properties: BTreeMap::new(),
