@@ -29,7 +29,7 @@ fn values(records: &[RawRecord]) -> Vec<String> {
 /// Dead letters of two topics, written by `decode_errors = "dead_letter"`, replayed home with
 /// `topic = "{headers.tidegate-source-topic}"`; the tidegate-* headers dropped on the way, one
 /// set. A dead letter without the header then fails a replay with `decode_errors = "fail"`,
-/// naming where it is.
+/// naming where it is, is skipped with "skip" and dead-lettered again with "dead_letter".
 #[test]
 fn dead_letters_go_back_to_their_source_topics() {
     let kafka = TestKafka::get();
@@ -122,6 +122,37 @@ fn dead_letters_go_back_to_their_source_topics() {
         log.contains(&format!("{dlt}:0@8")) && log.contains("no header \"tidegate-source-topic\""),
         "the error names the record and what it lacks:\n{log}"
     );
+
+    // "skip": the job finishes, the record is logged as skipped
+    let skipping = JobDir::new();
+    let source_skip = source.replace("decode_errors = \"fail\"", "decode_errors = \"skip\"");
+    let config = skipping.config(&job(&kafka.unique_topic("skip"), &source_skip, &sink));
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        log.contains("skipping a record") && log.contains("offset=8") && log.contains("no header"),
+        "the skip is logged with its record:\n{log}"
+    );
+
+    // "dead_letter": it goes to the (next) dead-letter topic, with why
+    let dlt2 = kafka.create_topic("home-dlt2", 1);
+    let lettering = JobDir::new();
+    let source_dl = source.replace(
+        "decode_errors = \"fail\"",
+        &format!("decode_errors = \"dead_letter\"\ndead_letter_topic = \"{dlt2}\""),
+    );
+    let config = lettering.config(&job(&kafka.unique_topic("dl2"), &source_dl, &sink));
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "{log}");
+    let letters = read_raw(&kafka, &dlt2);
+    assert_eq!(values(&letters), ["orphan"], "only the record without a topic");
+    let error = letters[0]
+        .headers
+        .iter()
+        .find(|(k, _)| k == "tidegate-error")
+        .and_then(|(_, v)| v.clone())
+        .expect("a tidegate-error header");
+    assert!(String::from_utf8_lossy(&error).contains("sink.topic"), "{error:?}");
 }
 
 /// A replay routing two topics to two others (`{topic}-out`), exactly once, killed with kill -9
