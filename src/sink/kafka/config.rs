@@ -30,7 +30,8 @@ pub struct RawKafkaSink {
     /// Brokers to bootstrap from.
     pub bootstrap_servers: String,
     /// The topic to write, or a template over each record: `{topic}`, `{partition}`, `{key}`
-    /// and `{headers.NAME}` (the header's first value) are replaced, e.g.
+    /// and `{headers.NAME}` (the header's first value, as read: before the `headers` rules) are
+    /// replaced, e.g.
     /// `"{headers.tidegate-source-topic}"` sends dead letters back to their source topics,
     /// `"{topic}-replay"` writes beside them. A record the template gives no valid topic for (a
     /// missing or null header, a key or header that is not UTF-8, an empty or invalid name) is
