@@ -137,6 +137,7 @@ pub fn source_context(config: &Config) -> SourceContext<'_> {
         job: &config.job,
         sink_prints_values: config.sink.prints_values(),
         sink_topic: config.sink.topic(),
+        sink_check: config.sink.record_check(),
     }
 }
 

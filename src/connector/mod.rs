@@ -18,6 +18,7 @@ use crate::core::{FetcherMode, Instance, Sink, Source};
 use crate::error::Result;
 use crate::record::Record;
 
+pub use crate::sink::kafka::routing::RecordCheck;
 pub use registry::{SinkConfig, SourceConfig};
 
 /// The validated `[job]`: what connectors need to know of the job they are part of.
@@ -42,6 +43,9 @@ pub struct SourceContext<'a> {
     pub sink_prints_values: bool,
     /// The sink's topic when it is Kafka (Avro subjects are named after it).
     pub sink_topic: Option<&'a str>,
+    /// A check of each record the sink runs too (a topic template's resolution): a source with a
+    /// decode-error policy applies it in its emit path, so such a record follows that policy.
+    pub sink_check: Option<RecordCheck>,
 }
 
 /// What a sink is built with, besides its own config.
@@ -144,6 +148,12 @@ pub trait SinkConnector: Clone + std::fmt::Debug + Send + Sync + Sized + 'static
 
     /// The topic it writes, when it is Kafka.
     fn topic(&self) -> Option<&str> {
+        None
+    }
+
+    /// A check the sink makes of each record and a source may make first (see
+    /// [`SourceContext::sink_check`]).
+    fn record_check(&self) -> Option<RecordCheck> {
         None
     }
 

@@ -141,6 +141,11 @@ macro_rules! connectors {
                 match self { $(Self::$sink(c) => c.topic(),)+ }
             }
 
+            /// The check the sink makes of each record, for the source to make first.
+            pub fn record_check(&self) -> Option<super::RecordCheck> {
+                match self { $(Self::$sink(c) => c.record_check(),)+ }
+            }
+
             /// Refuse a checkpoint interval the sink cannot work with.
             pub fn check_checkpoint_interval(&self, interval: std::time::Duration) -> Result<()> {
                 match self { $(Self::$sink(c) => c.check_checkpoint_interval(interval),)+ }

@@ -223,7 +223,7 @@ impl<S: Source> Coordinator<S> {
         if end_of_input && !self.restored_end_of_input {
             // ahead of the final barrier, so what the sink adds is durable with it
             if self.sink.send(SinkMessage::EndOfInput).await.is_err() {
-                return Err(self.sink_failure());
+                return Err(self.sink_failure().await);
             }
         }
         // a periodic checkpoint whose barrier was not sent yet is superseded by this one
@@ -254,14 +254,16 @@ impl<S: Source> Coordinator<S> {
         let id = p.id;
         sim::point("coordinator.barrier").await;
         if self.sink.send(SinkMessage::Barrier(id)).await.is_err() {
-            return Err(self.sink_failure());
+            return Err(self.sink_failure().await);
         }
         Ok(())
     }
 
-    /// Why the sink thread stopped taking messages.
-    fn sink_failure(&mut self) -> Error {
-        while let Ok(event) = self.sink_events.try_recv() {
+    /// Why the sink thread stopped taking messages: its `Failed` event, which it sends after
+    /// dropping the sink (a Kafka producer's drop takes a while), so it is awaited until the
+    /// thread's last sender is gone; only a thread that ended without one "ended unexpectedly".
+    async fn sink_failure(&mut self) -> Error {
+        while let Some(event) = self.sink_events.recv().await {
             if let SinkEvent::Failed(e) = event {
                 return e;
             }
@@ -336,7 +338,7 @@ impl<S: Source> Coordinator<S> {
                     p.written = Some(checkpoint);
                 }
                 if commits.send(id).is_err() {
-                    return Err(self.sink_failure());
+                    return Err(self.sink_failure().await);
                 }
                 Ok(())
             }

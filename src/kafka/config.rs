@@ -425,6 +425,7 @@ impl SourceConnector for KafkaSourceConfig {
         source.event_time = self.event_time.clone();
         source.queue_capacity = ctx.job.queue_capacity;
         source.keep_decoded = keep_decoded;
+        source.sink_check = ctx.sink_check.clone();
         source.key_decoder =
             crate::format::key_decoder_factory(self.key_format, self.avro.as_ref(), self.settings.request_timeout)?;
         source.metrics = metrics;

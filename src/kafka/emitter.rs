@@ -1,7 +1,7 @@
 //! The Kafka record emitter (Flink's `KafkaRecordEmitter`): applies the source's filter
 //! (`source.where`, before decoding when it reads no value), decodes each fetched record's value
-//! (and key, with a `key_format`), applies the decode-error policy, emits it, and advances the
-//! split past it.
+//! (and key, with a `key_format`), checks the sink can route it (a topic template), applies the
+//! decode-error policy to a record that fails either, emits it, and advances the split past it.
 
 use std::sync::Arc;
 
@@ -43,6 +43,8 @@ pub struct KafkaRecordEmitter {
     decoder: Box<dyn ValueDecoder>,
     /// Decodes keys, when the source has a `key_format`.
     key_decoder: Option<Box<dyn ValueDecoder>>,
+    /// The sink's check (a topic template's resolution): a failure is a decode error.
+    sink_check: Option<crate::connector::RecordCheck>,
     policy: DecodeErrorPolicy,
     metrics: ReaderMetrics,
     emitted: u64,
@@ -61,6 +63,7 @@ impl KafkaRecordEmitter {
         KafkaRecordEmitter {
             decoder,
             key_decoder: None,
+            sink_check: None,
             policy,
             metrics,
             emitted: 0,
@@ -81,6 +84,12 @@ impl KafkaRecordEmitter {
     /// Decode keys with `decoder` too.
     pub fn key_decoder(mut self, decoder: Option<Box<dyn ValueDecoder>>) -> Self {
         self.key_decoder = decoder;
+        self
+    }
+
+    /// Check each record as the sink will (`None`: no check).
+    pub fn sink_check(mut self, check: Option<crate::connector::RecordCheck>) -> Self {
+        self.sink_check = check;
         self
     }
 
@@ -224,6 +233,12 @@ impl RecordEmitter<Record, Record, KafkaPartitionSplit> for KafkaRecordEmitter {
         if let Some(filter) = self.filter.as_ref().filter(|f| f.reads_value()) {
             if !filter.matches(&record) {
                 return self.reject(record, Decoded::ALL, output, split, offset);
+            }
+        }
+        // a record the sink cannot route (a topic template) follows the decode-error policy
+        if let Some(check) = &self.sink_check {
+            if let Err(message) = check(&record) {
+                return self.undecodable(DecodeError::Invalid(message), record, output, split, offset);
             }
         }
         // the lag gauge needs a clock read: one in 1024 records is plenty for a gauge

@@ -165,6 +165,9 @@ pub struct KafkaSource {
     pub keep_decoded: bool,
     /// Decodes keys (`key_format`); `None` leaves them as they are.
     pub key_decoder: Option<DecoderFactory>,
+    /// The sink's check of each record (a topic template): a record failing it follows
+    /// `decode_errors` like an undecodable one.
+    pub sink_check: Option<crate::connector::RecordCheck>,
     /// Where its metrics go (no-op handles unless the daemon registered them).
     pub metrics: KafkaMetrics,
     /// Pacing and a source-wide stop (inactive by default).
@@ -356,6 +359,7 @@ impl KafkaSourceBuilder {
             max_batch_bytes: 1 << 20,
             keep_decoded: true,
             key_decoder: None,
+            sink_check: None,
             metrics: KafkaMetrics::noop(),
             event_time: EventTimeOptions::default(),
         })
@@ -435,7 +439,8 @@ impl Source for KafkaSource {
                         emitter::Decoded::NOTHING
                     },
                 )
-                .key_decoder(self.key_decoder.as_ref().map(|f| f()).transpose()?);
+                .key_decoder(self.key_decoder.as_ref().map(|f| f()).transpose()?)
+                .sink_check(self.sink_check.clone());
         let mut reader = SourceReaderBase::new(factory, emitter, options).with_event_handler(Box::new(|event| {
             match event.0.downcast::<RemoveSplits>() {
                 Ok(remove) => remove.0,

@@ -15,12 +15,15 @@ use crate::connector::{SinkConnector, SinkContext};
 use crate::core::{Sink, SinkState};
 use crate::error::{Error, Result};
 use crate::record::Record;
+use crate::sink::kafka::routing::{HeaderRules, RawHeaders};
 
 /// Writes JSON lines to a file.
 pub struct FileSink {
     path: PathBuf,
     out: BufWriter<File>,
     end_marker: Option<Record>,
+    /// `sink.headers`, applied before each line is written.
+    headers: HeaderRules,
 }
 
 impl FileSink {
@@ -47,6 +50,7 @@ impl FileSink {
             path: path.to_path_buf(),
             out: BufWriter::with_capacity(1 << 20, file),
             end_marker,
+            headers: HeaderRules::default(),
         })
     }
 }
@@ -99,8 +103,27 @@ impl FileSink {
     }
 }
 
+impl FileSink {
+    /// Apply `rules` to each record's headers before it is written.
+    pub fn with_headers(mut self, rules: HeaderRules) -> Self {
+        self.headers = rules;
+        self
+    }
+}
+
+/// `records` with `rules` applied to their headers.
+fn ruled(rules: &HeaderRules, mut records: Vec<Record>) -> Vec<Record> {
+    if !rules.is_empty() {
+        for r in &mut records {
+            r.headers = rules.apply(&r.headers);
+        }
+    }
+    records
+}
+
 impl Sink<Record> for FileSink {
     fn write(&mut self, records: Vec<Record>) -> Result<()> {
+        let records = ruled(&self.headers, records);
         for r in &records {
             write_line(&mut self.out, r).map_err(|e| Error::io(format!("writing {}", self.path.display()), e))?;
         }
@@ -115,7 +138,11 @@ impl Sink<Record> for FileSink {
             .components()
             .filter(|c| !matches!(c, std::path::Component::CurDir))
             .collect();
-        Some(serde_json::json!({ "type": "file", "path": path.display().to_string() }))
+        let mut fingerprint = serde_json::json!({ "type": "file", "path": path.display().to_string() });
+        if !self.headers.is_empty() {
+            fingerprint["headers"] = self.headers.to_json();
+        }
+        Some(fingerprint)
     }
 
     /// Flush and fsync; the checkpoint records the file's length.
@@ -178,6 +205,8 @@ impl Sink<Record> for FileSink {
 pub struct StdoutSink {
     out: BufWriter<std::io::Stdout>,
     end_marker: Option<Record>,
+    /// `sink.headers`, applied before each line is written.
+    pub headers: HeaderRules,
 }
 
 impl StdoutSink {
@@ -185,12 +214,14 @@ impl StdoutSink {
         StdoutSink {
             out: BufWriter::with_capacity(1 << 16, std::io::stdout()),
             end_marker,
+            headers: HeaderRules::default(),
         }
     }
 }
 
 impl Sink<Record> for StdoutSink {
     fn write(&mut self, records: Vec<Record>) -> Result<()> {
+        let records = ruled(&self.headers, records);
         for r in &records {
             write_line(&mut self.out, r).map_err(|e| Error::io("writing to stdout", e))?;
         }
@@ -235,12 +266,15 @@ impl Sink<Record> for NullSink {
 pub struct RawFileSink {
     /// The file. A fresh job starts it anew; a resumed job appends.
     pub path: String,
+    /// Header rules, as for the Kafka sink: `drop`, then `rename`, then `set`.
+    pub headers: Option<RawHeaders>,
 }
 
 /// The validated file sink.
 #[derive(Debug, Clone)]
 pub struct FileSinkConfig {
     pub path: PathBuf,
+    pub headers: HeaderRules,
 }
 
 impl SinkConnector for FileSinkConfig {
@@ -254,14 +288,22 @@ impl SinkConnector for FileSinkConfig {
         }
         Ok(FileSinkConfig {
             path: PathBuf::from(raw.path),
+            headers: HeaderRules::validate(raw.headers.unwrap_or_default())?,
         })
     }
 
     fn describe(&self) -> Vec<String> {
-        vec![format!(
+        let mut lines = vec![format!(
             "sink file {}: JSON lines, cut back to the last checkpoint on a restart",
             self.path.display()
-        )]
+        )];
+        if !self.headers.is_empty() {
+            lines.push(format!(
+                "  headers: {} (drop, then rename, then set)",
+                self.headers.to_json()
+            ));
+        }
+        lines
     }
 
     fn prints_values(&self) -> bool {
@@ -269,14 +311,18 @@ impl SinkConnector for FileSinkConfig {
     }
 
     fn build(&self, ctx: SinkContext<'_>) -> Result<Box<dyn Sink<Record>>> {
-        Ok(Box::new(FileSink::open(&self.path, ctx.resuming, ctx.end_marker)?))
+        let sink = FileSink::open(&self.path, ctx.resuming, ctx.end_marker)?.with_headers(self.headers.clone());
+        Ok(Box::new(sink))
     }
 }
 
 /// `[sink]` with `type = "stdout"`: JSON lines on standard output, flushed at each checkpoint.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RawStdoutSink {}
+pub struct RawStdoutSink {
+    /// Header rules, as for the Kafka sink: `drop`, then `rename`, then `set`.
+    pub headers: Option<RawHeaders>,
+}
 
 /// `[sink]` with `type = "null"`: discards every record (benchmarks).
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -285,14 +331,18 @@ pub struct RawNullSink {}
 
 /// The stdout sink: JSON lines on standard output.
 #[derive(Debug, Clone)]
-pub struct StdoutSinkConfig;
+pub struct StdoutSinkConfig {
+    pub headers: HeaderRules,
+}
 
 impl SinkConnector for StdoutSinkConfig {
     const TYPE: &'static str = "stdout";
     type Raw = RawStdoutSink;
 
-    fn validate(_raw: RawStdoutSink) -> Result<Self> {
-        Ok(StdoutSinkConfig)
+    fn validate(raw: RawStdoutSink) -> Result<Self> {
+        Ok(StdoutSinkConfig {
+            headers: HeaderRules::validate(raw.headers.unwrap_or_default())?,
+        })
     }
 
     fn describe(&self) -> Vec<String> {
@@ -304,7 +354,9 @@ impl SinkConnector for StdoutSinkConfig {
     }
 
     fn build(&self, ctx: SinkContext<'_>) -> Result<Box<dyn Sink<Record>>> {
-        Ok(Box::new(StdoutSink::new(ctx.end_marker)))
+        let mut sink = StdoutSink::new(ctx.end_marker);
+        sink.headers = self.headers.clone();
+        Ok(Box::new(sink))
     }
 }
 
@@ -361,5 +413,38 @@ mod tests {
         let mut sink = FileSink::open(&path, false, None).unwrap();
         sink.prepare_commit(1).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"");
+    }
+
+    #[test]
+    fn header_rules_apply_to_the_envelope() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        let raw: RawFileSink = serde_json::from_value(serde_json::json!({
+            "path": path.display().to_string(),
+            "headers": { "drop": ["x-*"], "rename": { "a": "b" }, "set": { "by": "tidegate" } },
+        }))
+        .unwrap();
+        let config = FileSinkConfig::validate(raw).unwrap();
+        let header = |k: &str, v: &str| crate::record::Header {
+            key: k.into(),
+            value: Some(v.as_bytes().to_vec()),
+        };
+        let mut sink = FileSink::open(&path, false, None)
+            .unwrap()
+            .with_headers(config.headers.clone());
+        sink.write(vec![Record {
+            headers: vec![header("x-hop", "1"), header("a", "kept"), header("by", "old")],
+            ..Record::default()
+        }])
+        .unwrap();
+        sink.prepare_commit(1).unwrap();
+        let line: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&path).unwrap().trim()).unwrap();
+        let text = line["headers"].to_string();
+        assert!(!text.contains("x-hop") && !text.contains("old"), "{text}");
+        assert!(
+            text.contains("\"b\"") && text.contains("kept") && text.contains("tidegate"),
+            "{text}"
+        );
+        assert!(sink.fingerprint().unwrap()["headers"]["set"]["by"] == "tidegate");
     }
 }

@@ -14,13 +14,18 @@ use tracing::info;
 
 use crate::error::{Error, Result};
 
-/// Create the sink's topic unless it exists. Must run outside the job's runtime.
-pub fn create_topic_if_missing(settings: &kafka::KafkaSinkSettings, partitions: i32, replication: i32) -> Result<()> {
+/// Create `topic` unless it exists. Must run outside the job's runtime.
+pub fn create_topic_if_missing(
+    settings: &kafka::KafkaSinkSettings,
+    topic: &str,
+    partitions: i32,
+    replication: i32,
+) -> Result<()> {
     let admin: AdminClient<DefaultClientContext> =
         crate::kafka::client::client_config(&settings.bootstrap_servers, &[], &settings.properties)
             .create()
             .map_err(|e| crate::error::kafka("creating an admin client", e))?;
-    let topic = NewTopic::new(&settings.topic, partitions, TopicReplication::Fixed(replication));
+    let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
     let options = AdminOptions::new()
         .operation_timeout(Some(Duration::from_secs(30)))
         .request_timeout(Some(Duration::from_secs(30)));
@@ -29,8 +34,8 @@ pub fn create_topic_if_missing(settings: &kafka::KafkaSinkSettings, partitions: 
         .build()
         .map_err(|e| Error::io("starting a runtime for the admin client", e))?;
     let results = runtime
-        .block_on(admin.create_topics([&topic], &options))
-        .map_err(|e| crate::error::kafka(format!("creating topic {}", settings.topic), e))?;
+        .block_on(admin.create_topics([&new_topic], &options))
+        .map_err(|e| crate::error::kafka(format!("creating topic {topic}"), e))?;
     for r in results {
         match r {
             Ok(name) => info!(topic = %name, partitions, "topic created"),

@@ -7,6 +7,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::routing::{HeaderRules, RawHeaders, RecordCheck, TopicTemplate};
 use super::{Delivery, KafkaSink, KafkaSinkSettings};
 use crate::connector::values::{duration_at, keyword, positive, properties, PropertyValue};
 use crate::connector::{JobConfig, SinkConnector, SinkContext};
@@ -28,13 +29,29 @@ fn sixty_seconds() -> String {
 pub struct RawKafkaSink {
     /// Brokers to bootstrap from.
     pub bootstrap_servers: String,
-    /// The topic to write.
+    /// The topic to write, or a template over each record: `{topic}`, `{partition}`, `{key}`
+    /// and `{headers.NAME}` (the header's first value, as read: before the `headers` rules) are
+    /// replaced, e.g.
+    /// `"{headers.tidegate-source-topic}"` sends dead letters back to their source topics,
+    /// `"{topic}-replay"` writes beside them. A record the template gives no valid topic for (a
+    /// missing or null header, a key or header that is not UTF-8, an empty or invalid name) is
+    /// handled by the Kafka source's `decode_errors` policy (other sources fail the job naming
+    /// it); a resolved topic that does not exist is created with `create_topic`, else the job
+    /// fails naming it. With "exactly_once", one transaction spans every topic written.
     pub topic: String,
-    /// Write each record to the partition number it was read from (else the key decides).
+    /// Write each record to the partition number it was read from (else the key decides). A
+    /// record whose partition the target topic does not have fails the job, naming the topic and
+    /// its partition count.
     #[serde(default)]
     pub preserve_partition: bool,
-    /// Create the topic if it does not exist: `{ partitions = 3, replication_factor = 1 }`.
+    /// Create the topic if it does not exist: `{ partitions = 3, replication_factor = 1 }` (each
+    /// topic a `topic` template resolves to, the first time it is written).
     pub create_topic: Option<RawCreateTopic>,
+    /// Header rules, applied in order: `drop = ["x-replicator-*"]` (names or `*` patterns),
+    /// `rename = { "old" = "new" }`, `set = { "x-replayed-by" = "tidegate" }` (replaces any
+    /// header of that name). Without rules, headers are written as read: order, repeated names,
+    /// null and binary values kept.
+    pub headers: Option<RawHeaders>,
     /// "at_least_once" (default: works with any consumer; a crash repeats the records written
     /// after the last checkpoint) or "exactly_once" (each checkpoint's records in one Kafka
     /// transaction, committed with the checkpoint; consumers must read with
@@ -91,9 +108,8 @@ impl SinkConnector for KafkaSinkConfig {
     type Raw = RawKafkaSink;
 
     fn validate(raw: RawKafkaSink) -> Result<Self> {
-        if raw.topic.trim().is_empty() {
-            return Err(Error::config("sink.topic", "must not be empty"));
-        }
+        let route = TopicTemplate::parse(&raw.topic)?;
+        let headers = HeaderRules::validate(raw.headers.unwrap_or_default())?;
         let create_topic = match raw.create_topic {
             None => None,
             Some(c) => {
@@ -125,6 +141,9 @@ impl SinkConnector for KafkaSinkConfig {
         }
         let mut settings = KafkaSinkSettings::new(raw.bootstrap_servers, raw.topic);
         settings.preserve_partition = raw.preserve_partition;
+        settings.headers = std::sync::Arc::new(headers);
+        // a literal topic is created when the sink is built; a template's, when first resolved
+        settings.create_topic = create_topic.filter(|_| route.literal().is_none());
         settings.properties = properties;
         settings.flush_timeout = duration_at("sink.flush_timeout", &raw.flush_timeout)?;
         settings.delivery = delivery;
@@ -169,9 +188,12 @@ impl SinkConnector for KafkaSinkConfig {
         let mut probe = s.clone();
         probe.delivery = Delivery::AtLeastOnce;
         let sink = super::KafkaSink::new(probe, None)?;
-        let found = match sink.topic_exists(s.flush_timeout)? {
-            true => format!("topic {} exists", s.topic),
-            false => format!("topic {} does not exist", s.topic),
+        let found = match TopicTemplate::parse(&s.topic)?.literal() {
+            None => format!("topics from the template {:?} are looked up as records arrive", s.topic),
+            Some(topic) => match sink.topic_exists(s.flush_timeout)? {
+                true => format!("topic {topic} exists"),
+                false => format!("topic {topic} does not exist"),
+            },
         };
         Ok(vec![crate::kafka::client::connected_line(
             "sink",
@@ -205,6 +227,18 @@ impl SinkConnector for KafkaSinkConfig {
                 "  the topic is created if missing: {partitions} partitions, replication factor {replication}"
             ));
         }
+        if TopicTemplate::parse(&s.topic).is_ok_and(|t| t.literal().is_none()) {
+            lines.push(format!(
+                "  the topic is resolved per record from {:?}; a record without one follows source.decode_errors",
+                s.topic
+            ));
+        }
+        if !s.headers.is_empty() {
+            lines.push(format!(
+                "  headers: {} (drop, then rename, then set)",
+                s.headers.to_json()
+            ));
+        }
         if s.stamp_now {
             lines.push("  records are stamped with the time they are written".to_string());
         }
@@ -218,13 +252,21 @@ impl SinkConnector for KafkaSinkConfig {
         lines
     }
 
+    /// A literal topic only: a template names no one topic (Avro subjects need one).
     fn topic(&self) -> Option<&str> {
-        Some(&self.settings.topic)
+        TopicTemplate::parse(&self.settings.topic)
+            .ok()
+            .filter(|t| t.literal().is_some())
+            .map(|_| self.settings.topic.as_str())
+    }
+
+    fn record_check(&self) -> Option<RecordCheck> {
+        TopicTemplate::parse(&self.settings.topic).ok()?.record_check()
     }
 
     fn build(&self, ctx: SinkContext<'_>) -> Result<Box<dyn Sink<Record>>> {
-        if let Some((partitions, replication)) = self.create_topic {
-            crate::sink::create_topic_if_missing(&self.settings, partitions, replication)?;
+        if let (Some((partitions, replication)), Some(topic)) = (self.create_topic, self.topic()) {
+            crate::sink::create_topic_if_missing(&self.settings, topic, partitions, replication)?;
         }
         let mut settings = self.settings.clone();
         settings.transactional_id = Some(transactional_id(ctx.job));

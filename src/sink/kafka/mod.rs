@@ -5,6 +5,8 @@
 //! delivery fails the job.
 
 pub mod config;
+pub mod routing;
+mod targets;
 mod transaction;
 
 use std::collections::BTreeMap;
@@ -22,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::kafka::client::{client_config, TracingContext};
 use crate::record::Record;
 pub use config::KafkaSinkConfig;
+use routing::{HeaderRules, TopicTemplate};
 use transaction::Transactions;
 
 /// What a checkpoint guarantees of the records a Kafka sink writes.
@@ -72,7 +75,13 @@ impl ProducerContext for DeliveryContext {
 #[derive(Debug, Clone)]
 pub struct KafkaSinkSettings {
     pub bootstrap_servers: String,
+    /// The topic, or a template over the record ([`TopicTemplate`]).
     pub topic: String,
+    /// What happens to the headers on the way (shared: the config enum stays small).
+    pub headers: Arc<HeaderRules>,
+    /// Partitions and replication factor of a topic a template resolves to and which does not
+    /// exist yet (a literal topic is created when the sink is built).
+    pub create_topic: Option<(i32, i32)>,
     /// Write each record to the partition it came from (else the key decides).
     pub preserve_partition: bool,
     pub properties: BTreeMap<String, String>,
@@ -95,6 +104,8 @@ impl KafkaSinkSettings {
         KafkaSinkSettings {
             bootstrap_servers: bootstrap_servers.into(),
             topic: topic.into(),
+            headers: Arc::default(),
+            create_topic: None,
             preserve_partition: false,
             properties: BTreeMap::new(),
             flush_timeout: Duration::from_secs(60),
@@ -145,6 +156,11 @@ pub struct KafkaSink {
     end_marker: Option<Record>,
     /// Exactly-once delivery: the transaction in progress and its commit marker.
     transactions: Option<Transactions>,
+    /// `settings.topic`, parsed.
+    route: Arc<TopicTemplate>,
+    /// The partition count of each topic written so far (when it matters: templates and
+    /// `preserve_partition`).
+    targets: std::collections::HashMap<String, i32>,
 }
 
 impl KafkaSink {
@@ -164,12 +180,15 @@ impl KafkaSink {
         let transactions = transactional_id
             .map(|id| Transactions::new(&settings, id))
             .transpose()?;
+        let route = Arc::new(TopicTemplate::parse(&settings.topic)?);
         Ok(KafkaSink {
             producer,
             settings,
             failure,
             end_marker,
             transactions,
+            route,
+            targets: std::collections::HashMap::new(),
         })
     }
 
@@ -219,18 +238,25 @@ impl KafkaSink {
         }
     }
 
-    fn send(&mut self, record: &Record, partition: Option<i32>) -> Result<()> {
+    fn send(&mut self, record: &Record, topic: &str, partition: Option<i32>) -> Result<()> {
         if let Some(t) = self.transactions.as_mut() {
-            t.begin_if_needed(&self.producer)?;
+            t.begin_if_needed(&self.producer, topic)?;
         }
-        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-        for h in &record.headers {
+        let ruled;
+        let record_headers = if self.settings.headers.is_empty() {
+            &record.headers
+        } else {
+            ruled = self.settings.headers.apply(&record.headers);
+            &ruled
+        };
+        let mut headers = OwnedHeaders::new_with_capacity(record_headers.len());
+        for h in record_headers {
             headers = headers.insert(KafkaHeader {
                 key: &h.key,
                 value: h.value.as_deref(),
             });
         }
-        let mut message: BaseRecord<'_, [u8], [u8], ()> = BaseRecord::to(&self.settings.topic).headers(headers);
+        let mut message: BaseRecord<'_, [u8], [u8], ()> = BaseRecord::to(topic).headers(headers);
         if let Some(k) = record.key.as_deref() {
             message = message.key(k);
         }
@@ -255,7 +281,7 @@ impl KafkaSink {
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 Err((e, _)) => {
-                    let context = format!("producing to {}", self.settings.topic);
+                    let context = format!("producing to {topic}");
                     return Err(self.kafka_error(context, e));
                 }
             }
@@ -283,10 +309,9 @@ impl KafkaSink {
             .is_some_and(|t| t.error().is_none() && !t.partitions().is_empty()))
     }
 
-    /// The sink topic's partitions, from one metadata request of up to `timeout`. A topic error,
+    /// `topic`'s partitions, from one metadata request of up to `timeout`. A topic error,
     /// or a topic without partitions, is an error: never "no partition to write to".
-    fn partitions(&self, timeout: Duration) -> Result<Vec<i32>> {
-        let topic = &self.settings.topic;
+    fn partitions_of(&self, topic: &str, timeout: Duration) -> Result<Vec<i32>> {
         let context = format!("reading the partitions of {topic}");
         let metadata = self.metadata(topic, timeout, &context)?;
         let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
@@ -366,8 +391,10 @@ fn flush_now(producer: &ThreadedProducer<DeliveryContext>, timeout: Duration) ->
 }
 
 impl Sink<Record> for KafkaSink {
-    /// Its topic, delivery and transactional id: a state file is resumed only by the same (an
-    /// exactly-once checkpoint is settled through its transactional id's commit marker).
+    /// Its topic (or topic template), header rules, delivery and transactional id: a state file
+    /// is resumed only by the same (an exactly-once checkpoint is settled through its
+    /// transactional id's commit marker; a changed routing would split a replay between two
+    /// destinations).
     fn fingerprint(&self) -> Option<SinkState> {
         let delivery = match self.settings.delivery {
             Delivery::AtLeastOnce => "at_least_once",
@@ -377,23 +404,31 @@ impl Sink<Record> for KafkaSink {
             .transactions
             .as_ref()
             .map(|_| self.settings.transactional_id.clone());
-        Some(serde_json::json!({
+        let mut fingerprint = serde_json::json!({
             "type": "kafka",
             "topic": self.settings.topic,
             "delivery": delivery,
             "transactional_id": transactional_id.flatten(),
-        }))
+        });
+        // only when set: a state file written before header rules existed still matches
+        if !self.settings.headers.is_empty() {
+            fingerprint["headers"] = self.settings.headers.to_json();
+        }
+        Some(fingerprint)
     }
 
     fn write(&mut self, records: Vec<Record>) -> Result<()> {
         self.check_failure()?;
+        let route = Arc::clone(&self.route);
         for r in &records {
             let partition = if self.settings.preserve_partition {
                 r.partition
             } else {
                 None
             };
-            self.send(r, partition)?;
+            let topic = targets::topic_of(&route, r)?;
+            self.target_ready(&topic, partition, r)?;
+            self.send(r, &topic, partition)?;
         }
         Ok(())
     }
@@ -433,12 +468,16 @@ impl Sink<Record> for KafkaSink {
         };
         // every generated record first, then one marker per partition
         self.flush()?;
-        let what = format!("writing the end markers to {}", self.settings.topic);
-        let partitions = retried(&what, self.settings.flush_timeout, |left| self.partitions(left))?;
+        let route = Arc::clone(&self.route);
+        let topic = targets::topic_of(&route, &marker)?;
+        let what = format!("writing the end markers to {topic}");
+        let partitions = retried(&what, self.settings.flush_timeout, |left| {
+            self.partitions_of(&topic, left)
+        })?;
         for p in &partitions {
-            self.send(&marker, Some(*p))?;
+            self.send(&marker, &topic, Some(*p))?;
         }
-        tracing::info!(topic = %self.settings.topic, partitions = partitions.len(), "end markers written");
+        tracing::info!(topic = %topic, partitions = partitions.len(), "end markers written");
         self.flush()
     }
 

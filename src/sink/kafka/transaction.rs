@@ -7,9 +7,10 @@
 //! librdkafka). So a restart must be able to tell whether the last checkpoint's transaction
 //! committed before the crash. Each transaction carries a commit marker, written atomically with
 //! its records (as Kafka Connect's exactly-once sources write their offsets, KIP-618): a
-//! transactional offset commit, for the consumer group named like the transactional id, of the
-//! sink topic's partition 0, whose metadata is the transaction's random token. The state file
-//! records the token with the checkpoint. After `init_transactions` has settled any transaction
+//! transactional offset commit, for the consumer group named like the transactional id, of
+//! partition 0 of the first topic the transaction wrote to (the sink's topic, unless `sink.topic`
+//! is a template), whose metadata is the transaction's random token. The state file records the
+//! token and that topic with the checkpoint. After `init_transactions` has settled any transaction
 //! left open, the group's committed metadata either equals the state file's token (committed:
 //! resume from this checkpoint) or not (aborted: resume from the checkpoint before it, which the
 //! state file keeps for this case).
@@ -40,6 +41,7 @@ pub(super) fn is_fencing(code: RDKafkaErrorCode) -> bool {
 /// The transactions of one sink.
 pub(super) struct Transactions {
     id: String,
+    /// The sink's topic: where the commit marker of a state file that names no topic is.
     topic: String,
     timeout: Duration,
     /// Reads the commit markers (a consumer of the group named like the transactional id; it
@@ -48,8 +50,9 @@ pub(super) struct Transactions {
     /// Shared with the thread that writes a commit marker (see [`send_marker`]).
     group: Arc<ConsumerGroupMetadata>,
     initialised: bool,
-    /// The token of the open transaction.
-    open: Option<String>,
+    /// The token of the open transaction, and the topic its commit marker goes to (the first it
+    /// wrote to: one transaction may span several topics).
+    open: Option<(String, String)>,
 }
 
 impl Transactions {
@@ -113,7 +116,7 @@ impl Transactions {
     }
 
     /// Make sure the checkpoint's records go into a transaction.
-    pub(super) fn begin_if_needed(&mut self, producer: &ThreadedProducer<DeliveryContext>) -> Result<()> {
+    pub(super) fn begin_if_needed(&mut self, producer: &ThreadedProducer<DeliveryContext>, topic: &str) -> Result<()> {
         if self.open.is_some() {
             return Ok(());
         }
@@ -121,7 +124,7 @@ impl Transactions {
         producer
             .begin_transaction()
             .map_err(|e| self.error("beginning a transaction", e))?;
-        self.open = Some(uuid::Uuid::new_v4().to_string());
+        self.open = Some((uuid::Uuid::new_v4().to_string(), topic.to_string()));
         Ok(())
     }
 
@@ -132,20 +135,25 @@ impl Transactions {
         producer: &Arc<ThreadedProducer<DeliveryContext>>,
         checkpoint_id: u64,
     ) -> Result<SinkState> {
-        let Some(token) = self.open.clone() else {
+        let Some((token, topic)) = self.open.clone() else {
             return Ok(json!({ "transactional_id": self.id, "transaction": null }));
         };
         let mut marker = TopicPartitionList::new();
         marker
-            .add_partition_offset(&self.topic, 0, Offset::Offset(checkpoint_id as i64))
+            .add_partition_offset(&topic, 0, Offset::Offset(checkpoint_id as i64))
             .map_err(|e| self.error("building the commit marker", e))?;
-        if let Some(mut elem) = marker.find_partition(&self.topic, 0) {
+        if let Some(mut elem) = marker.find_partition(&topic, 0) {
             elem.set_metadata(&token);
         }
         send_marker(producer, marker, &self.group, self.timeout, checkpoint_id)?
             .map_err(|e| self.error("writing the commit marker into the transaction", e))?;
         debug!(checkpoint = checkpoint_id, transaction = %token, "transaction prepared");
-        Ok(json!({ "transactional_id": self.id, "transaction": token }))
+        // the marker's topic only when it is not the sink's: older state files have none
+        let mut state = json!({ "transactional_id": self.id, "transaction": token });
+        if topic != self.topic {
+            state["marker_topic"] = json!(topic);
+        }
+        Ok(state)
     }
 
     /// Commit the open transaction (the checkpoint is in the state file).
@@ -177,7 +185,11 @@ impl Transactions {
         let Some(token) = state.and_then(|s| s.get("transaction")).and_then(|t| t.as_str()) else {
             return Ok(true);
         };
-        let marker = self.read_marker()?;
+        let topic = state
+            .and_then(|s| s.get("marker_topic"))
+            .and_then(|t| t.as_str())
+            .unwrap_or(&self.topic);
+        let marker = self.read_marker(topic)?;
         let done = marker == token;
         debug!(checkpoint, marker = %marker, token, "commit marker read");
         if done {
@@ -191,20 +203,17 @@ impl Transactions {
     /// The commit marker's metadata (empty when none was committed). A lookup that fails, for
     /// the whole request or for the partition, is retried up to the timeout and then an error:
     /// read as "not committed", it would write the checkpoint's records again.
-    fn read_marker(&self) -> Result<String> {
-        let what = format!(
-            "reading the commit marker of {}:0 (transactional.id {})",
-            self.topic, self.id
-        );
+    fn read_marker(&self, topic: &str) -> Result<String> {
+        let what = format!("reading the commit marker of {topic}:0 (transactional.id {})", self.id);
         super::retried(&what, self.timeout, |left| {
             let mut wanted = TopicPartitionList::new();
-            wanted.add_partition(&self.topic, 0);
+            wanted.add_partition(topic, 0);
             let committed = self
                 .markers
                 .committed_offsets(wanted, left)
                 .map_err(|e| self.error("reading the commit markers", e))?;
             let marker = committed
-                .find_partition(&self.topic, 0)
+                .find_partition(topic, 0)
                 .ok_or_else(|| Error::runtime(&what, "the broker's answer does not list the partition"))?;
             marker
                 .error()
