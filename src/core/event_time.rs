@@ -92,7 +92,7 @@ pub enum Release {
 
 #[derive(Debug, Default)]
 struct SplitClock {
-    /// The first timestamp evaluated since this process started.
+    /// The timestamp of the first record evaluated since this process started.
     first: Option<i64>,
     /// The largest timestamp evaluated.
     seen: Option<i64>,
@@ -175,14 +175,17 @@ impl EventTimeClock {
         }
     }
 
-    /// A reader evaluated records of `id` with timestamps from `min` to `max`; `disorder`: how
-    /// far the furthest of them ran back behind an earlier record of the split (0 if in order).
-    pub fn observe(&self, id: &SplitId, min: i64, max: i64, disorder: i64) {
+    /// A reader evaluated records of `id`, the first of them (in the split's order) stamped
+    /// `first`, the latest `max`; `disorder`: how far the furthest of them ran back behind an
+    /// earlier record of the split (0 if in order).
+    pub fn observe(&self, id: &SplitId, first: i64, max: i64, disorder: i64) {
         let mut state = self.lock();
         let Some(split) = state.splits.get_mut(id) else {
             return;
         };
-        split.first.get_or_insert(min);
+        // the split's first record read, not the earliest of the batch it came in: how far a
+        // fetch reads ahead must not move the clock's start
+        split.first.get_or_insert(first);
         split.seen = Some(split.seen.map_or(max, |s| s.max(max)));
         split.idle = false;
         let bound = self.options.max_out_of_orderness.as_millis() as i64;

@@ -95,10 +95,10 @@ impl<T: RecordPosition> HeldRecords<T> {
         let queue = self.held.entry(id.clone()).or_default();
         let mut previous = self.previous.get(id).copied();
         let mut highest = self.highest.get(id).copied().unwrap_or(i64::MIN);
-        let (mut low, mut high, mut disorder) = (i64::MAX, i64::MIN, 0i64);
+        let (mut first, mut high, mut disorder) = (None, i64::MIN, 0i64);
         let n = records.len();
         let mut observe = |t: i64| {
-            low = low.min(t);
+            first.get_or_insert(t);
             high = high.max(t);
             disorder = disorder.max(highest.saturating_sub(t));
             highest = highest.max(t);
@@ -144,8 +144,8 @@ impl<T: RecordPosition> HeldRecords<T> {
             self.highest.insert(id.clone(), highest);
         }
         self.clock.set_front(id, front);
-        if low <= high {
-            self.clock.observe(id, low, high, disorder);
+        if let Some(first) = first {
+            self.clock.observe(id, first, high, disorder);
         }
         match marker_time {
             Some(t) => self.clock.found_stop(t),
