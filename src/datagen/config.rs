@@ -69,10 +69,11 @@ pub struct RawDatagenSource {
     pub batch_size: Option<i64>,
     /// The target topic's partition count, to write each partition in index order (so in
     /// timestamp order with a `timestamp` field that grows with the index, as an exchange feed
-    /// is) at any parallelism: each record is stamped with the partition Kafka's Java producer
-    /// picks for its key (murmur2; a keyless record by its index), and one split per partition
-    /// generates that partition's records, so one reader writes each partition. Use it with a
-    /// Kafka sink's `preserve_partition = true`. Omit: readers generate contiguous index ranges,
+    /// is) at any parallelism: each record is stamped with the partition the Kafka sink picks for
+    /// its key by default (librdkafka's CRC-32 partitioner; a keyless record by its index), and one
+    /// split per partition generates that partition's records, so one reader writes each
+    /// partition. With a Kafka sink set `preserve_partition = true`, so another `partitioner`
+    /// property cannot move them. Omit: readers generate contiguous index ranges,
     /// and a partition several of them write interleaves their ranges.
     pub partitions: Option<i64>,
 }
