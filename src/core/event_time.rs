@@ -113,6 +113,8 @@ struct State {
     /// The first timestamp of the replay and the instant it is emitted at.
     anchor: Option<(i64, Instant)>,
     stop_at: Option<i64>,
+    /// The stop was logged as final: no split could still find an earlier marker.
+    stop_settled: bool,
     /// The timestamp of the first record each reader holds per split, finished splits too:
     /// what the next release waits for.
     fronts: HashMap<SplitId, i64>,
@@ -170,8 +172,23 @@ impl EventTimeClock {
 
     /// A split that finished: it holds no one back any more.
     pub fn remove(&self, id: &SplitId) {
-        if self.lock().splits.remove(id).is_some() {
+        let mut state = self.lock();
+        if state.splits.remove(id).is_some() {
+            self.settle_stop(&mut state);
+            drop(state);
             self.changed();
+        }
+    }
+
+    /// Log the source-wide stop once it is final: every split still read is past it, so no
+    /// earlier end-of-stream record can move it (a marker found first may not be the earliest).
+    fn settle_stop(&self, state: &mut State) {
+        let Some(stop) = state.stop_at.filter(|_| !state.stop_settled) else {
+            return;
+        };
+        if state.splits.values().all(|s| self.watermark(s) >= stop) {
+            state.stop_settled = true;
+            info!(timestamp = stop, at = %format_millis(stop), "source-wide stop: every partition ends before this timestamp");
         }
     }
 
@@ -254,15 +271,11 @@ impl EventTimeClock {
         let mut state = self.lock();
         if state.stop_at.is_none_or(|t| timestamp < t) {
             let earlier = state.stop_at.replace(timestamp);
+            // the stop itself is logged once final (see settle_stop): a split not read that far
+            // yet may still hold an earlier marker
+            info!(timestamp, at = %format_millis(timestamp), was = ?earlier, "end-of-stream record found: every partition is read up to it, in case one holds an earlier one");
+            self.settle_stop(&mut state);
             drop(state);
-            match earlier {
-                None => {
-                    info!(timestamp, at = %format_millis(timestamp), "source-wide stop: every partition ends before this timestamp")
-                }
-                Some(was) => {
-                    info!(timestamp, at = %format_millis(timestamp), was, "source-wide stop: an earlier end-of-stream record moves it")
-                }
-            }
             self.changed();
         }
     }
@@ -283,7 +296,8 @@ impl EventTimeClock {
     /// Whether split `id` can evaluate no record before the source-wide stop any more: its
     /// watermark is at the stop. The reader then ends it (`source_stop`).
     pub fn is_past_stop(&self, id: &SplitId) -> bool {
-        let state = self.lock();
+        let mut state = self.lock();
+        self.settle_stop(&mut state);
         let (Some(stop), Some(split)) = (state.stop_at, state.splits.get(id)) else {
             return false;
         };
