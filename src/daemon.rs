@@ -384,6 +384,18 @@ pub fn plan(args: PlanArgs) -> Result<()> {
         checkpoint_id,
         may_resume_from_previous,
         eof: kafka.eof.clone(),
+        eof_scope: kafka.eof.as_ref().map(|_| {
+            if kafka.event_time.source_wide_stop {
+                "source"
+            } else {
+                "partition"
+            }
+        }),
+        replay_speed: kafka.event_time.speed,
+        paced_seconds: kafka
+            .event_time
+            .speed
+            .and_then(|speed| crate::kafka::plan::paced_seconds(&partitions, speed)),
         total_offsets: crate::kafka::plan::total_offsets(&partitions),
         partitions,
     };

@@ -273,7 +273,14 @@ impl EventTimeClock {
             let earlier = state.stop_at.replace(timestamp);
             // the stop itself is logged once final (see settle_stop): a split not read that far
             // yet may still hold an earlier marker
-            info!(timestamp, at = %format_millis(timestamp), was = ?earlier, "end-of-stream record found: every partition is read up to it, in case one holds an earlier one");
+            match earlier {
+                None => {
+                    info!(timestamp, at = %format_millis(timestamp), "end-of-stream record found: every partition is read up to it, in case one holds an earlier one")
+                }
+                Some(was) => {
+                    info!(timestamp, at = %format_millis(timestamp), was, "an earlier end-of-stream record found: it moves the source-wide stop")
+                }
+            }
             self.settle_stop(&mut state);
             drop(state);
             self.changed();

@@ -137,6 +137,15 @@ pub fn plan(source: &KafkaSource, restored: Option<KafkaCheckpoint>) -> Result<V
 }
 
 /// The sum of the offsets to read; `None` if a partition is unbounded.
+/// How long a replay paced at `speed` takes over the planned event time: the earliest first
+/// timestamp of the partitions left to read to the latest last one, over `speed`, in seconds.
+pub fn paced_seconds(plan: &[PartitionPlan], speed: f64) -> Option<f64> {
+    let left = plan.iter().filter(|p| p.finished.is_none());
+    let first = left.clone().filter_map(|p| p.first_timestamp).min()?;
+    let last = left.filter_map(|p| p.last_timestamp).max()?;
+    Some((last - first).max(0) as f64 / 1000.0 / speed)
+}
+
 pub fn total_offsets(plan: &[PartitionPlan]) -> Option<u64> {
     plan.iter().map(|p| p.offsets).sum()
 }
@@ -266,6 +275,17 @@ pub struct PlanReport {
     pub may_resume_from_previous: bool,
     /// The end-of-stream expression: a partition may end earlier, at its first match.
     pub eof: Option<String>,
+    /// `partition` (each partition at its own marker) or `source` (the first marker in any
+    /// partition ends every partition at its timestamp); with `eof` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eof_scope: Option<&'static str>,
+    /// The event-time pacing factor, when paced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_speed: Option<f64>,
+    /// How long the paced replay of the planned event time takes: from the earliest first
+    /// timestamp to the latest last one, over `replay_speed` (less if a marker ends it sooner).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paced_seconds: Option<f64>,
     pub partitions: Vec<PartitionPlan>,
     /// Offsets to read in all; `None` when a partition is unbounded.
     pub total_offsets: Option<u64>,
@@ -343,9 +363,26 @@ impl PlanReport {
             ),
             None => format!("total: unbounded ({n} partitions; no stopping offsets)\n"),
         });
-        if let Some(eof) = &self.eof {
-            out.push_str(&format!(
+        match (&self.eof, self.eof_scope) {
+            (Some(eof), Some("source")) => out.push_str(&format!(
+                "the first record matching `{eof}` in any partition ends every partition at its timestamp (eof_scope = \"source\"), if any\n"
+            )),
+            (Some(eof), _) => out.push_str(&format!(
                 "each partition ends earlier at its first record matching `{eof}`, if any\n"
+            )),
+            (None, _) => {}
+        }
+        if let (Some(speed), Some(secs)) = (self.replay_speed, self.paced_seconds) {
+            let round = |d: f64| humantime::format_duration(Duration::from_secs(d.max(0.0).round() as u64));
+            out.push_str(&format!(
+                "paced at {speed}x: {} of event time in about {}{}\n",
+                round(secs * speed),
+                round(secs),
+                if self.eof.is_some() {
+                    " (less if a marker ends it sooner)"
+                } else {
+                    ""
+                }
             ));
         }
         if self.may_resume_from_previous {
