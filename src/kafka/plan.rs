@@ -374,10 +374,15 @@ impl PlanReport {
         }
         if let (Some(speed), Some(secs)) = (self.replay_speed, self.paced_seconds) {
             let round = |d: f64| humantime::format_duration(Duration::from_secs(d.max(0.0).round() as u64));
+            // a minute or less to a tenth of a second: "6.5s", not "6s"
+            let took = if secs < 60.0 {
+                format!("{secs:.1}s")
+            } else {
+                round(secs).to_string()
+            };
             out.push_str(&format!(
-                "paced at {speed}x: {} of event time in about {}{}\n",
+                "paced at {speed}x: {} of event time in about {took}{}\n",
                 round(secs * speed),
-                round(secs),
                 if self.eof.is_some() {
                     " (less if a marker ends it sooner)"
                 } else {

@@ -354,6 +354,9 @@ fn the_trading_day_seed_and_replay_configs() {
     );
 }
 
+/// A record's key, value and partition.
+type Placed = (Option<Vec<u8>>, Vec<u8>, i32);
+
 /// `source.partitions`: each partition written by one reader in index order, at a parallelism
 /// that is not the partition count, through a kill -9 and an exactly-once restart.
 #[test]
@@ -395,7 +398,7 @@ fn partitions_by_key_are_each_in_index_order_through_a_kill_and_restart() {
     );
     assert_eq!(code, 0, "{log}");
     // an unpartitioned run, where the sink's own partitioner placed each key
-    let expected: BTreeMap<u64, (Option<Vec<u8>>, Vec<u8>, i32)> = kafka
+    let expected: BTreeMap<u64, Placed> = kafka
         .read_all(&reference)
         .into_iter()
         .map(|r| (index_of(&r), (r.key.clone(), r.value.clone().unwrap(), r.partition)))
