@@ -42,6 +42,10 @@ pub struct PartitionPlan {
     /// Already finished, by a restored state: why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finished: Option<String>,
+    /// With `--exact`: the records a run reads between start and stop (`read_committed`),
+    /// counted by reading them; `None` otherwise or for an unbounded partition.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records: Option<u64>,
 }
 
 /// How long looking up the edge timestamps may take in all, before they are left out.
@@ -128,6 +132,7 @@ pub fn plan(source: &KafkaSource, restored: Option<KafkaCheckpoint>) -> Result<V
             first_timestamp: None,
             last_timestamp: None,
             finished,
+            records: None,
         })
         .collect();
     if let Err(e) = edge_timestamps(source, &mut plan) {
@@ -136,7 +141,6 @@ pub fn plan(source: &KafkaSource, restored: Option<KafkaCheckpoint>) -> Result<V
     Ok(plan)
 }
 
-/// The sum of the offsets to read; `None` if a partition is unbounded.
 /// How long a replay paced at `speed` takes over the planned event time: the earliest first
 /// timestamp of the partitions left to read to the latest last one, over `speed`, in seconds.
 pub fn paced_seconds(plan: &[PartitionPlan], speed: f64) -> Option<f64> {
@@ -146,6 +150,7 @@ pub fn paced_seconds(plan: &[PartitionPlan], speed: f64) -> Option<f64> {
     Some((last - first).max(0) as f64 / 1000.0 / speed)
 }
 
+/// The sum of the offsets to read; `None` if a partition is unbounded.
 pub fn total_offsets(plan: &[PartitionPlan]) -> Option<u64> {
     plan.iter().map(|p| p.offsets).sum()
 }
@@ -289,6 +294,9 @@ pub struct PlanReport {
     pub partitions: Vec<PartitionPlan>,
     /// Offsets to read in all; `None` when a partition is unbounded.
     pub total_offsets: Option<u64>,
+    /// With `--exact`: the records to read in all, when every partition is bounded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_records: Option<u64>,
 }
 
 impl PlanReport {
@@ -363,6 +371,18 @@ impl PlanReport {
             ),
             None => format!("total: unbounded ({n} partitions; no stopping offsets)\n"),
         });
+        if let Some(records) = self.total_records {
+            let each: Vec<String> = self
+                .partitions
+                .iter()
+                .filter_map(|p| p.records.map(|r| format!("{}:{} {}", p.topic, p.partition, count(r))))
+                .collect();
+            out.push_str(&format!(
+                "exactly {} records to read (read_committed, counted by reading the ranges): {}\n",
+                count(records),
+                each.join(", ")
+            ));
+        }
         match (&self.eof, self.eof_scope) {
             (Some(eof), Some("source")) => out.push_str(&format!(
                 "the first record matching `{eof}` in any partition ends every partition at its timestamp (eof_scope = \"source\"), if any\n"
