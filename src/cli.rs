@@ -74,6 +74,10 @@ pub struct PlanArgs {
     /// Print the plan as one JSON document.
     #[arg(long)]
     pub json: bool,
+    /// Also count the records exactly, by reading the ranges as a run would (read_committed),
+    /// without the sink; the default shows only offsets, an upper bound.
+    #[arg(long)]
+    pub exact: bool,
 }
 
 #[derive(Debug, Subcommand)]

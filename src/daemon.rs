@@ -381,14 +381,35 @@ pub fn plan(args: PlanArgs) -> Result<()> {
     };
     let checkpoint_id = restored.as_ref().map(|c| c.checkpoint_id);
     let may_resume_from_previous = restored.as_ref().is_some_and(|c| c.previous.is_some());
-    let partitions = crate::kafka::plan::plan(&source, restored)?;
+    let mut partitions = crate::kafka::plan::plan(&source, restored)?;
+    if args.exact {
+        crate::kafka::plan_exact::count_records(&source, &mut partitions)?;
+    }
+    let total_records = partitions
+        .iter()
+        .map(|p| p.records)
+        .sum::<Option<u64>>()
+        .filter(|_| args.exact);
     let report = crate::kafka::plan::PlanReport {
         job: config.job.name.clone(),
         state: checkpoint_id.and(state_path.map(|p| p.display().to_string())),
         checkpoint_id,
         may_resume_from_previous,
         eof: kafka.eof.clone(),
+        eof_scope: kafka.eof.as_ref().map(|_| {
+            if kafka.event_time.source_wide_stop {
+                "source"
+            } else {
+                "partition"
+            }
+        }),
+        replay_speed: kafka.event_time.speed,
+        paced_seconds: kafka
+            .event_time
+            .speed
+            .and_then(|speed| crate::kafka::plan::paced_seconds(&partitions, speed)),
         total_offsets: crate::kafka::plan::total_offsets(&partitions),
+        total_records,
         partitions,
     };
     let text = if args.json {

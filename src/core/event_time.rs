@@ -92,7 +92,7 @@ pub enum Release {
 
 #[derive(Debug, Default)]
 struct SplitClock {
-    /// The first timestamp evaluated since this process started.
+    /// The timestamp of the first record evaluated since this process started.
     first: Option<i64>,
     /// The largest timestamp evaluated.
     seen: Option<i64>,
@@ -113,6 +113,8 @@ struct State {
     /// The first timestamp of the replay and the instant it is emitted at.
     anchor: Option<(i64, Instant)>,
     stop_at: Option<i64>,
+    /// The stop was logged as final: no split could still find an earlier marker.
+    stop_settled: bool,
     /// The timestamp of the first record each reader holds per split, finished splits too:
     /// what the next release waits for.
     fronts: HashMap<SplitId, i64>,
@@ -170,19 +172,37 @@ impl EventTimeClock {
 
     /// A split that finished: it holds no one back any more.
     pub fn remove(&self, id: &SplitId) {
-        if self.lock().splits.remove(id).is_some() {
+        let mut state = self.lock();
+        if state.splits.remove(id).is_some() {
+            self.settle_stop(&mut state);
+            drop(state);
             self.changed();
         }
     }
 
-    /// A reader evaluated records of `id` with timestamps from `min` to `max`; `disorder`: how
-    /// far the furthest of them ran back behind an earlier record of the split (0 if in order).
-    pub fn observe(&self, id: &SplitId, min: i64, max: i64, disorder: i64) {
+    /// Log the source-wide stop once it is final: every split still read is past it, so no
+    /// earlier end-of-stream record can move it (a marker found first may not be the earliest).
+    fn settle_stop(&self, state: &mut State) {
+        let Some(stop) = state.stop_at.filter(|_| !state.stop_settled) else {
+            return;
+        };
+        if state.splits.values().all(|s| self.watermark(s) >= stop) {
+            state.stop_settled = true;
+            info!(timestamp = stop, at = %format_millis(stop), "source-wide stop: every partition ends before this timestamp");
+        }
+    }
+
+    /// A reader evaluated records of `id`, the first of them (in the split's order) stamped
+    /// `first`, the latest `max`; `disorder`: how far the furthest of them ran back behind an
+    /// earlier record of the split (0 if in order).
+    pub fn observe(&self, id: &SplitId, first: i64, max: i64, disorder: i64) {
         let mut state = self.lock();
         let Some(split) = state.splits.get_mut(id) else {
             return;
         };
-        split.first.get_or_insert(min);
+        // the split's first record read, not the earliest of the batch it came in: how far a
+        // fetch reads ahead must not move the clock's start
+        split.first.get_or_insert(first);
         split.seen = Some(split.seen.map_or(max, |s| s.max(max)));
         split.idle = false;
         let bound = self.options.max_out_of_orderness.as_millis() as i64;
@@ -251,15 +271,18 @@ impl EventTimeClock {
         let mut state = self.lock();
         if state.stop_at.is_none_or(|t| timestamp < t) {
             let earlier = state.stop_at.replace(timestamp);
-            drop(state);
+            // the stop itself is logged once final (see settle_stop): a split not read that far
+            // yet may still hold an earlier marker
             match earlier {
                 None => {
-                    info!(timestamp, at = %format_millis(timestamp), "source-wide stop: every partition ends before this timestamp")
+                    info!(timestamp, at = %format_millis(timestamp), "end-of-stream record found: every partition is read up to it, in case one holds an earlier one")
                 }
                 Some(was) => {
-                    info!(timestamp, at = %format_millis(timestamp), was, "source-wide stop: an earlier end-of-stream record moves it")
+                    info!(timestamp, at = %format_millis(timestamp), was, "an earlier end-of-stream record found: it moves the source-wide stop")
                 }
             }
+            self.settle_stop(&mut state);
+            drop(state);
             self.changed();
         }
     }
@@ -280,7 +303,8 @@ impl EventTimeClock {
     /// Whether split `id` can evaluate no record before the source-wide stop any more: its
     /// watermark is at the stop. The reader then ends it (`source_stop`).
     pub fn is_past_stop(&self, id: &SplitId) -> bool {
-        let state = self.lock();
+        let mut state = self.lock();
+        self.settle_stop(&mut state);
         let (Some(stop), Some(split)) = (state.stop_at, state.splits.get(id)) else {
             return false;
         };

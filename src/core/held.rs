@@ -15,7 +15,15 @@ use tracing::warn;
 use super::emitter::{FilteredAt, ReaderOutput, RecordPosition};
 use super::event_time::{EventTimeClock, Release};
 use super::reader::AvailabilityFuture;
-use super::source::SplitId;
+use super::source::{FinishReason, Finished, SourceSplit, SplitId, SplitSnapshot};
+
+/// Remember `position` as where the source-wide stop ended split `id`, if it is the first.
+fn note_stopped(stopped: &mut HashMap<SplitId, i64>, id: &SplitId, position: Option<i64>) {
+    if let Some(p) = position {
+        let at = stopped.entry(id.clone()).or_insert(p);
+        *at = (*at).min(p);
+    }
+}
 
 /// Held records per split above which the split's fetching pauses (resumed below half): memory
 /// stays bounded while a paced replay waits, or a split runs ahead of the others.
@@ -55,6 +63,11 @@ pub(crate) struct HeldRecords<T> {
     purged_at: Option<i64>,
     paused: HashSet<SplitId>,
     wake_at: Option<Instant>,
+    /// Per split, the position of the first record dropped at or after the source-wide stop:
+    /// where the stop ended it, whatever was fetched past it.
+    stopped_at: HashMap<SplitId, i64>,
+    /// Per split, the timestamp of the end-of-stream record that ended it.
+    marker_times: HashMap<SplitId, i64>,
 }
 
 impl<T: RecordPosition> HeldRecords<T> {
@@ -69,6 +82,8 @@ impl<T: RecordPosition> HeldRecords<T> {
             purged_at: None,
             paused: HashSet::new(),
             wake_at: None,
+            stopped_at: HashMap::new(),
+            marker_times: HashMap::new(),
         }
     }
 
@@ -98,10 +113,10 @@ impl<T: RecordPosition> HeldRecords<T> {
         let queue = self.held.entry(id.clone()).or_default();
         let mut previous = self.previous.get(id).copied();
         let mut highest = self.highest.get(id).copied().unwrap_or(i64::MIN);
-        let (mut low, mut high, mut disorder) = (i64::MAX, i64::MIN, 0i64);
+        let (mut first, mut high, mut disorder) = (None, i64::MIN, 0i64);
         let n = records.len();
         let mut observe = |t: i64| {
-            low = low.min(t);
+            first.get_or_insert(t);
             high = high.max(t);
             disorder = disorder.max(highest.saturating_sub(t));
             highest = highest.max(t);
@@ -127,7 +142,9 @@ impl<T: RecordPosition> HeldRecords<T> {
             }
             if let (Some(t), Some(stop)) = (timestamp, stop) {
                 if t > stop || (t == stop && !is_marker) {
-                    continue; // at or after the stop: never emitted
+                    // at or after the stop: never emitted
+                    note_stopped(&mut self.stopped_at, id, record.position());
+                    continue;
                 }
             }
             queue.push_back(Held {
@@ -160,8 +177,11 @@ impl<T: RecordPosition> HeldRecords<T> {
             self.highest.insert(id.clone(), highest);
         }
         self.clock.set_front(id, front);
-        if low <= high {
-            self.clock.observe(id, low, high, disorder);
+        if let Some(first) = first {
+            self.clock.observe(id, first, high, disorder);
+        }
+        if let Some(t) = marker_time {
+            self.marker_times.insert(id.clone(), t);
         }
         match marker_time {
             Some(t) => self.clock.found_stop(t),
@@ -221,7 +241,9 @@ impl<T: RecordPosition> HeldRecords<T> {
                 }
                 Release::Drop => {
                     // at or after the stop (which moved earlier since it was held)
-                    self.pop_front(&id);
+                    if let Some(h) = self.pop_front(&id) {
+                        note_stopped(&mut self.stopped_at, &id, h.record.position());
+                    }
                     done.dropped += 1;
                 }
             }
@@ -243,7 +265,14 @@ impl<T: RecordPosition> HeldRecords<T> {
         self.purged_at = Some(stop);
         for (id, queue) in &mut self.held {
             let before = queue.len();
-            queue.retain(|h| h.timestamp.is_none_or(|t| t < stop || (t == stop && h.marker)));
+            let stopped = &mut self.stopped_at;
+            queue.retain(|h| {
+                let keep = h.timestamp.is_none_or(|t| t < stop || (t == stop && h.marker));
+                if !keep {
+                    note_stopped(stopped, id, h.record.position());
+                }
+                keep
+            });
             done.dropped += before - queue.len();
             self.clock.set_front(id, queue.front().and_then(|h| h.timestamp));
         }
@@ -257,6 +286,54 @@ impl<T: RecordPosition> HeldRecords<T> {
             self.held.remove(id);
         }
         h
+    }
+
+    /// A finished split as a checkpoint (and the end-of-run report) shows it. One that the
+    /// source-wide stop ended, that read on to its stopping offset past records the stop
+    /// dropped, or whose own end-of-stream record lies after the stop, reports `source_stop` at
+    /// its first record at or after the stop, its progress there: the same in every run,
+    /// however far its fetch read past the stop.
+    /// Without event time (`held` is `None`), the split as it is.
+    pub(crate) fn finished_snapshot<S: SourceSplit>(
+        held: Option<&Self>,
+        mut split: S,
+        finished: Option<Finished>,
+    ) -> SplitSnapshot<S> {
+        let Some(this) = held else {
+            return SplitSnapshot { split, finished };
+        };
+        let id = split.split_id();
+        let revised = match (finished, this.clock.stop_at()) {
+            (Some(f), Some(stop)) => {
+                let own_marker_later =
+                    f.reason == FinishReason::EofRecord && this.marker_times.get(&id).is_some_and(|t| *t > stop);
+                let marker = f.at.filter(|_| own_marker_later);
+                let first = match (this.stopped_at.get(&id).copied(), marker) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                // a split that read on to its stopping offset past dropped records was ended by
+                // the stop too: how far it read is the fetch's timing
+                let by_stop = matches!(f.reason, FinishReason::SourceStop | FinishReason::StoppingOffset);
+                match first {
+                    Some(at) if by_stop || own_marker_later => {
+                        if !split.rewind_to(at) {
+                            warn!(split_id = %id, at, "cannot move the split to where the source-wide stop ended it");
+                        }
+                        Some(Finished {
+                            reason: FinishReason::SourceStop,
+                            at: Some(at),
+                        })
+                    }
+                    _ => Some(f),
+                }
+            }
+            (f, _) => f,
+        };
+        SplitSnapshot {
+            split,
+            finished: revised,
+        }
     }
 
     /// Position of the first held record of `id`: where its progress stands for a checkpoint.

@@ -217,3 +217,19 @@ fn records_the_filter_rejected_move_their_splits_event_time() {
     assert_eq!(released_with(&[]), Vec::<i64>::new(), "b may still hold a marker at 5");
     assert_eq!(released_with(&rejected), vec![5, 10, 20], "30 waits for a itself");
 }
+
+#[test]
+fn pacing_starts_at_the_first_record_read_not_the_earliest_of_its_batch() {
+    // a resumed split whose first batch runs back: the clock starts at the record read first,
+    // so it goes out at once, whatever else the fetch happened to bring along
+    let mut h = held(Some(1.0), false);
+    let id: SplitId = Arc::from("resumed");
+    h.clock().register(&id);
+    h.hold(&id, vec![At(10_000), At(7_000), At(10_500)], &[], None, false);
+    let mut out = ReaderOutput::new(None, false);
+    assert_eq!(
+        h.release(&mut out).count,
+        2,
+        "the first record and the older one go out at once; 10.5 s is due 0.5 s later"
+    );
+}

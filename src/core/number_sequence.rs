@@ -26,6 +26,11 @@ pub struct NumberSequenceSplit {
     pub next_offset: u64,
     /// The end of the range (exclusive).
     pub end: u64,
+    /// Only the numbers whose record falls in this partition (the data generator's
+    /// `source.partitions`): the split scans the whole range in order and keeps those, so one
+    /// reader writes each partition in index order. `None`: every number of the range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<u32>,
 }
 
 impl SourceSplit for NumberSequenceSplit {
@@ -38,16 +43,20 @@ impl SourceSplit for NumberSequenceSplit {
     }
 
     fn describe(&self) -> String {
+        let of = match self.partition {
+            Some(p) => format!(" (partition {p}'s records)"),
+            None => String::new(),
+        };
         if self.end == u64::MAX {
-            format!("next_offset {} (no end)", self.next_offset)
+            format!("next_offset {} (no end){of}", self.next_offset)
         } else {
-            format!("next_offset {} of {}", self.next_offset, self.end)
+            format!("next_offset {} of {}{of}", self.next_offset, self.end)
         }
     }
 }
 
 impl NumberSequenceSplit {
-    /// Numbers left to emit.
+    /// Numbers left to emit (to scan, for a partition's split).
     pub fn left(&self) -> u64 {
         self.end.saturating_sub(self.next_offset)
     }
@@ -63,6 +72,7 @@ pub fn split_range(from: u64, to: u64, n: usize) -> Vec<NumberSequenceSplit> {
             id: i.to_string(),
             next_offset: from + total * i / n,
             end: from + total * (i + 1) / n,
+            partition: None,
         })
         .collect()
 }

@@ -453,10 +453,7 @@ where
                     }
                     SplitSnapshot { split, finished: None }
                 }
-                None => SplitSnapshot {
-                    split: e.split.clone(),
-                    finished: e.finished,
-                },
+                None => HeldRecords::finished_snapshot(held, e.split.clone(), e.finished),
             })
             .collect();
         snapshot.sort_by_key(|s| s.split.split_id());

@@ -67,6 +67,15 @@ pub struct RawDatagenSource {
     pub end_marker: Option<RawEndMarker>,
     /// Records generated per batch.
     pub batch_size: Option<i64>,
+    /// The target topic's partition count, to write each partition in index order (so in
+    /// timestamp order with a `timestamp` field that grows with the index, as an exchange feed
+    /// is) at any parallelism: each record is stamped with the partition the Kafka sink picks for
+    /// its key by default (librdkafka's CRC-32 partitioner; a keyless record by its index), and one
+    /// split per partition generates that partition's records, so one reader writes each
+    /// partition. With a Kafka sink set `preserve_partition = true`, so another `partitioner`
+    /// property cannot move them. Omit: readers generate contiguous index ranges,
+    /// and a partition several of them write interleaves their ranges.
+    pub partitions: Option<i64>,
 }
 
 /// `source.end_marker`
@@ -97,6 +106,8 @@ pub struct DatagenConfig {
     pub wire_schema: Option<WireSchema>,
     pub end_marker: Option<Record>,
     pub batch_size: usize,
+    /// `source.partitions`.
+    pub partitions: Option<u32>,
 }
 
 fn validate_datagen(raw: RawDatagenSource) -> Result<DatagenConfig> {
@@ -104,6 +115,16 @@ fn validate_datagen(raw: RawDatagenSource) -> Result<DatagenConfig> {
         None => None,
         Some(c) if c >= 0 => Some(c as u64),
         Some(c) => return Err(Error::config("source.count", format!("must be 0 or more, not {c}"))),
+    };
+    let partitions = match raw.partitions {
+        None => None,
+        Some(p) if (1..=i64::from(i32::MAX)).contains(&p) => Some(p as u32),
+        Some(p) => {
+            return Err(Error::config(
+                "source.partitions",
+                format!("must be 1 or more (the target topic's partition count), not {p}"),
+            ))
+        }
     };
     if let Some(rate) = raw.rate {
         if !(rate > 0.0 && rate.is_finite()) {
@@ -243,6 +264,7 @@ fn validate_datagen(raw: RawDatagenSource) -> Result<DatagenConfig> {
         wire_schema,
         end_marker,
         batch_size,
+        partitions,
     })
 }
 
@@ -269,6 +291,7 @@ impl DatagenConfig {
             "seed": self.generator.seed,
             "format": self.generator.format.to_string(),
             "fields": format!("template {digest:016x}"),
+            "partitions": self.partitions,
         })
     }
 }
@@ -332,6 +355,11 @@ impl SourceConnector for DatagenConfig {
             "source datagen: {count}, {rate}, seed {}, format {}",
             g.seed, g.format
         )];
+        if let Some(p) = self.partitions {
+            lines.push(format!(
+                "  {p} partitions by key, each generated in index order by one reader"
+            ));
+        }
         let fields = match &g.fields {
             super::template::Gen::Object(fields) => {
                 fields.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
@@ -397,6 +425,7 @@ impl SourceConnector for DatagenConfig {
             count: self.count,
             rate: self.rate,
             splits: ctx.job.parallelism,
+            partitions: self.partitions,
             batch_size: self.batch_size,
             instance: ctx.job.instance,
             fingerprint: Some(self.fingerprint()),

@@ -4,6 +4,7 @@
 
 mod compile;
 pub mod config;
+pub mod partition;
 pub mod rate;
 pub mod template;
 mod text;
@@ -156,8 +157,13 @@ pub struct DatagenSettings {
     pub count: Option<u64>,
     /// Records per second for the whole source; `None` for as fast as possible.
     pub rate: Option<f64>,
-    /// Number of splits (the job's parallelism).
+    /// Number of splits (the job's parallelism), unless `partitions` is set.
     pub splits: usize,
+    /// The target topic's partition count: one split per partition, each scanning the whole
+    /// index range in order and keeping the records whose key falls in its partition (stamped
+    /// with it), so each partition is written by one reader in index order. `None`: contiguous
+    /// index ranges, which interleave in a partition when several readers write it.
+    pub partitions: Option<u32>,
     /// Records generated per fetch (and per batch).
     pub batch_size: usize,
     /// This process's share when the job runs as several instances: the index range is cut into
@@ -211,6 +217,19 @@ impl Source for DataGeneratorSource {
     fn create_enumerator(&self) -> Result<Self::Enumerator> {
         let end = self.settings.count.unwrap_or(u64::MAX);
         let instance = self.settings.instance;
+        if let Some(partitions) = self.settings.partitions {
+            return Ok(IteratorEnumerator::new(
+                (0..partitions)
+                    .filter(|p| instance.owns(u64::from(*p)))
+                    .map(|p| NumberSequenceSplit {
+                        id: format!("p{p}"),
+                        next_offset: 0,
+                        end,
+                        partition: Some(p),
+                    })
+                    .filter(|s| s.left() > 0),
+            ));
+        }
         let ranges = split_range(0, end, self.settings.splits * instance.count.max(1));
         Ok(IteratorEnumerator::new(
             ranges
@@ -235,7 +254,7 @@ impl Source for DataGeneratorSource {
         let Some(now) = &self.settings.fingerprint else {
             return Ok(());
         };
-        for key in ["count", "seed", "format", "fields"] {
+        for key in ["count", "seed", "format", "fields", "partitions"] {
             let (was, is) = (&stored[key], &now[key]);
             if was != is {
                 let what = |v: &Value| match v {
@@ -264,11 +283,12 @@ impl Source for DataGeneratorSource {
         let generator = Arc::clone(&self.generator);
         let limiter = self.limiter.clone();
         let batch = self.settings.batch_size.max(1);
+        let partitions = self.settings.partitions;
         let index = context.index;
         let factory = Box::new(move || {
             let mut g = generator();
             g.open(index)?;
-            Ok(GeneratorSplitReader::new(g, limiter.clone(), batch))
+            Ok(GeneratorSplitReader::new(g, limiter.clone(), batch, partitions))
         });
         Ok(SourceReaderBase::new(factory, IndexEmitter, options))
     }
@@ -297,18 +317,26 @@ pub struct GeneratorSplitReader {
     generator: Box<dyn GeneratorFunction>,
     limiter: Option<Arc<RateLimiter>>,
     batch: u64,
+    /// `source.partitions`: the partition count its partitions' splits filter by.
+    partitions: Option<u32>,
     /// Slots claimed from the rate but not generated yet (a wake-up interrupted the wait).
     claimed: Option<(u64, Instant)>,
     sleep: WakeableSleep,
 }
 
 impl GeneratorSplitReader {
-    fn new(generator: Box<dyn GeneratorFunction>, limiter: Option<Arc<RateLimiter>>, batch: usize) -> Self {
+    fn new(
+        generator: Box<dyn GeneratorFunction>,
+        limiter: Option<Arc<RateLimiter>>,
+        batch: usize,
+        partitions: Option<u32>,
+    ) -> Self {
         GeneratorSplitReader {
             splits: VecDeque::new(),
             generator,
             limiter,
             batch: batch as u64,
+            partitions,
             claimed: None,
             sleep: WakeableSleep::new(),
         }
@@ -342,14 +370,32 @@ impl SplitReader for GeneratorSplitReader {
         let Some(split) = self.splits.front_mut() else {
             return Ok(batch);
         };
+        // a partition's split keeps about 1 in `partitions` of the indices it scans: it scans
+        // until it has its n records, and at most `partitions` batches' worth (a partition no key
+        // falls in must not scan an unbounded range in one fetch)
+        let filter = split.partition.zip(self.partitions);
+        let scan = match filter {
+            Some((_, partitions)) => n.saturating_mul(u64::from(partitions).max(1)),
+            None => n,
+        };
+        let last = split.end.min(split.next_offset.saturating_add(scan));
         let mut records = Vec::with_capacity(n as usize);
-        for i in split.next_offset..split.next_offset + n {
-            records.push(self.generator.map(i).map_err(|e| match e {
+        let mut i = split.next_offset;
+        while i < last && (records.len() as u64) < n {
+            let mut record = self.generator.map(i).map_err(|e| match e {
                 Error::Runtime { .. } => e,
                 other => Error::runtime(format!("generating record {i}"), other),
-            })?);
+            })?;
+            i += 1;
+            if let Some((mine, partitions)) = filter {
+                if partition::partition_of(record.key.as_deref(), i - 1, partitions) != mine {
+                    continue;
+                }
+                record.partition = Some(mine as i32);
+            }
+            records.push(record);
         }
-        split.next_offset += n;
+        split.next_offset = i;
         batch.records.push((split.split_id(), records));
         if split.next_offset >= split.end {
             batch.finished.push((split.split_id(), FinishReason::StoppingOffset));

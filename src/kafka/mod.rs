@@ -15,6 +15,7 @@ pub mod enumerator;
 mod live_split;
 pub mod offsets;
 pub mod plan;
+pub mod plan_exact;
 mod restore;
 pub mod split;
 pub mod split_reader;

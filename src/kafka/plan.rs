@@ -42,6 +42,10 @@ pub struct PartitionPlan {
     /// Already finished, by a restored state: why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finished: Option<String>,
+    /// With `--exact`: the records a run reads between start and stop (`read_committed`),
+    /// counted by reading them; `None` otherwise or for an unbounded partition.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records: Option<u64>,
 }
 
 /// How long looking up the edge timestamps may take in all, before they are left out.
@@ -128,12 +132,22 @@ pub fn plan(source: &KafkaSource, restored: Option<KafkaCheckpoint>) -> Result<V
             first_timestamp: None,
             last_timestamp: None,
             finished,
+            records: None,
         })
         .collect();
     if let Err(e) = edge_timestamps(source, &mut plan) {
         tracing::warn!(error = %e, "the first and last timestamps could not be read; the plan leaves them out");
     }
     Ok(plan)
+}
+
+/// How long a replay paced at `speed` takes over the planned event time: the earliest first
+/// timestamp of the partitions left to read to the latest last one, over `speed`, in seconds.
+pub fn paced_seconds(plan: &[PartitionPlan], speed: f64) -> Option<f64> {
+    let left = plan.iter().filter(|p| p.finished.is_none());
+    let first = left.clone().filter_map(|p| p.first_timestamp).min()?;
+    let last = left.filter_map(|p| p.last_timestamp).max()?;
+    Some((last - first).max(0) as f64 / 1000.0 / speed)
 }
 
 /// The sum of the offsets to read; `None` if a partition is unbounded.
@@ -266,9 +280,23 @@ pub struct PlanReport {
     pub may_resume_from_previous: bool,
     /// The end-of-stream expression: a partition may end earlier, at its first match.
     pub eof: Option<String>,
+    /// `partition` (each partition at its own marker) or `source` (the first marker in any
+    /// partition ends every partition at its timestamp); with `eof` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eof_scope: Option<&'static str>,
+    /// The event-time pacing factor, when paced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_speed: Option<f64>,
+    /// How long the paced replay of the planned event time takes: from the earliest first
+    /// timestamp to the latest last one, over `replay_speed` (less if a marker ends it sooner).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paced_seconds: Option<f64>,
     pub partitions: Vec<PartitionPlan>,
     /// Offsets to read in all; `None` when a partition is unbounded.
     pub total_offsets: Option<u64>,
+    /// With `--exact`: the records to read in all, when every partition is bounded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_records: Option<u64>,
 }
 
 impl PlanReport {
@@ -343,9 +371,43 @@ impl PlanReport {
             ),
             None => format!("total: unbounded ({n} partitions; no stopping offsets)\n"),
         });
-        if let Some(eof) = &self.eof {
+        if let Some(records) = self.total_records {
+            let each: Vec<String> = self
+                .partitions
+                .iter()
+                .filter_map(|p| p.records.map(|r| format!("{}:{} {}", p.topic, p.partition, count(r))))
+                .collect();
             out.push_str(&format!(
+                "exactly {} records to read (read_committed, counted by reading the ranges): {}\n",
+                count(records),
+                each.join(", ")
+            ));
+        }
+        match (&self.eof, self.eof_scope) {
+            (Some(eof), Some("source")) => out.push_str(&format!(
+                "the first record matching `{eof}` in any partition ends every partition at its timestamp (eof_scope = \"source\"), if any\n"
+            )),
+            (Some(eof), _) => out.push_str(&format!(
                 "each partition ends earlier at its first record matching `{eof}`, if any\n"
+            )),
+            (None, _) => {}
+        }
+        if let (Some(speed), Some(secs)) = (self.replay_speed, self.paced_seconds) {
+            let round = |d: f64| humantime::format_duration(Duration::from_secs(d.max(0.0).round() as u64));
+            // a minute or less to a tenth of a second: "6.5s", not "6s"
+            let took = if secs < 60.0 {
+                format!("{secs:.1}s")
+            } else {
+                round(secs).to_string()
+            };
+            out.push_str(&format!(
+                "paced at {speed}x: {} of event time in about {took}{}\n",
+                round(secs * speed),
+                if self.eof.is_some() {
+                    " (less if a marker ends it sooner)"
+                } else {
+                    ""
+                }
             ));
         }
         if self.may_resume_from_previous {

@@ -243,8 +243,8 @@ fn a_source_wide_stop_waits_for_an_open_transaction_holding_records_before_it() 
     producer.send(&topic, &record(0, 2, "TRADE", close - 1));
     producer.send(&topic, &record(0, 3, "MARKET_CLOSE", close));
     producer.flush();
-    wait_until("the source-wide stop", MINUTE, || {
-        daemon.log_text().contains("source-wide stop")
+    wait_until("the close found", MINUTE, || {
+        daemon.log_text().contains("end-of-stream record found")
     });
     // give the job every chance to take partition 1 as caught up: past the close by the grace,
     // then two more checkpoints (each wakes every reader), or the end of the job
@@ -274,4 +274,88 @@ fn a_source_wide_stop_waits_for_an_open_transaction_holding_records_before_it() 
         vec![1, 2, 10, 11, 12],
         "the open transaction's records are before the close\n{log}"
     );
+}
+
+/// What ended each split under a source-wide stop, and where, is the same in every run however
+/// far each fetch read: the split whose marker is the stop reports `eof_record` at it; one whose
+/// own marker comes later, or that has none, reports `source_stop` at its first record at or
+/// after the stop, its position there. The stop is logged once, when final.
+#[test]
+fn each_split_reports_what_ended_it_at_the_same_position_in_every_run() {
+    const OPEN: i64 = 1_795_789_800_000;
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("stop-report", 3);
+    let close = OPEN + 20_000;
+    let mut records = Vec::new();
+    // partition 0: a trade every 100 ms, its own close later, at +25 s
+    for i in 0..300u64 {
+        let t = OPEN + i as i64 * 100;
+        if t == OPEN + 25_000 {
+            records.push(record(0, 9_000_000, "MARKET_CLOSE", t));
+        }
+        records.push(record(0, i, "TRADE", t));
+    }
+    // partition 1: a trade every 100 ms, the close (the stop) at +20 s, trades after it
+    for i in 0..300u64 {
+        let t = OPEN + i as i64 * 100;
+        if t == close {
+            records.push(record(1, 9_000_001, "MARKET_CLOSE", t));
+        }
+        records.push(record(1, 1_000 + i, "TRADE", t + 1));
+    }
+    // partition 2: no close, a trade every 250 ms, one at the very millisecond of the stop
+    for i in 0..120u64 {
+        records.push(record(2, 2_000 + i, "TRADE", OPEN + i as i64 * 250));
+    }
+    kafka.produce(&topic, &records);
+    let mut reports = Vec::new();
+    for parallelism in [3, 1] {
+        let dir = JobDir::new();
+        let cfg = dir.config(&config(
+            &kafka,
+            &topic,
+            parallelism,
+            "1s",
+            "stopping_offsets = \"latest\"\nreplay_speed = 1000.0",
+        ));
+        let (code, log) = run(&cfg, &[], MINUTE);
+        assert_eq!(code, 0, "{log}");
+        assert_eq!(
+            log.matches("source-wide stop: every partition ends").count(),
+            1,
+            "the stop logged once, when final:\n{log}"
+        );
+        assert!(log.contains("2026-11-27T14:30:20.000Z"), "{log}");
+        let out = std::process::Command::new(binary())
+            .args(["state", "show"])
+            .arg(dir.path("job.state"))
+            .output()
+            .unwrap();
+        let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut ended: Vec<(i64, String, i64, i64)> = state["splits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["split"]["partition"].as_i64().unwrap(),
+                    s["finished"]["reason"].as_str().unwrap_or("-").to_string(),
+                    s["finished"]["at"].as_i64().unwrap_or(-1),
+                    s["split"]["next_offset"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        ended.sort();
+        reports.push(ended);
+    }
+    let expected = vec![
+        // its first trade at or after +20 s is offset 200 (its own close at offset 250)
+        (0, "source_stop".to_string(), 200, 200),
+        // the close at offset 200 is the stop
+        (1, "eof_record".to_string(), 200, 201),
+        // the trade at +20 s is offset 80
+        (2, "source_stop".to_string(), 80, 80),
+    ];
+    assert_eq!(reports[0], expected, "at parallelism 3");
+    assert_eq!(reports[1], expected, "at parallelism 1");
 }

@@ -251,3 +251,90 @@ fn plan_exits_as_validate_does() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("tidegate validate"), "{stderr}");
 }
+
+/// A paced replay that ends source-wide: the plan says the first marker in any partition ends
+/// every partition, and how long the pacing takes for the event time planned.
+#[test]
+fn plan_shows_a_source_wide_stop_and_the_duration_of_a_paced_replay() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("plan-paced", 2);
+    // an hour of event time: record i at BASE + i minutes, 61 records
+    let produced: Vec<TestRecord> = (0..61i64)
+        .map(|i| TestRecord::to((i % 2) as i32, i.to_string()).at(BASE + i * 60_000))
+        .collect();
+    kafka.produce(&topic, &produced);
+    let dir = JobDir::new();
+    let config = dir.config(&replay_config(
+        &kafka,
+        &topic,
+        FILE_SINK,
+        "stopping_offsets = \"latest\"\neof = 'value == \"60\"'\neof_scope = \"source\"\nreplay_speed = 60.0",
+        "1s",
+    ));
+    let (code, json, stderr) = plan(&config, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(json["eof_scope"], "source", "{json}");
+    assert_eq!(json["replay_speed"].as_f64(), Some(60.0), "{json}");
+    // 60 minutes of event time at 60x: a minute
+    assert_eq!(json["paced_seconds"].as_f64(), Some(60.0), "{json}");
+    let text = Command::new(binary())
+        .args(["plan", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("ends every partition") && !text.contains("each partition ends earlier"),
+        "{text}"
+    );
+    assert!(text.contains("paced at 60x: 1h of event time in about 1m"), "{text}");
+}
+
+/// `plan --exact` counts the records a run reads (read_committed: no transaction markers, no
+/// aborted records) beside the offsets, which stay the default's upper bound.
+#[test]
+fn plan_exact_counts_the_committed_records_beside_the_offsets() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("plan-exact", 2);
+    // committed 0..40, aborted 40..60, plain 60..80, committed 80..100: 80 records to read
+    kafka.produce_transactions(&topic, &[(records(0, 40), true), (records(40, 60), false)]);
+    kafka.produce(&topic, &records(60, 80));
+    kafka.produce_transactions(&topic, &[(records(80, 100), true)]);
+    let dir = JobDir::new();
+    let config = dir.config(&replay_config(
+        &kafka,
+        &topic,
+        FILE_SINK,
+        "stopping_offsets = \"latest\"",
+        "200ms",
+    ));
+    let (code, bound, stderr) = plan(&config, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(bound["total_offsets"].as_u64(), Some(106));
+    assert_eq!(
+        bound["total_records"],
+        serde_json::Value::Null,
+        "counted only when asked"
+    );
+    let (code, exact, stderr) = plan(&config, &["--exact"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(exact["total_offsets"].as_u64(), Some(106), "{exact}");
+    assert_eq!(exact["total_records"].as_u64(), Some(80), "{exact}");
+    for p in exact["partitions"].as_array().unwrap() {
+        assert_eq!(p["records"].as_u64(), Some(40), "{p}");
+    }
+    let text = Command::new(binary())
+        .args(["plan", "--exact", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("total: 106 offsets") && text.contains("exactly 80 records"),
+        "{text}"
+    );
+    // and a run reads as many
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(read_jsonl(&dir.path("out.jsonl")).len(), 80);
+}
