@@ -54,6 +54,8 @@ pub trait RecordEmitter<E, T, S>: Send {
 pub(crate) struct FilteredAt {
     pub(crate) after: usize,
     pub(crate) timestamp: Option<i64>,
+    /// Its position: where a source-wide stop at or before it ends its split.
+    pub(crate) position: Option<i64>,
 }
 
 /// Where records go when a reader emits them; applies the end-of-stream evaluator
@@ -135,6 +137,7 @@ impl<T: RecordPosition> ReaderOutput<T> {
             at.push(FilteredAt {
                 after: self.records.len(),
                 timestamp: record.timestamp(),
+                position: record.position(),
             });
         }
         if let Some(eof) = self.eof.as_ref().filter(|_| evaluate) {

@@ -32,7 +32,12 @@ pub(crate) const PAUSE_ABOVE: usize = 8192;
 const RELEASE_PER_POLL: usize = 4096;
 
 struct Held<T> {
-    record: T,
+    /// `None`: a record the filter rejected. It is held in its place all the same, so that it
+    /// goes by the clock and the stop exactly as it would unfiltered (the split's progress and
+    /// where a source-wide stop ends it do not depend on the filter), and is never emitted.
+    record: Option<T>,
+    /// Its position (the record's own, or the rejected record's).
+    position: Option<i64>,
     /// Its own timestamp, or the one of the record before it in its split; `None` when neither
     /// exists (it goes out at once, see [`HeldRecords::hold`]).
     timestamp: Option<i64>,
@@ -124,15 +129,27 @@ impl<T: RecordPosition> HeldRecords<T> {
         // an end-of-stream record without a timestamp takes its predecessor's too
         let mut marker_time = None;
         let mut rejected = filtered.iter().peekable();
-        for (i, record) in records.into_iter().enumerate() {
-            while let Some(f) = rejected.next_if(|f| f.after <= i) {
-                if let Some(t) = f.timestamp {
-                    previous = Some(t);
-                    observe(t);
-                }
-            }
-            let timestamp = record.timestamp().or(previous);
-            let is_marker = marker_kept && marker.is_some() && i + 1 == n;
+        let mut records = records.into_iter().enumerate().peekable();
+        loop {
+            // in their split's order: the rejected records before the next kept one first
+            let next_kept = records.peek().map(|(i, _)| *i);
+            let (record, timestamp, position, is_marker) =
+                match rejected.next_if(|f| next_kept.is_none_or(|i| f.after <= i)) {
+                    Some(f) => (None, f.timestamp.or(previous), f.position, false),
+                    None => match records.next() {
+                        Some((i, record)) => {
+                            let timestamp = record.timestamp().or(previous);
+                            let position = record.position();
+                            (
+                                Some(record),
+                                timestamp,
+                                position,
+                                marker_kept && marker.is_some() && i + 1 == n,
+                            )
+                        }
+                        None => break,
+                    },
+                };
             if let Some(t) = timestamp {
                 previous = Some(t);
                 observe(t);
@@ -143,21 +160,16 @@ impl<T: RecordPosition> HeldRecords<T> {
             if let (Some(t), Some(stop)) = (timestamp, stop) {
                 if t > stop || (t == stop && !is_marker) {
                     // at or after the stop: never emitted
-                    note_stopped(&mut self.stopped_at, id, record.position());
+                    note_stopped(&mut self.stopped_at, id, position);
                     continue;
                 }
             }
             queue.push_back(Held {
                 record,
+                position,
                 timestamp,
                 marker: is_marker,
             });
-        }
-        for f in rejected {
-            if let Some(t) = f.timestamp {
-                previous = Some(t);
-                observe(t);
-            }
         }
         if let Some(m) = marker.filter(|_| !marker_kept) {
             marker_time = m.or(previous);
@@ -215,8 +227,8 @@ impl<T: RecordPosition> HeldRecords<T> {
             }
             let Some(timestamp) = timestamp else {
                 // no event time: at once, the clock untouched
-                if let Some(h) = self.pop_front(&id) {
-                    output.collect_unevaluated(h.record);
+                if let Some(record) = self.pop_front(&id).and_then(|h| h.record) {
+                    output.collect_unevaluated(record);
                     done.count += 1;
                 }
                 continue;
@@ -224,11 +236,13 @@ impl<T: RecordPosition> HeldRecords<T> {
             match self.clock.release(timestamp, now, marker) {
                 Release::Now => {
                     let Some(h) = self.pop_front(&id) else { break };
+                    // a rejected record: its time has come, and it goes nowhere
+                    let Some(record) = h.record else { continue };
                     let last = self.last_emitted.entry(id).or_insert(i64::MIN);
                     let late = timestamp < *last;
                     *last = (*last).max(timestamp);
                     self.clock.emitted(timestamp, late);
-                    output.collect_unevaluated(h.record);
+                    output.collect_unevaluated(record);
                     done.count += 1;
                 }
                 Release::At(at) => {
@@ -242,7 +256,7 @@ impl<T: RecordPosition> HeldRecords<T> {
                 Release::Drop => {
                     // at or after the stop (which moved earlier since it was held)
                     if let Some(h) = self.pop_front(&id) {
-                        note_stopped(&mut self.stopped_at, &id, h.record.position());
+                        note_stopped(&mut self.stopped_at, &id, h.position);
                     }
                     done.dropped += 1;
                 }
@@ -269,7 +283,7 @@ impl<T: RecordPosition> HeldRecords<T> {
             queue.retain(|h| {
                 let keep = h.timestamp.is_none_or(|t| t < stop || (t == stop && h.marker));
                 if !keep {
-                    note_stopped(stopped, id, h.record.position());
+                    note_stopped(stopped, id, h.position);
                 }
                 keep
             });
@@ -338,7 +352,7 @@ impl<T: RecordPosition> HeldRecords<T> {
 
     /// Position of the first held record of `id`: where its progress stands for a checkpoint.
     pub(crate) fn first_position(&self, id: &SplitId) -> Option<i64> {
-        self.held.get(id)?.front()?.record.position()
+        self.held.get(id)?.front()?.position
     }
 
     pub(crate) fn is_empty(&self) -> bool {

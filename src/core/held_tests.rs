@@ -208,14 +208,42 @@ fn records_the_filter_rejected_move_their_splits_event_time() {
         FilteredAt {
             after: 1,
             timestamp: Some(25),
+            position: Some(25),
         },
         FilteredAt {
             after: 1,
             timestamp: Some(40),
+            position: Some(40),
         },
     ];
     assert_eq!(released_with(&[]), Vec::<i64>::new(), "b may still hold a marker at 5");
     assert_eq!(released_with(&rejected), vec![5, 10, 20], "30 waits for a itself");
+}
+
+#[test]
+fn a_rejected_record_past_a_stop_found_later_is_where_its_split_stopped() {
+    // a holds 10 and 20, and rejected records at 22 and 30, before b's marker at 21 is known:
+    // the stop ends a at the rejected 22, as it would unfiltered, not past everything fetched
+    let mut h = held(None, true);
+    let (a, b): (SplitId, SplitId) = (Arc::from("a"), Arc::from("b"));
+    h.clock().register(&a);
+    h.clock().register(&b);
+    let rejected = [22, 30].map(|t| FilteredAt {
+        after: 2,
+        timestamp: Some(t),
+        position: Some(t),
+    });
+    h.hold(&a, vec![At(10), At(20)], &rejected, None, false);
+    h.hold(&b, vec![At(5)], &[], Some(Some(21)), false);
+    h.clock().remove(&b);
+    let mut out = ReaderOutput::new(None, false);
+    h.release(&mut out);
+    assert_eq!(
+        out.take_records().iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![5, 10, 20]
+    );
+    assert_eq!(h.stopped_at.get(&a).copied(), Some(22));
+    assert!(h.is_empty());
 }
 
 #[test]
