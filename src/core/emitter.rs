@@ -149,6 +149,26 @@ impl<T: RecordPosition> ReaderOutput<T> {
         }
     }
 
+    /// Whether `record` is an end-of-stream record, without collecting it.
+    pub fn is_end_of_stream(&self, record: &T) -> bool {
+        self.ended_at.is_none() && self.eof.as_ref().is_some_and(|eof| eof.is_end_of_stream(record))
+    }
+
+    /// Whether an end-of-stream record is emitted (`eof_emit_marker`).
+    pub fn emits_marker(&self) -> bool {
+        self.emit_marker
+    }
+
+    /// End the split at an end-of-stream record that is not emitted (the decode-error policy
+    /// had it: the sink could not take it), at its `position` and `timestamp`.
+    pub fn end_without_marker(&mut self, position: Option<i64>, timestamp: Option<i64>) {
+        if self.ended_at.is_none() {
+            self.ended_at = Some(position);
+            self.marker_timestamp = timestamp;
+            self.marker_kept = false;
+        }
+    }
+
     /// Emit a record that is not data for the evaluator (a dead letter): never an end of stream.
     pub fn collect_unevaluated(&mut self, record: T) {
         if self.ended_at.is_none() {

@@ -235,10 +235,20 @@ impl RecordEmitter<Record, Record, KafkaPartitionSplit> for KafkaRecordEmitter {
                 return self.reject(record, Decoded::ALL, output, split, offset);
             }
         }
-        // a record the sink cannot route (a topic template) follows the decode-error policy
+        // a record the sink cannot route (a topic template) follows the decode-error policy; an
+        // end-of-stream record that is not written needs no route, and one that is still ends
+        // its split, whatever the policy does with it
         if let Some(check) = &self.sink_check {
             if let Err(message) = check(&record) {
-                return self.undecodable(DecodeError::Invalid(message), record, output, split, offset);
+                let marker = output.is_end_of_stream(&record);
+                if !marker || output.emits_marker() {
+                    let (position, timestamp) = (record.offset, record.timestamp);
+                    self.undecodable(DecodeError::Invalid(message), record, output, split, offset)?;
+                    if marker {
+                        output.end_without_marker(position, timestamp);
+                    }
+                    return Ok(());
+                }
             }
         }
         // the lag gauge needs a clock read: one in 1024 records is plenty for a gauge

@@ -111,3 +111,37 @@ fn the_end_of_stream_sees_a_rejected_record_decoded_for_it() {
         assert_eq!((out.take_filtered(), split.next_offset), (2, 3));
     }
 }
+
+#[test]
+fn a_marker_the_sink_cannot_route_still_ends_its_split() {
+    // a topic template needs a header the marker lacks: a marker that is not written needs no
+    // route; one that is follows the decode policy, and the split ends there either way
+    let check: crate::connector::RecordCheck = Arc::new(|r: &Record| {
+        if r.headers.iter().any(|h| h.key == "route") {
+            Ok(())
+        } else {
+            Err("no header route".to_string())
+        }
+    });
+    for (emit_marker, policy) in [
+        (false, DecodeErrorPolicy::Fail),
+        (true, DecodeErrorPolicy::Skip),
+        (true, DecodeErrorPolicy::DeadLetter),
+    ] {
+        let decoder = crate::format::simple_decoder(ValueFormat::Json).expect("the JSON decoder");
+        let mut e =
+            KafkaRecordEmitter::new(decoder, policy, KafkaMetrics::noop().reader(0)).sink_check(Some(check.clone()));
+        let mut out = ReaderOutput::new(eof("value.type == 'CLOSE'"), emit_marker);
+        let mut split = KafkaPartitionSplit::new("t", 0, 0, None);
+        let mut routed = record(0, br#"{"type":"T"}"#, "eu");
+        routed.headers.push(Header {
+            key: "route".into(),
+            value: Some(b"x".to_vec()),
+        });
+        e.emit_record(routed, &mut out, &mut split).unwrap();
+        e.emit_record(record(1, br#"{"type":"CLOSE"}"#, "eu"), &mut out, &mut split)
+            .unwrap_or_else(|err| panic!("emit_marker {emit_marker}, {policy:?}: {err}"));
+        assert!(out.is_end_of_split(), "emit_marker {emit_marker}, {policy:?}");
+        assert_eq!(split.next_offset, 2);
+    }
+}
