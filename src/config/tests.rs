@@ -197,6 +197,17 @@ fn property_secrets_come_from_files_and_unset_variables_are_named() {
         k.settings.properties.get("sasl.password").map(String::as_str),
         Some("s3cret")
     );
+    // a value from a secret file or variable is shown as `***`, whatever its name
+    let text = format!(
+        "{BASE}\n[source.properties]\n\"client.id\" = {{ file = {:?} }}\n",
+        secret.display().to_string()
+    );
+    let c = load(&write(&dir, &text), &[]).unwrap();
+    let SourceConfig::Kafka(k) = c.source else { panic!() };
+    assert_eq!(
+        crate::kafka::client::redacted(&k.settings.properties)["client.id"],
+        "***"
+    );
     let e = error_of(
         &BASE.replace(
             "type = \"null\"",

@@ -209,7 +209,11 @@ pub fn properties(section: &str, map: BTreeMap<String, PropertyValue>) -> Result
     map.into_iter()
         .map(|(k, v)| {
             let value = match &v {
-                PropertyValue::Secret(secret) => secret.resolve(&format!("{section}.properties.\"{k}\""))?,
+                PropertyValue::Secret(secret) => {
+                    // shown as `***` wherever properties are, whatever its name
+                    crate::kafka::client::mark_secret(&k);
+                    secret.resolve(&format!("{section}.properties.\"{k}\""))?
+                }
                 other => other.to_string(),
             };
             Ok((k, value))

@@ -127,6 +127,17 @@ impl RegistrySettings {
                 format!("{:?} is not an http:// or https:// URL", table.url),
             ));
         }
+        // `https://user:password@host`: the URL is shown in logs and errors, so the secret would be
+        let authority = table
+            .url
+            .split_once("://")
+            .map_or("", |(_, rest)| rest.split('/').next().unwrap_or(""));
+        if authority.contains('@') {
+            return Err(Error::config(
+                url_key,
+                "credentials in the URL would be shown wherever the URL is; set username and password (or its file or env form) instead",
+            ));
+        }
         let mut settings = RegistrySettings::from_url(&table.url);
         settings.password = match &table.password {
             Some(p) => Some(Password(p.resolve(&format!("{key}.password"))?)),
@@ -189,14 +200,21 @@ pub enum RegistryError {
     Tls(String),
     /// Out of reach (no connection, a 5xx): worth retrying.
     Unreachable(String),
-    /// The registry answered no (an unknown schema id, an incompatible schema).
+    /// The registry answered no (an incompatible schema, a request it refuses).
     Rejected { status: Option<u16>, message: String },
+    /// The registry has no schema by that id (HTTP 404 with `error_code` 40403): a record that
+    /// names it is undecodable. Any other refusal of a lookup fails the job instead, never the
+    /// record: a wrong API root (a bare 404), an unparsable answer, a proxy's page.
+    UnknownSchema(String),
 }
 
 impl std::fmt::Display for RegistryError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RegistryError::Refused(m) | RegistryError::Tls(m) | RegistryError::Unreachable(m) => f.write_str(m),
+            RegistryError::Refused(m)
+            | RegistryError::Tls(m)
+            | RegistryError::Unreachable(m)
+            | RegistryError::UnknownSchema(m) => f.write_str(m),
             RegistryError::Rejected { message, .. } => f.write_str(message),
         }
     }
@@ -248,7 +266,14 @@ fn classify(settings: &RegistrySettings, e: &SRCError) -> RegistryError {
             settings.who(),
             status.unwrap_or_default()
         )),
-        Some(s) if s >= 500 => RegistryError::Unreachable(format!("the schema registry {}: {detail}", settings.url)),
+        // a 5xx, or a registry that asks to be called later (408 timeout, 429 rate limit)
+        Some(s) if s >= 500 || s == 408 || s == 429 => {
+            RegistryError::Unreachable(format!("the schema registry {}: {detail}", settings.url))
+        }
+        Some(404) if detail.contains("40403") => RegistryError::UnknownSchema(match &e.cause {
+            Some(c) => c.split_once(", message: ").map_or(c.as_str(), |(_, m)| m).to_string(),
+            None => e.error.clone(),
+        }),
         Some(_) => RegistryError::Rejected {
             status,
             // the registry's own words: `{"error_code": 409, "message": "…"}` as the client shows it
@@ -314,7 +339,7 @@ pub fn fetch_schema(
         attempts += 1;
         match registry_call(settings, move |client| get_schema_by_id(id, client).map(|r| r.schema)) {
             Ok(text) => return Ok(text),
-            Err(RegistryError::Rejected { message, .. }) => {
+            Err(RegistryError::UnknownSchema(message)) => {
                 return Err(DecodeError::Invalid(format!(
                     "schema {id} from the registry: {message}"
                 )))
@@ -457,5 +482,41 @@ mod tests {
             true,
         );
         assert!(classify(&s, &e).retryable());
+        // asked to come back later: retried
+        let e = SRCError::non_retryable_without_cause(
+            "HTTP request to schema registry failed with status 429 Too Many Requests",
+        );
+        assert!(classify(&s, &e).retryable());
+        // only a schema the registry says it does not have makes a record undecodable
+        let e = SRCError::new(
+            "HTTP request to schema registry failed with status 404 Not Found",
+            Some("error_code: 40403, message: Schema 7 not found".into()),
+            false,
+        );
+        assert_eq!(
+            classify(&s, &e),
+            RegistryError::UnknownSchema("Schema 7 not found".into())
+        );
+        let e =
+            SRCError::non_retryable_without_cause("HTTP request to schema registry failed with status 404 Not Found");
+        assert!(matches!(
+            classify(&s, &e),
+            RegistryError::Rejected { status: Some(404), .. }
+        ));
+    }
+
+    #[test]
+    fn credentials_in_the_url_are_refused_as_they_would_be_shown() {
+        let e = RegistrySettings::from_raw("k", raw(serde_json::json!("https://key:secret@r/apis/ccompat/v7")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("k: ") && e.contains("username") && !e.contains("secret"),
+            "{e}"
+        );
+        let e = RegistrySettings::from_raw("k", raw(serde_json::json!({"url": "http://u@r"})))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("k.url"), "{e}");
     }
 }

@@ -99,8 +99,8 @@ pub fn fetch_schema(
                         references,
                     })
                 }
-                // the registry answered: the record names a schema it cannot have
-                Err(RegistryError::Rejected { message, .. }) => {
+                // the registry has no such schema: the record names one it cannot have
+                Err(RegistryError::UnknownSchema(message)) => {
                     return Err(DecodeError::Invalid(format!(
                         "schema {id} from the registry: {message}"
                     )))

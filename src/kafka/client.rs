@@ -2,7 +2,7 @@
 //! tidegate settings plus pass-through properties, librdkafka logs routed to `tracing`, and
 //! secrets redacted wherever properties are shown.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -189,11 +189,27 @@ pub fn connected_line(role: &str, servers: &str, properties: &BTreeMap<String, S
 pub fn is_secret(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
     k.contains("password")
+        || k.contains("passphrase")
         || k.contains("secret")
+        || k.contains("credential")
+        || k.contains("private.key")
         || k.ends_with(".key.pem")
         || k.contains("sasl.jaas")
         || k == "ssl.key.pem"
         || k.contains("token")
+        || SECRET_KEYS.lock().unwrap_or_else(|p| p.into_inner()).contains(key)
+}
+
+/// Property names whose values came from a secret file or variable (`{ file = … }`,
+/// `{ env = … }`): secret whatever their name says.
+static SECRET_KEYS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// Mark property `key` secret: its value came from a secret file or variable.
+pub fn mark_secret(key: &str) {
+    SECRET_KEYS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key.to_string());
 }
 
 /// Properties as they may be shown: secrets replaced by `***`.
@@ -290,6 +306,7 @@ mod tests {
             ("sasl.oauthbearer.client.secret", "s"),
             ("ssl.key.pem", "-----BEGIN PRIVATE KEY-----"),
             ("ssl.keystore.password", "k"),
+            ("sasl.oauthbearer.assertion.private.key.passphrase", "p"),
             ("ssl.ca.location", "/ca.pem"),
             ("fetch.min.bytes", "1"),
         ]
@@ -299,6 +316,7 @@ mod tests {
         let shown = redacted(&props);
         assert_eq!(shown["sasl.password"], "***");
         assert_eq!(shown["ssl.key.password"], "***");
+        assert_eq!(shown["sasl.oauthbearer.assertion.private.key.passphrase"], "***");
         assert_eq!(shown["sasl.oauthbearer.client.secret"], "***");
         assert_eq!(shown["ssl.key.pem"], "***");
         assert_eq!(shown["ssl.keystore.password"], "***");
