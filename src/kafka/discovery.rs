@@ -29,6 +29,17 @@ pub struct DiscoveryRequest {
     pub initial_done: bool,
 }
 
+/// The broker to ask for topic ids: the one that answered the metadata, or, when that was a
+/// bootstrap connection that has no id yet (-1), any broker the metadata names. Without one,
+/// librdkafka sends the call to the controller, which some clusters (its mock among them) never
+/// name, and it times out: a CI run lost the recreated-topic check that way.
+fn answering_broker(md: &rdkafka::metadata::Metadata) -> i32 {
+    match md.orig_broker_id() {
+        id if id >= 0 => id,
+        _ => md.brokers().first().map_or(-1, |b| b.id()),
+    }
+}
+
 /// How long a discovery waits for the topic ids (a check, see `discover`).
 const TOPIC_IDS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -163,7 +174,7 @@ pub fn discover(
             };
             for name in topics {
                 let md = metadata(Some(name))?;
-                broker = md.orig_broker_id();
+                broker = answering_broker(&md);
                 match md.topics().first() {
                     Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
                         let only = wanted.as_ref().and_then(|w| w.get(name.as_str()));
@@ -200,7 +211,7 @@ pub fn discover(
         }
         Subscription::Pattern(pattern) => {
             let md = metadata(None)?;
-            broker = md.orig_broker_id();
+            broker = answering_broker(&md);
             for t in md.topics() {
                 if !pattern.is_match(t.name()) || t.name().starts_with("__") {
                     continue;
