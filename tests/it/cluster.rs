@@ -231,7 +231,8 @@ fn a_rolling_restart_under_a_paced_live_replay_with_a_source_wide_stop_loses_not
         .replace("[job]", &format!("[job]\nname = \"{sink}\"")),
     );
     let port = free_port();
-    let mut daemon = Daemon::start(&config, &["--set", &format!("metrics.listen=127.0.0.1:{port}")]);
+    let listen = format!("metrics.listen=127.0.0.1:{port}");
+    let mut daemon = Daemon::start(&config, &["--set", &listen]);
     let started = Instant::now();
     // trades as they happen, every 5 ms, through the whole restart
     let stop = Arc::new(AtomicBool::new(false));
@@ -271,7 +272,8 @@ fn a_rolling_restart_under_a_paced_live_replay_with_a_source_wide_stop_loses_not
     }
     live_producer.flush();
     let closed = Instant::now();
-    let (status, log) = daemon.wait(MINUTE * 2);
+    // a node's restart can leave the sink inside librdkafka#5456 too (its group coordinator moved)
+    let (status, log, rerun) = wait_or_rerun(daemon, &config, &["--set", &listen]);
     assert_eq!(status.code(), Some(0), "{log}");
     let ended = closed.elapsed();
     // the source's trades before the close are the expected output, each as often as there
@@ -300,9 +302,10 @@ fn a_rolling_restart_under_a_paced_live_replay_with_a_source_wide_stop_loses_not
         "cluster: a rolling restart of {NODES} nodes (each stopped, started, ISR back to 3) under a paced live replay \
          into an exactly-once Kafka sink (2,000 history + {live} live records, eof_scope = source): lost 0, \
          duplicates 0, none after the close, each restart {took:?} with {written_at:?} written by its end, \
-         exit 0 {:.1} s after the close, {:.1} s in all",
+         exit 0 {:.1} s after the close, {:.1} s in all{}",
         ended.as_secs_f64(),
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        rerun
     );
 }
 
