@@ -141,11 +141,13 @@ fn wait_or_rerun(
     args: &[&str],
 ) -> (std::process::ExitStatus, String, String) {
     let (status, log) = daemon.wait(MINUTE * 3);
-    if status.code() != Some(1) || !log.contains("commit marker was not written within") {
+    // the watchdog's message, or librdkafka failing the marker call outright while the coordinator
+    // moves ("Erroneous state", met by a CI run during the rolling restart)
+    if status.code() != Some(1) || !log.contains("commit marker") {
         return (status, log, String::new());
     }
     let (status, rerun_log) = Daemon::start(config, args).wait(MINUTE * 3);
-    let note = " (the first run stopped on librdkafka#5456, its group coordinator dead; run again)".to_string();
+    let note = " (the first run stopped writing its commit marker while the group coordinator moved, librdkafka#5456; run again)".to_string();
     (status, format!("{log}\n--- run again ---\n{rerun_log}"), note)
 }
 
@@ -405,6 +407,17 @@ fn the_active_controller_killed_while_discovery_finds_a_new_topic_loses_nothing(
     // the dead node; after that only a restart makes three replicas possible again
     let restarted_before_create = match cluster.try_create_topic(&second, 2) {
         Ok(()) => false,
+        // the harness's admin call timed out while the quorum moved (a CI run met it): the topic
+        // may exist already; with every node back it is made, or found
+        Err(e) if e.contains("TimedOut") => {
+            cluster.start_node(controller);
+            match cluster.try_create_topic(&second, 2) {
+                Ok(()) => {}
+                Err(e) if e.contains("TopicAlreadyExists") => {}
+                Err(e) => panic!("creating {second} after the controller's restart: {e}"),
+            }
+            true
+        }
         Err(e) if e.contains("replication factor") || e.contains("InvalidReplicationFactor") => {
             cluster.start_node(controller);
             kafka.create_named_topic_with(&second, 2, NODES as i32, &[("min.insync.replicas", "2")]);
