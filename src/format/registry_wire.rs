@@ -6,14 +6,13 @@
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use schema_registry_converter::blocking::schema_registry::{get_referenced_schema, get_schema_by_id, post_schema};
 use schema_registry_converter::error::SRCError;
 use schema_registry_converter::schema_registry_common::{RegisteredSchema, SchemaType, SuppliedSchema};
-use tracing::warn;
 
-use super::registry::{registry_call, RegistryError, RegistrySettings};
+use super::registry::{fetch_retried, registry_call, RegistrySettings};
 use super::DecodeError;
 
 /// The schema id and the payload of a value in the Confluent wire format.
@@ -74,53 +73,23 @@ pub fn fetch_schema(
     timeout: Duration,
 ) -> Result<FetchedSchema, DecodeError> {
     blocking(|| {
-        let deadline = Instant::now() + timeout;
-        let mut backoff = Duration::from_millis(100);
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let result = registry_call(registry, move |settings| {
-                let root = get_schema_by_id(id, settings)?;
-                let mut references = HashMap::new();
-                add_references(settings, &root, &mut references)?;
-                Ok((root, references))
-            });
-            match result {
-                Ok((root, _)) if root.schema_type != expected => {
-                    return Err(DecodeError::Invalid(format!(
-                        "schema {id} is {}, not {}",
-                        type_name(&root.schema_type),
-                        type_name(&expected)
-                    )))
-                }
-                Ok((root, references)) => {
-                    return Ok(FetchedSchema {
-                        schema: root.schema,
-                        references,
-                    })
-                }
-                // the registry has no such schema: the record names one it cannot have
-                Err(RegistryError::UnknownSchema(message)) => {
-                    return Err(DecodeError::Invalid(format!(
-                        "schema {id} from the registry: {message}"
-                    )))
-                }
-                // refused credentials, an untrusted certificate: retrying cannot help
-                Err(e) if !e.retryable() => return Err(DecodeError::Unavailable(format!("fetching schema {id}: {e}"))),
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(DecodeError::Unavailable(format!(
-                        "the schema registry {} did not give schema {id} within {timeout:?} ({attempts} attempts): {e}",
-                        registry.url
-                    )))
-                }
-                Err(e) => {
-                    warn!(registry = %registry.url, schema = id, error = %e, retry_in_ms = backoff.as_millis() as u64,
-                          "the schema registry is out of reach; retrying");
-                    std::thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
-            }
+        let (root, references) = fetch_retried(registry, id, timeout, move |settings| {
+            let root = get_schema_by_id(id, settings)?;
+            let mut references = HashMap::new();
+            add_references(settings, &root, &mut references)?;
+            Ok((root, references))
+        })?;
+        if root.schema_type != expected {
+            return Err(DecodeError::Invalid(format!(
+                "schema {id} is {}, not {}",
+                type_name(&root.schema_type),
+                type_name(&expected)
+            )));
         }
+        Ok(FetchedSchema {
+            schema: root.schema,
+            references,
+        })
     })
 }
 
