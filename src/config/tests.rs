@@ -398,6 +398,32 @@ fn every_example_config_parses() {
     assert!(seen >= 3, "expected example configs in {}", dir.display());
 }
 
+/// The whole configs the README and docs/ show (a block with a `[job]` table) load as written.
+#[test]
+fn the_configs_in_the_readme_and_docs_load() {
+    let _env = env_lock();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
+        pages.push(entry.expect("docs/ entry").path());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut seen = 0;
+    for page in pages.iter().filter(|p| p.extension().is_some_and(|e| e == "md")) {
+        let text = std::fs::read_to_string(page).unwrap();
+        for block in text.split("```toml\n").skip(1) {
+            let toml = block.split("```").next().unwrap_or_default();
+            if !toml.contains("[job]") {
+                continue; // a fragment, not a whole config
+            }
+            let path = write(&dir, toml);
+            load(&path, &[]).unwrap_or_else(|e| panic!("a config in {}: {e}\n{toml}", page.display()));
+            seen += 1;
+        }
+    }
+    assert!(seen >= 2, "the README's and docs/replaying.md's configs");
+}
+
 #[test]
 fn the_config_reference_is_current() {
     let _env = env_lock();
