@@ -54,12 +54,34 @@ pub struct LogConfig {
 
 /// Load, override and validate a config file.
 pub fn load(path: &Path, sets: &[String]) -> Result<Config> {
-    let tree = load_tree(path, sets)?;
-    validate(path, tree)
+    let (tree, overrides) = load_tree(path, sets)?;
+    validate(path, tree).map_err(|e| name_the_override(e, &overrides))
 }
 
-/// The merged config tree (file, environment, `--set`), before validation.
-pub fn load_tree(path: &Path, sets: &[String]) -> Result<Value> {
+/// A key the environment or `--set` gave, and which of them gave it.
+struct Override {
+    key: String,
+    origin: String,
+}
+
+/// An error about a key an override gave says which one: the file may not even have the key.
+fn name_the_override(e: Error, overrides: &[Override]) -> Error {
+    let Error::Config { key, message } = e else {
+        return e;
+    };
+    let given = |o: &&Override| {
+        key == o.key || key.starts_with(&format!("{}.", o.key)) || o.key.starts_with(&format!("{key}."))
+    };
+    // the last override of a key is the one that counts
+    match overrides.iter().rev().find(given) {
+        Some(o) => Error::config(key, format!("{message} (set by {})", o.origin)),
+        None => Error::config(key, message),
+    }
+}
+
+/// The merged config tree (file, environment, `--set`), before validation, and the keys the
+/// environment and `--set` gave.
+fn load_tree(path: &Path, sets: &[String]) -> Result<(Value, Vec<Override>)> {
     if !path.is_file() {
         return Err(Error::config(
             "--config",
@@ -76,13 +98,23 @@ pub fn load_tree(path: &Path, sets: &[String]) -> Result<Value> {
     resolve_paths(&mut tree, path.parent().unwrap_or(Path::new("")));
     let mut env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("TIDEGATE__")).collect();
     env.sort();
+    let mut overrides = Vec::new();
     for (name, value) in env {
-        set_value(&mut tree, &env_path(&name), &value, &name)?;
+        let key = env_path(&name);
+        set_value(&mut tree, &key, &value, &name)?;
+        overrides.push(Override {
+            key: key.join("."),
+            origin: format!("the environment variable {name}"),
+        });
     }
     for set in sets {
-        apply_set(&mut tree, set)?;
+        let key = apply_set(&mut tree, set)?;
+        overrides.push(Override {
+            key: key.join("."),
+            origin: format!("--set {set}"),
+        });
     }
-    Ok(tree)
+    Ok((tree, overrides))
 }
 
 /// Relative paths written in the config file are relative to the file's folder (as in a
@@ -176,7 +208,8 @@ fn set_path(path: &str) -> std::result::Result<Vec<String>, String> {
 }
 
 /// Apply one `key.path=value` override; the value is JSON if it parses as JSON, else text.
-fn apply_set(tree: &mut Value, set: &str) -> Result<()> {
+/// Returns the key's path.
+fn apply_set(tree: &mut Value, set: &str) -> Result<Vec<String>> {
     let Some((path, value)) = set.split_once('=') else {
         return Err(Error::config("--set", format!("{set:?} is not key.path=value")));
     };
@@ -193,7 +226,8 @@ fn apply_set(tree: &mut Value, set: &str) -> Result<()> {
             ));
         }
     }
-    set_value(tree, &segments, value, "--set")
+    set_value(tree, &segments, value, "--set")?;
+    Ok(segments)
 }
 
 /// Set `segments` to `text`, read as JSON when it parses (numbers, lists, tables), else as text.

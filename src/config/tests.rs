@@ -316,6 +316,29 @@ fn validate_refuses_what_run_would_fail_on() {
     }
 }
 
+/// An error about a key the environment or `--set` gave names where it came from: the file may
+/// not have the key at all.
+#[test]
+fn an_error_from_an_override_names_the_variable_or_the_flag() {
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, BASE);
+    std::env::set_var("TIDEGATE__JOB__PARALELISM", "4");
+    let e = load(&path, &[]).expect_err("an unknown key");
+    std::env::remove_var("TIDEGATE__JOB__PARALELISM");
+    assert!(e.to_string().contains("set by the environment variable TIDEGATE__JOB__PARALELISM"), "{e}");
+    std::env::set_var("TIDEGATE__CHECKPOINT__INTERVAL", "-5s");
+    let e = load(&path, &[]).expect_err("a negative duration");
+    std::env::remove_var("TIDEGATE__CHECKPOINT__INTERVAL");
+    assert_eq!(key_of(&e), "checkpoint.interval", "{e}");
+    assert!(e.to_string().contains("TIDEGATE__CHECKPOINT__INTERVAL"), "{e}");
+    let e = error_of(BASE, &["job.parallelism=0"]);
+    assert!(e.to_string().contains("set by --set job.parallelism=0"), "{e}");
+    // an error about a key of the file says nothing of overrides
+    let e = error_of(&format!("{BASE}\n[job]\nparallelism = 0\n"), &["checkpoint.interval=1s"]);
+    assert!(!e.to_string().contains("set by"), "{e}");
+}
+
 #[test]
 fn the_environment_sets_lists_and_dotted_librdkafka_keys() {
     let _env = env_lock();
