@@ -316,6 +316,25 @@ fn validate_refuses_what_run_would_fail_on() {
     }
 }
 
+/// The event-time knobs are refused where no event-time clock runs (no pacing, no source-wide
+/// stop): accepted without a word, they looked like they did something.
+#[test]
+fn event_time_knobs_without_an_event_time_clock_are_refused() {
+    let _env = env_lock();
+    for key in ["caught_up_grace", "max_out_of_orderness"] {
+        let e = error_of(BASE, &[&format!("source.{key}=5s")]);
+        assert_eq!(key_of(&e), format!("source.{key}"), "{e}");
+        assert!(e.to_string().contains("replay_speed"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(&dir, BASE);
+        for with in [vec!["source.replay_speed=2"], vec!["source.eof=value.x == 1", "source.eof_scope=source"]] {
+            let mut sets: Vec<String> = with.iter().map(|s| s.to_string()).collect();
+            sets.push(format!("source.{key}=5s"));
+            load(&path, &sets).unwrap_or_else(|e| panic!("{key} with {with:?}: {e}"));
+        }
+    }
+}
+
 /// An error about a key the environment or `--set` gave names where it came from: the file may
 /// not have the key at all.
 #[test]

@@ -283,6 +283,15 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
             ));
         }
     }
+    if raw.replay_speed.is_none() && !source_wide_stop {
+        let set = [("caught_up_grace", &raw.caught_up_grace), ("max_out_of_orderness", &raw.max_out_of_orderness)];
+        if let Some((key, _)) = set.iter().find(|(_, v)| v.is_some()) {
+            return Err(Error::config(
+                format!("source.{key}"),
+                "applies only to an event-time replay: set source.replay_speed or eof_scope = \"source\", or remove it",
+            ));
+        }
+    }
     let disorder = raw.max_out_of_orderness.as_deref().unwrap_or("0s");
     let event_time = EventTimeOptions {
         speed: raw.replay_speed,
