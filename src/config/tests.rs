@@ -478,6 +478,35 @@ fn the_config_reference_is_current() {
     );
 }
 
+/// An expression that is a bare field is a condition only where the field holds a boolean:
+/// validate cannot know, so it says so (`eof = 'value.type'` passed without a word).
+#[test]
+fn validate_notes_an_expression_that_is_a_condition_only_on_some_data() {
+    use crate::connector::SourceConnector;
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    for (key, expression, noted) in [
+        ("eof", "value.type", true),
+        ("eof", "value['type']", true),
+        ("where", "headers.replayed", true),
+        ("eof", "value.type == 'CLOSE'", false),
+        ("eof", "has(value.type) && value.done", false),
+    ] {
+        let text = BASE.replace(
+            "topics = [\"trades\"]",
+            &format!("topics = [\"t\"]\nformat = \"json\"\n{key} = \"{expression}\""),
+        );
+        let c = load(&write(&dir, &text), &[]).unwrap();
+        let SourceConfig::Kafka(k) = c.source else { panic!() };
+        let lines = k.describe();
+        let note = lines.iter().find(|l| l.contains("is a condition only"));
+        assert_eq!(note.is_some(), noted, "{key} = {expression}: {lines:#?}");
+        if let Some(note) = note {
+            assert!(note.contains(expression) && note.contains(&format!("source.{key}")), "{note}");
+        }
+    }
+}
+
 #[test]
 fn validate_says_where_a_filter_is_evaluated() {
     use crate::connector::SourceConnector;

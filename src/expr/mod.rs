@@ -163,6 +163,17 @@ impl RecordExpression {
         self.evaluate_with_cel(record)
     }
 
+    /// Whether it is a condition only where the data makes it one: a bare variable, field or
+    /// index (`value.done`), true or false only on records where it holds a boolean.
+    pub fn is_condition_only_on_some_data(&self) -> bool {
+        use cel::common::ast::Expr;
+        match &self.program.expression().expr {
+            Expr::Ident(_) | Expr::Select(_) => true,
+            Expr::Call(call) => call.func_name == "_[_]",
+            _ => false,
+        }
+    }
+
     /// Whether the expression has a direct form (it is evaluated without CEL where it decides).
     pub fn is_direct(&self) -> bool {
         self.direct.is_some()

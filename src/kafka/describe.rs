@@ -23,6 +23,15 @@ pub fn lines(c: &KafkaSourceConfig) -> Vec<String> {
         None => String::new(),
     };
     lines.push(format!("  format {}{eof}", c.format));
+    for (key, expression) in [("eof", &c.eof), ("where", &c.filter)] {
+        let Some(expression) = expression else { continue };
+        // compiled already: one that does not is a config error before this
+        if crate::expr::RecordExpression::compile(expression).is_ok_and(|e| e.is_condition_only_on_some_data()) {
+            lines.push(format!(
+                "  note: source.{key} `{expression}` is a condition only where it holds true or false; on other records its evaluation fails (logged once, counted, no match)"
+            ));
+        }
+    }
     if let Some(filter) = &c.filter {
         // validated already: a filter that does not compile is a config error before this
         let before = crate::expr::RecordExpression::compile(filter).is_ok_and(|e| !e.reads_value());
