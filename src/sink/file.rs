@@ -225,7 +225,9 @@ impl Sink<Record> for StdoutSink {
         for r in &records {
             write_line(&mut self.out, r).map_err(|e| Error::io("writing to stdout", e))?;
         }
-        Ok(())
+        // out with each batch, not at checkpoints: a reader sees records as they come (a slow
+        // generator's too), and one that went away (`| head -3`) is noticed at the next batch
+        self.out.flush().map_err(|e| Error::io("writing to stdout", e))
     }
 
     fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<SinkState>> {
@@ -316,7 +318,7 @@ impl SinkConnector for FileSinkConfig {
     }
 }
 
-/// `[sink]` with `type = "stdout"`: JSON lines on standard output, flushed at each checkpoint.
+/// `[sink]` with `type = "stdout"`: JSON lines on standard output, written out with each batch.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawStdoutSink {

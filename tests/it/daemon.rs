@@ -492,6 +492,35 @@ fn a_closed_pipe_ends_the_output_quietly() {
     }
 }
 
+/// `tidegate run --config config/datagen-stdout.toml | head -3`: the generator notices the reader
+/// went away at its next record and ends quietly, instead of writing all ten into the pipe's
+/// buffer and reporting "10 written".
+#[test]
+fn a_reader_that_goes_away_is_noticed_at_the_next_record() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = JobDir::new();
+    let mut child = std::process::Command::new(binary())
+        .args(["run", "--no-progress", "--config"])
+        .arg(root.join("config/datagen-stdout.toml"))
+        .arg("--state")
+        .arg(dir.path("state"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    for _ in 0..3 {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+        assert!(line.starts_with('{'), "{line:?}");
+    }
+    drop(reader); // `head -3` exits: the pipe's read end is gone, seven records before the end
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("10 written"), "the job did not notice its reader went away: {stderr}");
+}
+
 /// Stop latency measured in milliseconds: run alone (`scripts/test` runs `punctual::` serially).
 mod punctual {
     use super::*;
