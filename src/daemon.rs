@@ -257,38 +257,8 @@ impl RunJob {
 }
 
 fn print_summary<S: SourceSplit>(job: &str, report: &JobReport<S>) {
-    let secs = report.elapsed.as_secs_f64().max(1e-6);
-    let how = if report.stopped { "stopped" } else { "finished" };
-    let mut dead = if report.records_diverted > 0 {
-        format!(", {} dead-lettered", report.records_diverted)
-    } else {
-        String::new()
-    };
-    if report.records_filtered > 0 {
-        dead.push_str(&format!(", {} filtered out", report.records_filtered));
-    }
-    say!(
-        "tidegate: job {job} {how} after {:.1}s: {} records emitted, {} written ({:.0}/s){dead}, {} checkpoints",
-        secs,
-        report.records_emitted,
-        report.records_written,
-        report.records_written as f64 / secs,
-        report.checkpoints
-    );
-    for s in &report.splits {
-        let status = match s.finished {
-            Some(f) => match f.at {
-                Some(at) => format!("{} at {at}", f.reason.as_str()),
-                None => f.reason.as_str().to_string(),
-            },
-            None => "unfinished".to_string(),
-        };
-        say!(
-            "  split {:<24} {:<22} {}",
-            s.split.split_id(),
-            status,
-            s.split.describe()
-        );
+    for line in crate::summary::lines(job, report) {
+        say!("{line}");
     }
 }
 

@@ -20,5 +20,6 @@ pub mod periodic;
 pub mod progress;
 pub mod record;
 pub mod sink;
+pub mod summary;
 #[cfg(feature = "testing")]
 pub mod testing;

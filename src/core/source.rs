@@ -34,6 +34,11 @@ pub trait SourceSplit: Clone + Debug + Send + Serialize + DeserializeOwned + 'st
         None
     }
 
+    /// How output names it for people (default: its id); the Kafka split's is `topic:partition`.
+    fn name(&self) -> String {
+        self.split_id().to_string()
+    }
+
     /// Its progress in words, for the end-of-run summary (default: its JSON).
     fn describe(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()

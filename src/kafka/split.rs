@@ -67,6 +67,10 @@ impl SourceSplit for KafkaPartitionSplit {
         true
     }
 
+    fn name(&self) -> String {
+        format!("{}:{}", self.topic, self.partition)
+    }
+
     fn describe(&self) -> String {
         match self.stop_offset {
             Some(stop) => format!("next_offset {}, stop_offset {stop}", self.next_offset),
