@@ -20,6 +20,7 @@ mod formats;
 mod instances;
 mod kafka_source;
 mod kubernetes;
+mod oneliner;
 mod own_broker;
 mod own_cluster;
 mod periodic;
