@@ -105,7 +105,8 @@ Examples:
   tidegate replay trades --from -1h --to none                # the last hour, then follow
   tidegate replay trades --from 2026-11-27T09:30-05:00 --until 'value.type == \"MARKET_CLOSE\"' --out day.jsonl
   tidegate replay trades,quotes --where 'headers.region == \"eu\"' --to-topic eu-replay
-  tidegate replay trades --from trades:0=100 --to 2026-11-27T16:00 --speed 60
+  tidegate replay trades --from 100 --to 2026-11-27T16:00 --speed 60   # offset 100 in every partition
+  tidegate replay trades --from trades:0=100,trades:1=250 --to -5m
   tidegate replay trades --format json --print-config > replay.toml   # graduate to a file";
 
 const SEED_EXAMPLES: &str = "\
@@ -145,12 +146,13 @@ pub struct ReplayArgs {
     /// Brokers [default: $KAFKA_BOOTSTRAP_SERVERS, else 127.0.0.1:9092].
     #[arg(short = 'b', long, value_name = "HOST:PORT[,…]")]
     pub bootstrap_servers: Option<String>,
-    /// Start: earliest, latest, a TIME (see --to) or TOPIC:PARTITION=OFFSET[,…] (others at earliest).
+    /// Start: earliest, latest, a TIME (see --to), an OFFSET in every partition, or
+    /// TOPIC:PARTITION=OFFSET[,…] (others at earliest).
     #[arg(long, value_name = "WHERE", default_value = "earliest", allow_hyphen_values = true)]
     pub from: String,
-    /// Stop (exclusive): latest (the ends at start, then exit), none (follow), TIME or
-    /// TOPIC:PARTITION=OFFSET[,…]. TIME: RFC 3339, 2026-11-27T16:00 (UTC), 2026-11-27, -1h/-30m/-2d
-    /// (before now), now, @EPOCH_MS.
+    /// Stop (exclusive): latest (the ends at start, then exit), none (follow), TIME, OFFSET (or
+    /// the end at start) or TOPIC:PARTITION=OFFSET[,…]. TIME: RFC 3339, 2026-11-27T16:00 (UTC),
+    /// 2026-11-27, -1h/-30m/-2d (before now), now, @EPOCH_MS.
     #[arg(long, value_name = "WHERE", default_value = "latest", allow_hyphen_values = true)]
     pub to: String,
     /// End each partition at the first record matching this CEL expression (not written).

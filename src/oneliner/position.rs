@@ -1,6 +1,6 @@
 //! The `--from` and `--to` of `tidegate replay`: `earliest`, `latest`, `none`, a time (RFC 3339, a
-//! zone-less UTC time or date, `@` epoch milliseconds, or relative to now like `-1h`) or explicit
-//! `TOPIC:PARTITION=OFFSET` lists, turned into the config's `starting_offsets` and
+//! zone-less UTC time or date, `@` epoch milliseconds, or relative to now like `-1h`), an offset
+//! for every partition, or explicit `TOPIC:PARTITION=OFFSET` lists, turned into the config's `starting_offsets` and
 //! `stopping_offsets` values. Relative times are resolved here, once, so the printed config
 //! names an absolute time and replays the same records whenever it runs.
 
@@ -45,7 +45,7 @@ impl Bound {
 fn expected(bound: Bound) -> String {
     format!(
         "{}, a time (2026-11-27T09:30:00-05:00, 2026-11-27T16:00 in UTC, 2026-11-27, -1h, -30m, -2d, now, \
-         @<epoch ms>) or offsets (TOPIC:PARTITION=OFFSET[,…])",
+         @<epoch ms>), an OFFSET for every partition or TOPIC:PARTITION=OFFSET[,…]",
         bound.keywords().join(", ")
     )
 }
@@ -66,10 +66,9 @@ fn parse_text(bound: Bound, text: &str, now: DateTime<Utc>) -> Result<Position, 
         return offsets(t).map(|o| plain(json!({ "offsets": o })));
     }
     if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "{t:?}: a bare number is ambiguous; write offsets with their partition \
-             (TOPIC:PARTITION={t}) or epoch milliseconds as @{t}"
-        ));
+        // an offset in every partition, as kcat's `-o N` (epoch milliseconds are `@N`)
+        let offset: i64 = t.parse().map_err(|_| format!("{t:?} is too large for an offset"))?;
+        return Ok(plain(json!({ "offset": offset })));
     }
     let ms = time(t, now).map_err(|why| format!("{text:?}: {why}; expected {}", expected(bound)))?;
     let resolved = rfc3339(ms);
@@ -189,6 +188,12 @@ mod tests {
     }
 
     #[test]
+    fn a_bare_number_is_an_offset_in_every_partition() {
+        assert_eq!(ts(Bound::From, "42"), json!({ "offset": 42 }));
+        assert_eq!(ts(Bound::To, "0"), json!({ "offset": 0 }));
+    }
+
+    #[test]
     fn offsets_name_their_partitions() {
         assert_eq!(
             ts(Bound::From, "trades:0=5, trades:1=7"),
@@ -206,7 +211,7 @@ mod tests {
         assert!(e.starts_with("invalid config: --from: \"yesterday\": not a time; expected earliest, latest, a time"), "{e}");
         let e = error(Bound::From, "-1 fortnight");
         assert!(e.starts_with("invalid config: --from: \"-1 fortnight\": \"1 fortnight\" is not a duration"), "{e}");
-        let e = error(Bound::To, "42");
-        assert!(e.contains("--to: \"42\": a bare number is ambiguous") && e.contains("TOPIC:PARTITION=42"), "{e}");
+        let e = error(Bound::To, "99999999999999999999");
+        assert!(e.contains("--to: \"99999999999999999999\" is too large for an offset"), "{e}");
     }
 }

@@ -231,6 +231,41 @@ fn printed_config_runs_the_same_replay() {
 }
 
 #[test]
+fn a_bare_offset_applies_to_every_partition_within_what_it_holds() {
+    let kafka = TestKafka::get();
+    let dir = JobDir::new();
+    let topic = kafka.create_topic("oneliner-offset", 2);
+    // 12 records in partition 0, 5 in partition 1
+    let records: Vec<TestRecord> = (0..12)
+        .map(|i| TestRecord::to(0, format!("a{i}")))
+        .chain((0..5).map(|i| TestRecord::to(1, format!("b{i}"))))
+        .collect();
+    kafka.produce(&topic, &records);
+    let values = |from: &str, to: &str| -> BTreeMap<i64, Vec<String>> {
+        let ran = ok(
+            dir.dir.path(),
+            &["replay", &topic, "-b", &kafka.bootstrap, "--format", "string", "--from", from, "--to", to, "--no-progress"],
+            &[],
+        );
+        by_partition(&ran.stdout)
+            .into_iter()
+            .map(|(p, lines)| {
+                let v = lines
+                    .iter()
+                    .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["value"].as_str().unwrap().to_string())
+                    .collect();
+                (p, v)
+            })
+            .collect()
+    };
+    let strings = |prefix: &str, r: std::ops::Range<i32>| r.map(|i| format!("{prefix}{i}")).collect::<Vec<_>>();
+    // offsets 3 to 8 (exclusive): partition 1 ends at its end, 5
+    assert_eq!(values("3", "8"), BTreeMap::from([(0, strings("a", 3..8)), (1, strings("b", 3..5))]));
+    // a start past a partition's end starts at its end: nothing from partition 1
+    assert_eq!(values("7", "latest"), BTreeMap::from([(0, strings("a", 7..12))]));
+}
+
+#[test]
 fn relative_times_are_resolved_at_start_into_the_printed_config() {
     let kafka = TestKafka::get();
     let dir = JobDir::new();
