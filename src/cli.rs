@@ -170,7 +170,8 @@ pub struct ReplayArgs {
     /// JSON lines to FILE, or to stdout with `-`.
     #[arg(long, value_name = "FILE|-", default_value = "-", conflicts_with = "to_topic")]
     pub out: String,
-    /// Write to this Kafka topic instead of --out.
+    /// Write to this Kafka topic instead of --out (it must exist, or add
+    /// --set sink.create_topic.partitions=N).
     #[arg(long, value_name = "TOPIC")]
     pub to_topic: Option<String>,
     /// The brokers of --to-topic [default: --bootstrap-servers].
@@ -193,7 +194,7 @@ pub struct SeedArgs {
     /// Brokers [default: $KAFKA_BOOTSTRAP_SERVERS, else 127.0.0.1:9092].
     #[arg(short = 'b', long, value_name = "HOST:PORT[,…]")]
     pub bootstrap_servers: Option<String>,
-    /// Records to write [default: unbounded, until Ctrl-C; with --example, the example's count].
+    /// Records to write; without it, --rate R writes until Ctrl-C [default with --example: its count].
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
     /// Records per second [default: as fast as possible].

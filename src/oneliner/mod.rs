@@ -126,6 +126,13 @@ fn default_fields() -> Value {
 
 /// The config tree of a seed.
 pub fn seed_tree(args: &SeedArgs) -> Result<Value> {
+    if args.count.is_none() && args.rate.is_none() && args.example.is_none() {
+        // an unbounded stream as fast as the broker takes it is never what a bare `seed t` meant
+        return Err(Error::config(
+            "--count",
+            "give --count N, or --rate R for an endless stream at R records/s",
+        ));
+    }
     let servers = bootstrap(args.bootstrap_servers.as_deref());
     let mut tree = match args.example.as_deref() {
         Some(name) => example(name)?,

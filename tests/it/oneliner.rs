@@ -266,6 +266,55 @@ fn a_bare_offset_applies_to_every_partition_within_what_it_holds() {
 }
 
 #[test]
+fn replay_to_a_topic_copies_records_to_their_partitions() {
+    let kafka = TestKafka::get();
+    let dir = JobDir::new();
+    let start = now_millis() - 600_000;
+    let topic = trading_topic(&kafka, 20, start);
+    let target = kafka.create_topic("oneliner-copy", 2);
+    let args = [
+        "replay",
+        topic.as_str(),
+        "-b",
+        kafka.bootstrap.as_str(),
+        "--until",
+        r#"value.type == "CLOSE""#,
+        "--format",
+        "json",
+        "--to-topic",
+        target.as_str(),
+        "--preserve-partition",
+        "--exactly-once",
+        "--no-progress",
+    ];
+    let printed = ok(dir.dir.path(), &[&args[..], &["--print-config"]].concat(), &[]).stdout;
+    // the target's brokers default to the source's
+    assert!(
+        printed.contains(&format!("[sink]\ntype = 'kafka'\nbootstrap_servers = '{}'", kafka.bootstrap)),
+        "{printed}"
+    );
+    ok(dir.dir.path(), &args, &[]);
+    let content = |t: &str| -> Vec<_> {
+        kafka
+            .read_all(t)
+            .into_iter()
+            .filter(|r| !r.value.as_deref().unwrap_or_default().starts_with(br#"{"type":"CLOSE""#))
+            .map(|r| (r.partition, r.key, r.value, r.timestamp))
+            .collect()
+    };
+    let expected: Vec<_> = content(&topic)
+        .into_iter()
+        .filter(|(_, _, v, _)| !v.as_deref().unwrap_or_default().ends_with(br#""n":-1}"#))
+        .collect();
+    let mut copied = content(&target);
+    copied.sort_by_key(|(p, _, _, ts)| (*p, *ts));
+    let mut expected_sorted = expected.clone();
+    expected_sorted.sort_by_key(|(p, _, _, ts)| (*p, *ts));
+    assert_eq!(expected_sorted.len(), 20);
+    assert_eq!(copied, expected_sorted, "every record up to the markers, in its own partition");
+}
+
+#[test]
 fn relative_times_are_resolved_at_start_into_the_printed_config() {
     let kafka = TestKafka::get();
     let dir = JobDir::new();
@@ -314,12 +363,16 @@ fn bad_flags_exit_2_as_bad_config_does() {
         (vec!["replay", "t", "--speed", "fast"], "invalid value 'fast' for '--speed <X>'"),
         (vec!["replay", "t", "--out", "x", "--to-topic", "y"], "cannot be used with"),
         (vec!["seed", "t", "--count", "-5"], "unexpected argument '-5'"),
+        (vec!["replay", "t", "--exactly-once"], "required arguments were not provided"),
     ] {
         let ran = tidegate(dir.dir.path(), &args, &[]);
         assert_eq!(ran.code, 2, "{args:?}: {}", ran.stderr);
         assert!(ran.stderr.contains(says), "{args:?}: {}", ran.stderr);
         assert!(ran.stderr.contains("For more information, try '--help'."), "{args:?}: {}", ran.stderr);
     }
+    let ran = tidegate(dir.dir.path(), &["seed", "t"], &[]);
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("--count: give --count N, or --rate R"), "{}", ran.stderr);
     let ran = tidegate(dir.dir.path(), &["replay", "t", "--from", "yesterday"], &[]);
     assert_eq!(ran.code, 2, "{}", ran.stderr);
     assert!(ran.stderr.contains("--from: \"yesterday\": not a time"), "{}", ran.stderr);
