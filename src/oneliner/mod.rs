@@ -57,7 +57,10 @@ pub fn replay_tree(args: &ReplayArgs, now: DateTime<Utc>) -> Result<(Value, Vec<
         .map(str::to_string)
         .collect();
     if topics.is_empty() {
-        return Err(Error::config("TOPIC", "give at least one topic, e.g. `tidegate replay trades`"));
+        return Err(Error::config(
+            "TOPIC",
+            "give at least one topic, e.g. `tidegate replay trades`",
+        ));
     }
     let servers = bootstrap(args.bootstrap_servers.as_deref());
     let from = position::parse(Bound::From, &args.from, now)?;
@@ -191,7 +194,12 @@ pub fn seed_tree(args: &SeedArgs) -> Result<Value> {
 fn example(name: &str) -> Result<Value> {
     let text = match name {
         "trading-day" => include_str!("../../config/trading-day-seed.toml"),
-        other => return Err(Error::config("--example", format!("no example {other:?}; one of: trading-day"))),
+        other => {
+            return Err(Error::config(
+                "--example",
+                format!("no example {other:?}; one of: trading-day"),
+            ))
+        }
     };
     let built = ::config::Config::builder()
         .add_source(::config::File::from_str(text, ::config::FileFormat::Toml))

@@ -94,20 +94,31 @@ fn time(t: &str, now: DateTime<Utc>) -> Result<i64, String> {
         return Ok(now.timestamp_millis());
     }
     if let Some(ago) = t.strip_prefix('-') {
-        let d = humantime::parse_duration(ago.trim()).map_err(|e| format!("{ago:?} is not a duration like 1h, 30m or 2d ({e})"))?;
+        let d = humantime::parse_duration(ago.trim())
+            .map_err(|e| format!("{ago:?} is not a duration like 1h, 30m or 2d ({e})"))?;
         let d = chrono::Duration::from_std(d).map_err(|_| format!("{ago:?} is too long"))?;
         return Ok((now - d).timestamp_millis());
     }
     if let Some(ms) = t.strip_prefix('@') {
-        return ms.parse::<i64>().map_err(|_| format!("{ms:?} is not epoch milliseconds"));
+        return ms
+            .parse::<i64>()
+            .map_err(|_| format!("{ms:?} is not epoch milliseconds"));
     }
-    for format in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M"] {
+    for format in [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+    ] {
         if let Ok(naive) = NaiveDateTime::parse_from_str(t, format) {
             return Ok(naive.and_utc().timestamp_millis());
         }
     }
     if let Ok(date) = NaiveDate::parse_from_str(t, "%Y-%m-%d") {
-        return Ok(date.and_hms_opt(0, 0, 0).map(|d| d.and_utc().timestamp_millis()).unwrap_or_default());
+        return Ok(date
+            .and_hms_opt(0, 0, 0)
+            .map(|d| d.and_utc().timestamp_millis())
+            .unwrap_or_default());
     }
     parse_time(t).map_err(|_| "not a time".to_string())
 }
@@ -119,8 +130,14 @@ fn offsets(t: &str) -> Result<Map<String, Value>, String> {
         let bad = |why: &str| format!("{entry:?}: {why}; offsets are TOPIC:PARTITION=OFFSET[,…]");
         let (tp, offset) = entry.split_once('=').ok_or_else(|| bad("no `=`"))?;
         let (topic, partition) = tp.trim().rsplit_once(':').ok_or_else(|| bad("no `:PARTITION`"))?;
-        let partition: u32 = partition.trim().parse().map_err(|_| bad("the partition is not a number"))?;
-        let offset: u64 = offset.trim().parse().map_err(|_| bad("the offset is not a number (>= 0)"))?;
+        let partition: u32 = partition
+            .trim()
+            .parse()
+            .map_err(|_| bad("the partition is not a number"))?;
+        let offset: u64 = offset
+            .trim()
+            .parse()
+            .map_err(|_| bad("the offset is not a number (>= 0)"))?;
         if topic.is_empty() {
             return Err(bad("no topic"));
         }
@@ -137,7 +154,9 @@ mod tests {
     use super::*;
 
     fn now() -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339("2026-11-27T16:30:00Z").unwrap().with_timezone(&Utc)
+        DateTime::parse_from_rfc3339("2026-11-27T16:30:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
     }
 
     fn ts(bound: Bound, text: &str) -> Value {
@@ -154,9 +173,15 @@ mod tests {
         assert_eq!(ts(Bound::To, "none"), json!("none"));
         assert_eq!(ts(Bound::To, "latest"), json!("latest"));
         let e = error(Bound::To, "earliest");
-        assert!(e.starts_with("invalid config: --to: \"earliest\": not a time; expected latest, none"), "{e}");
+        assert!(
+            e.starts_with("invalid config: --to: \"earliest\": not a time; expected latest, none"),
+            "{e}"
+        );
         let e = error(Bound::From, "none");
-        assert!(e.starts_with("invalid config: --from: \"none\": not a time; expected earliest, latest"), "{e}");
+        assert!(
+            e.starts_with("invalid config: --from: \"none\": not a time; expected earliest, latest"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -167,9 +192,18 @@ mod tests {
             p.note.as_deref(),
             Some("--from -1h resolved to 2026-11-27T15:30:00.000Z at start")
         );
-        assert_eq!(ts(Bound::From, "-30m"), json!({ "timestamp": "2026-11-27T16:00:00.000Z" }));
-        assert_eq!(ts(Bound::From, "-2d"), json!({ "timestamp": "2026-11-25T16:30:00.000Z" }));
-        assert_eq!(ts(Bound::To, "-1h30m"), json!({ "timestamp": "2026-11-27T15:00:00.000Z" }));
+        assert_eq!(
+            ts(Bound::From, "-30m"),
+            json!({ "timestamp": "2026-11-27T16:00:00.000Z" })
+        );
+        assert_eq!(
+            ts(Bound::From, "-2d"),
+            json!({ "timestamp": "2026-11-25T16:30:00.000Z" })
+        );
+        assert_eq!(
+            ts(Bound::To, "-1h30m"),
+            json!({ "timestamp": "2026-11-27T15:00:00.000Z" })
+        );
         assert_eq!(ts(Bound::To, "now"), json!({ "timestamp": "2026-11-27T16:30:00.000Z" }));
     }
 
@@ -178,13 +212,22 @@ mod tests {
         let p = parse(Bound::To, "2026-11-27T16:00", now()).unwrap();
         assert_eq!(p.value, json!({ "timestamp": "2026-11-27T16:00:00.000Z" }));
         assert_eq!(p.note, None);
-        assert_eq!(ts(Bound::From, "2026-11-27 09:30:15"), json!({ "timestamp": "2026-11-27T09:30:15.000Z" }));
-        assert_eq!(ts(Bound::From, "2026-11-27"), json!({ "timestamp": "2026-11-27T00:00:00.000Z" }));
+        assert_eq!(
+            ts(Bound::From, "2026-11-27 09:30:15"),
+            json!({ "timestamp": "2026-11-27T09:30:15.000Z" })
+        );
+        assert_eq!(
+            ts(Bound::From, "2026-11-27"),
+            json!({ "timestamp": "2026-11-27T00:00:00.000Z" })
+        );
         assert_eq!(
             ts(Bound::From, "2026-11-27T09:30:00-05:00"),
             json!({ "timestamp": "2026-11-27T14:30:00.000Z" })
         );
-        assert_eq!(ts(Bound::From, "@1000"), json!({ "timestamp": "1970-01-01T00:00:01.000Z" }));
+        assert_eq!(
+            ts(Bound::From, "@1000"),
+            json!({ "timestamp": "1970-01-01T00:00:01.000Z" })
+        );
     }
 
     #[test]
@@ -208,10 +251,19 @@ mod tests {
     #[test]
     fn bad_input_names_the_flag() {
         let e = error(Bound::From, "yesterday");
-        assert!(e.starts_with("invalid config: --from: \"yesterday\": not a time; expected earliest, latest, a time"), "{e}");
+        assert!(
+            e.starts_with("invalid config: --from: \"yesterday\": not a time; expected earliest, latest, a time"),
+            "{e}"
+        );
         let e = error(Bound::From, "-1 fortnight");
-        assert!(e.starts_with("invalid config: --from: \"-1 fortnight\": \"1 fortnight\" is not a duration"), "{e}");
+        assert!(
+            e.starts_with("invalid config: --from: \"-1 fortnight\": \"1 fortnight\" is not a duration"),
+            "{e}"
+        );
         let e = error(Bound::To, "99999999999999999999");
-        assert!(e.contains("--to: \"99999999999999999999\" is too large for an offset"), "{e}");
+        assert!(
+            e.contains("--to: \"99999999999999999999\" is too large for an offset"),
+            "{e}"
+        );
     }
 }
