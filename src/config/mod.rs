@@ -107,7 +107,7 @@ where
 /// Relative paths written in the config file are relative to the file's folder (as in a
 /// compose file), so a config runs the same from anywhere; paths given with `--set` or the
 /// environment stay relative to the working directory (they are applied after this).
-fn resolve_paths(tree: &mut Value, folder: &Path) {
+pub fn resolve_paths(tree: &mut Value, folder: &Path) {
     let kind = |section: &str| {
         tree.get(section)
             .and_then(|s| s.get("type"))

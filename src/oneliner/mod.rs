@@ -214,6 +214,10 @@ fn finish(mut tree: Value, mut notes: Vec<String>, common: &OneLinerArgs, comman
     for set in &common.sets {
         crate::config::apply_set(&mut tree, set)?;
     }
+    // paths given with `--set` are relative to the working directory; the printed config names
+    // them absolutely, so it runs the same job from wherever it is saved
+    let cwd = std::env::current_dir().map_err(|e| Error::io("reading the working directory", e))?;
+    crate::config::resolve_paths(&mut tree, &cwd);
     notes.insert(
         0,
         format!("Made by `{command} … --print-config`; run it with `tidegate run --config FILE`."),
@@ -227,5 +231,12 @@ fn finish(mut tree: Value, mut notes: Vec<String>, common: &OneLinerArgs, comman
         let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
         return Ok(());
     }
-    crate::daemon::run_loaded(config, None, common.reset_state, common.no_progress)
+    // records on the terminal are the progress: a bar on the same screen would tear their lines
+    let records_on_terminal = config.sink.kind() == "stdout" && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    crate::daemon::run_loaded(
+        config,
+        None,
+        common.reset_state,
+        common.no_progress || records_on_terminal,
+    )
 }
