@@ -240,3 +240,81 @@ fn finish(mut tree: Value, mut notes: Vec<String>, common: &OneLinerArgs, comman
         common.no_progress || records_on_terminal,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Command {
+        Cli::try_parse_from([&["tidegate"], args].concat()).unwrap().command
+    }
+
+    #[test]
+    fn replay_flags_map_onto_config_keys() {
+        let Command::Replay(args) = parse(&[
+            "replay",
+            "a, b",
+            "-b",
+            "k:1",
+            "--from",
+            "-1h",
+            "--to",
+            "9",
+            "--until",
+            "x",
+            "--where",
+            "y",
+            "--speed",
+            "60",
+            "--to-topic",
+            "t",
+            "--exactly-once",
+            "--state",
+            "/s/state",
+        ]) else {
+            panic!("not a replay");
+        };
+        let now = DateTime::parse_from_rfc3339("2026-11-27T16:30:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let (tree, notes) = replay_tree(&args, now).unwrap();
+        assert_eq!(
+            tree,
+            json!({
+                "job": { "name": "replay-a+b" },
+                "source": {
+                    "type": "kafka", "bootstrap_servers": "k:1", "topics": ["a", "b"], "format": "bytes",
+                    "starting_offsets": { "timestamp": "2026-11-27T15:30:00.000Z" },
+                    "stopping_offsets": { "offset": 9 },
+                    "eof": "x", "where": "y", "replay_speed": 60.0,
+                },
+                "sink": { "type": "kafka", "bootstrap_servers": "k:1", "topic": "t", "delivery": "exactly_once" },
+                "checkpoint": { "path": "/s/state" },
+            })
+        );
+        assert_eq!(notes, ["--from -1h resolved to 2026-11-27T15:30:00.000Z at start"]);
+    }
+
+    #[test]
+    fn the_trading_day_example_keeps_its_seed_and_leaves_the_state_file_to_state() {
+        let Command::Seed(args) = parse(&["seed", "day", "-b", "k:1", "--example", "trading-day", "--count", "30"])
+        else {
+            panic!("not a seed");
+        };
+        let tree = seed_tree(&args).unwrap();
+        assert_eq!(tree["source"]["seed"], json!(20261127));
+        assert_eq!(tree["source"]["count"], json!(30));
+        assert_eq!(tree["source"]["end_marker"]["key"], json!("CLOSE"));
+        assert_eq!(tree["sink"]["topic"], json!("day"));
+        assert_eq!(tree["sink"]["create_topic"], json!({ "partitions": 3 }));
+        assert_eq!(
+            tree["checkpoint"],
+            json!({ "interval": "2s" }),
+            "no state file without --state"
+        );
+        let text = toml_text::render(&tree, &[]);
+        crate::config::load_text(Path::new("seed"), &text, &[]).unwrap();
+    }
+}
