@@ -1,4 +1,5 @@
-//! The command line (clap): `run`, `validate`, `plan`, `state show`, `config-reference`.
+//! The command line (clap): `run`, `replay`, `seed`, `validate`, `plan`, `state show`,
+//! `config-reference`.
 
 use std::path::PathBuf;
 
@@ -16,6 +17,12 @@ pub struct Cli {
 pub enum Command {
     /// Run a job until its input ends, or until SIGTERM/SIGINT (then a final checkpoint).
     Run(RunArgs),
+    /// Replay Kafka topics in one line, kcat-style: the flags make the config `run` would run.
+    #[command(after_help = REPLAY_EXAMPLES)]
+    Replay(ReplayArgs),
+    /// Seed a Kafka topic with generated records in one line (the datagen source).
+    #[command(after_help = SEED_EXAMPLES)]
+    Seed(SeedArgs),
     /// Check a config file and print what it would run.
     Validate {
         /// The job's TOML config.
@@ -87,4 +94,133 @@ pub enum StateCommand {
         /// The state file.
         file: PathBuf,
     },
+}
+
+const REPLAY_EXAMPLES: &str = "\
+Each flag sets a config key; `--print-config` prints the TOML (relative times resolved, paths made
+absolute) that `tidegate run --config FILE` runs the same way. Times without a zone are UTC.
+
+Examples:
+  tidegate replay trades --format json                       # whole topic as it stands, JSON lines on stdout
+  tidegate replay trades --from -1h --to none                # the last hour, then follow
+  tidegate replay trades --from 2026-11-27T09:30-05:00 --until 'value.type == \"MARKET_CLOSE\"' --out day.jsonl
+  tidegate replay trades,quotes --where 'headers.region == \"eu\"' --to-topic eu-replay
+  tidegate replay trades --from 100 --to 2026-11-27T16:00 --speed 60   # offset 100 in every partition
+  tidegate replay trades --from trades:0=100,trades:1=250 --to -5m
+  tidegate replay trades --format json --print-config > replay.toml   # graduate to a file";
+
+const SEED_EXAMPLES: &str = "\
+Examples:
+  tidegate seed people --count 1000 --rate 100               # {\"seq\":0,\"id\":\"…\"}, … at 100/s
+  tidegate seed orders --count 10 --key '{seq}' --value 'order {seq}'
+  tidegate seed orders --count 10 --set 'source.fields.price={\"uniform\":{\"min\":1,\"max\":99}}'
+  tidegate seed trades-2026-11-27 --example trading-day      # config/trading-day-seed.toml
+  tidegate seed people --count 1000 --print-config > seed.toml";
+
+/// What every one-liner takes besides its own flags.
+#[derive(Debug, clap::Args)]
+pub struct OneLinerArgs {
+    /// Keep a state file: a second run with the same FILE resumes (default: no state, each run
+    /// starts from scratch and leaves no file behind).
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+    /// Override any config key that has no flag, e.g. `--set job.parallelism=4` (repeatable).
+    #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
+    pub sets: Vec<String>,
+    /// Print the config these flags make (TOML) and exit, without connecting.
+    #[arg(long)]
+    pub print_config: bool,
+    /// With --state: start from scratch, the state file moved aside (never deleted).
+    #[arg(long, requires = "state")]
+    pub reset_state: bool,
+    /// No progress bar or progress log lines.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// Topics to read, comma-separated.
+    #[arg(value_name = "TOPIC[,TOPIC…]")]
+    pub topics: String,
+    /// Brokers [default: $KAFKA_BOOTSTRAP_SERVERS, else 127.0.0.1:9092].
+    #[arg(short = 'b', long, value_name = "HOST:PORT[,…]")]
+    pub bootstrap_servers: Option<String>,
+    /// Start: earliest, latest, a TIME (see --to), an OFFSET in every partition, or
+    /// TOPIC:PARTITION=OFFSET[,…] (others at earliest).
+    #[arg(long, value_name = "WHERE", default_value = "earliest", allow_hyphen_values = true)]
+    pub from: String,
+    /// Stop (exclusive): latest (the ends at start, then exit), none (follow), TIME, OFFSET (or
+    /// the end at start) or TOPIC:PARTITION=OFFSET[,…]. TIME: RFC 3339, 2026-11-27T16:00 (UTC),
+    /// 2026-11-27, -1h/-30m/-2d (before now), now, @EPOCH_MS.
+    #[arg(long, value_name = "WHERE", default_value = "latest", allow_hyphen_values = true)]
+    pub to: String,
+    /// End each partition at the first record matching this CEL expression (not written).
+    #[arg(long, value_name = "CEL")]
+    pub until: Option<String>,
+    /// Write only records matching this CEL expression, e.g. 'value.type == "TRADE"'.
+    #[arg(long = "where", value_name = "CEL")]
+    pub filter: Option<String>,
+    /// Value format: bytes (base64 in the output), string, json or avro (with --set source.avro…).
+    #[arg(long, value_name = "FORMAT", default_value = "bytes")]
+    pub format: String,
+    /// Replay at event time: 1 is real time, 60 plays an hour in a minute [default: as fast as possible].
+    #[arg(long, value_name = "X")]
+    pub speed: Option<f64>,
+    /// JSON lines to FILE, or to stdout with `-`.
+    #[arg(long, value_name = "FILE|-", default_value = "-", conflicts_with = "to_topic")]
+    pub out: String,
+    /// Write to this Kafka topic instead of --out (it must exist, or add
+    /// --set sink.create_topic.partitions=N).
+    #[arg(long, value_name = "TOPIC")]
+    pub to_topic: Option<String>,
+    /// The brokers of --to-topic [default: --bootstrap-servers].
+    #[arg(long, value_name = "HOST:PORT[,…]", requires = "to_topic")]
+    pub to_bootstrap_servers: Option<String>,
+    /// With --to-topic: each record to the partition number it was read from.
+    #[arg(long, requires = "to_topic")]
+    pub preserve_partition: bool,
+    /// With --to-topic: write through Kafka transactions, each record once (needs --state to resume).
+    #[arg(long, requires = "to_topic")]
+    pub exactly_once: bool,
+    #[command(flatten)]
+    pub common: OneLinerArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SeedArgs {
+    /// The topic to write (created if missing, with --partitions partitions).
+    pub topic: String,
+    /// Brokers [default: $KAFKA_BOOTSTRAP_SERVERS, else 127.0.0.1:9092].
+    #[arg(short = 'b', long, value_name = "HOST:PORT[,…]")]
+    pub bootstrap_servers: Option<String>,
+    /// Records to write; without it, --rate R writes until Ctrl-C [default with --example: its count].
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+    /// Records per second [default: as fast as possible].
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// Partitions of the topic, each written in record order by one reader [default: 1 when created].
+    #[arg(long, value_name = "N")]
+    pub partitions: Option<u32>,
+    /// Key template over the fields, e.g. '{seq}' [default: no key].
+    #[arg(long, value_name = "TEMPLATE")]
+    pub key: Option<String>,
+    /// Value template over the fields, written as a string, e.g. 'order {seq}' [default: the
+    /// fields as a JSON object; fields are seq (0, 1, …) and id (a UUID); add more with
+    /// --set source.fields.NAME=JSON].
+    #[arg(long, value_name = "TEMPLATE")]
+    pub value: Option<String>,
+    /// Seed of the generator: the same seed writes the same records [default: 0, or the example's].
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Start from a worked example instead of the seq/id fields: trading-day (the config
+    /// config/trading-day-seed.toml, into TOPIC).
+    #[arg(long, value_name = "NAME", value_parser = ["trading-day"], conflicts_with = "value")]
+    pub example: Option<String>,
+    /// Write through Kafka transactions, each record once (needs --state to resume).
+    #[arg(long)]
+    pub exactly_once: bool,
+    #[command(flatten)]
+    pub common: OneLinerArgs,
 }

@@ -88,12 +88,18 @@ fn move_aside(path: &Path) -> Result<Option<PathBuf>> {
 /// `tidegate run`.
 pub fn run(args: RunArgs) -> Result<()> {
     let config = crate::config::load(&args.config, &args.sets)?;
+    run_loaded(config, args.state.as_deref(), args.reset_state, args.no_progress)
+}
+
+/// Run a loaded config (`run`, and the one-liners of [`crate::oneliner`]); `state` overrides
+/// `checkpoint.path`.
+pub fn run_loaded(config: Config, state: Option<&Path>, reset_state: bool, no_progress: bool) -> Result<()> {
     init_logging(config.log.format);
-    let state_path = args.state.clone().or_else(|| config.checkpoint.path.clone());
+    let state_path = state.map(Path::to_path_buf).or_else(|| config.checkpoint.path.clone());
     let store = match &state_path {
         Some(path) => {
             let store = StateStore::open(path)?;
-            if args.reset_state {
+            if reset_state {
                 if let Some(aside) = move_aside(path)? {
                     warn!(state = %path.display(), moved_to = %aside.display(), "--reset-state: starting from scratch");
                 }
@@ -113,7 +119,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         .thread_name("tidegate")
         .build()
         .map_err(|e| Error::io("starting the async runtime", e))?;
-    let result = runtime.block_on(run_config(&config, store, sink, args.no_progress, resuming));
+    let result = runtime.block_on(run_config(&config, store, sink, no_progress, resuming));
     shut_down(runtime);
     result
 }

@@ -16,6 +16,7 @@ pub mod expr;
 pub mod format;
 pub mod kafka;
 pub mod metrics;
+pub mod oneliner;
 pub mod periodic;
 pub mod progress;
 pub mod record;

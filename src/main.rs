@@ -9,6 +9,8 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => tidegate::daemon::run(args),
+        Command::Replay(args) => tidegate::oneliner::replay(args),
+        Command::Seed(args) => tidegate::oneliner::seed(args),
         Command::Validate { config, sets, connect } => tidegate::daemon::validate(&config, &sets, connect),
         Command::Plan(args) => tidegate::daemon::plan(args),
         Command::State {

@@ -88,14 +88,33 @@ fn load_tree(path: &Path, sets: &[String]) -> Result<(Value, Vec<Override>)> {
             format!("{} does not exist or is not a file", path.display()),
         ));
     }
+    let file = ::config::File::from(path).format(::config::FileFormat::Toml);
+    merge(file, path, path.parent().unwrap_or(Path::new("")), sets)
+}
+
+/// Load, override and validate a config given as TOML text (a one-liner's, see
+/// [`crate::oneliner`]): the same path as a file, with `origin` naming it in errors and relative
+/// paths relative to the working directory.
+pub fn load_text(origin: &Path, text: &str, sets: &[String]) -> Result<Config> {
+    let source = ::config::File::from_str(text, ::config::FileFormat::Toml);
+    let (tree, overrides) = merge(source, origin, Path::new(""), sets)?;
+    validate(origin, tree).map_err(|e| name_the_override(e, &overrides))
+}
+
+/// A TOML source merged with the environment and `--set`; relative paths it holds are made
+/// relative to `folder`.
+fn merge<S>(source: S, origin: &Path, folder: &Path, sets: &[String]) -> Result<(Value, Vec<Override>)>
+where
+    S: ::config::Source + Send + Sync + 'static,
+{
     let built = ::config::Config::builder()
-        .add_source(::config::File::from(path).format(::config::FileFormat::Toml))
+        .add_source(source)
         .build()
-        .map_err(|e| Error::config(path.display().to_string(), e.to_string()))?;
+        .map_err(|e| Error::config(origin.display().to_string(), e.to_string()))?;
     let mut tree: Value = built
         .try_deserialize()
-        .map_err(|e| Error::config(path.display().to_string(), e.to_string()))?;
-    resolve_paths(&mut tree, path.parent().unwrap_or(Path::new("")));
+        .map_err(|e| Error::config(origin.display().to_string(), e.to_string()))?;
+    resolve_paths(&mut tree, folder);
     let mut env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("TIDEGATE__")).collect();
     env.sort();
     let mut overrides = Vec::new();
@@ -120,7 +139,7 @@ fn load_tree(path: &Path, sets: &[String]) -> Result<(Value, Vec<Override>)> {
 /// Relative paths written in the config file are relative to the file's folder (as in a
 /// compose file), so a config runs the same from anywhere; paths given with `--set` or the
 /// environment stay relative to the working directory (they are applied after this).
-fn resolve_paths(tree: &mut Value, folder: &Path) {
+pub fn resolve_paths(tree: &mut Value, folder: &Path) {
     let kind = |section: &str| {
         tree.get(section)
             .and_then(|s| s.get("type"))
@@ -209,7 +228,7 @@ fn set_path(path: &str) -> std::result::Result<Vec<String>, String> {
 
 /// Apply one `key.path=value` override; the value is JSON if it parses as JSON, else text.
 /// Returns the key's path.
-fn apply_set(tree: &mut Value, set: &str) -> Result<Vec<String>> {
+pub fn apply_set(tree: &mut Value, set: &str) -> Result<Vec<String>> {
     let Some((path, value)) = set.split_once('=') else {
         return Err(Error::config("--set", format!("{set:?} is not key.path=value")));
     };

@@ -423,6 +423,26 @@ fn offsets_specs_parse() {
 }
 
 #[test]
+fn one_offset_for_every_partition() {
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let with = |start: &str, stop: &str| {
+        BASE.replace(
+            "topics = [\"trades\"]",
+            &format!("topics = [\"trades\"]\nstarting_offsets = {start}\nstopping_offsets = {stop}"),
+        )
+    };
+    let c = load(&write(&dir, &with("{ offset = 3 }", "{ offset = 8 }")), &[]).unwrap();
+    let SourceConfig::Kafka(k) = c.source else { panic!() };
+    assert_eq!(k.settings.starting, StartingOffsets::Offset(3));
+    assert_eq!(k.settings.stopping, StoppingOffsets::Offset(8));
+    let e = load(&write(&dir, &with("{ offset = 9 }", "{ offset = 8 }")), &[]).unwrap_err();
+    assert_eq!(key_of(&e), "source.stopping_offsets.offset");
+    let e = load(&write(&dir, &with("{ offset = -1 }", "\"latest\"")), &[]).unwrap_err();
+    assert_eq!(key_of(&e), "source.starting_offsets.offset");
+}
+
+#[test]
 fn every_example_config_parses() {
     let _env = env_lock();
     // the secret config/secured-cluster.toml reads from the environment

@@ -42,12 +42,14 @@ pub struct RawKafkaSource {
     pub partitions: Option<Vec<String>>,
     /// Where to start: "earliest" (default), "latest", "committed" (group offsets, error when a
     /// partition has none), `{ committed = "earliest" | "latest" | "none" }`,
-    /// `{ timestamp = "2026-11-27T09:30:00-05:00" }` (or epoch milliseconds), or
-    /// `{ offsets = { "topic:0" = 42 } }` (unlisted partitions start at earliest).
+    /// `{ timestamp = "2026-11-27T09:30:00-05:00" }` (or epoch milliseconds),
+    /// `{ offsets = { "topic:0" = 42 } }` (unlisted partitions start at earliest), or
+    /// `{ offset = 42 }` (every partition, kept within what it holds).
     pub starting_offsets: Option<Value>,
     /// Where to stop (exclusive): "none" (default, unbounded), "latest" (the end of each partition
-    /// when it is discovered), `{ timestamp = … }`, or `{ offsets = { "topic:0" = 50 } }`
-    /// (unlisted partitions stop at latest).
+    /// when it is discovered), `{ timestamp = … }`, `{ offsets = { "topic:0" = 50 } }`
+    /// (unlisted partitions stop at latest), or `{ offset = 50 }` (every partition, or its end
+    /// at discovery where that comes first).
     pub stopping_offsets: Option<Value>,
     /// End-of-stream expression in CEL over `key`, `value`, `headers`, `topic`, `partition`,
     /// `offset`, `timestamp`, e.g. `value.type == "MARKET_CLOSE"`. The matching record ends its
@@ -201,6 +203,14 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
                     ));
                 }
             }
+        }
+    }
+    if let (StartingOffsets::Offset(start), StoppingOffsets::Offset(stop)) = (&starting, &stopping) {
+        if stop < start {
+            return Err(Error::config(
+                "source.stopping_offsets.offset",
+                format!("{stop} is before the starting offset {start}"),
+            ));
         }
     }
     if matches!(starting, StartingOffsets::Committed { .. }) && raw.group_id.is_none() {

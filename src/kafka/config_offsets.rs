@@ -26,10 +26,17 @@ fn offsets_map(key: &str, v: &Value) -> Result<BTreeMap<(String, i32), i64>> {
     Ok(out)
 }
 
+/// One offset for every partition (`{ offset = 42 }`).
+fn offset(key: &str, v: &Value) -> Result<i64> {
+    v.as_i64()
+        .filter(|o| *o >= 0)
+        .ok_or_else(|| Error::config(key, format!("must be an offset (>= 0), not {v}")))
+}
+
 pub(super) fn starting_offsets(v: Option<&Value>) -> Result<StartingOffsets> {
     const KEY: &str = "source.starting_offsets";
-    const EXPECTED: &str =
-        "\"earliest\", \"latest\", \"committed\", { committed = … }, { timestamp = … } or { offsets = { … } }";
+    const EXPECTED: &str = "\"earliest\", \"latest\", \"committed\", { committed = … }, { timestamp = … }, \
+                            { offset = … } or { offsets = { … } }";
     let Some(v) = v else {
         return Ok(StartingOffsets::Earliest);
     };
@@ -48,6 +55,7 @@ pub(super) fn starting_offsets(v: Option<&Value>) -> Result<StartingOffsets> {
     match kind {
         "timestamp" => Ok(StartingOffsets::Timestamp(time_value(&at, arg)?)),
         "offsets" => Ok(StartingOffsets::Specific(offsets_map(&at, arg)?)),
+        "offset" => Ok(StartingOffsets::Offset(offset(&at, arg)?)),
         "committed" => {
             const RESETS: [(&str, CommittedReset); 3] = [
                 ("earliest", CommittedReset::Earliest),
@@ -67,7 +75,7 @@ pub(super) fn starting_offsets(v: Option<&Value>) -> Result<StartingOffsets> {
 
 pub(super) fn stopping_offsets(v: Option<&Value>) -> Result<StoppingOffsets> {
     const KEY: &str = "source.stopping_offsets";
-    const EXPECTED: &str = "\"none\", \"latest\", { timestamp = … } or { offsets = { … } }";
+    const EXPECTED: &str = "\"none\", \"latest\", { timestamp = … }, { offset = … } or { offsets = { … } }";
     let Some(v) = v else {
         return Ok(StoppingOffsets::None);
     };
@@ -83,6 +91,7 @@ pub(super) fn stopping_offsets(v: Option<&Value>) -> Result<StoppingOffsets> {
     match kind {
         "timestamp" => Ok(StoppingOffsets::Timestamp(time_value(&at, arg)?)),
         "offsets" => Ok(StoppingOffsets::Specific(offsets_map(&at, arg)?)),
+        "offset" => Ok(StoppingOffsets::Offset(offset(&at, arg)?)),
         other => Err(Error::config(KEY, format!("{other:?} is not one of {EXPECTED}"))),
     }
 }

@@ -61,6 +61,9 @@ pub enum StartingOffsets {
     Timestamp(i64),
     /// Given offsets; partitions not listed start at earliest.
     Specific(BTreeMap<TopicPartition, i64>),
+    /// The same offset in every partition (kcat's `-o N`), kept within what each partition
+    /// holds: earliest where it was deleted, latest where it is not written yet.
+    Offset(i64),
 }
 
 /// Where splits stop (exclusive).
@@ -75,6 +78,9 @@ pub enum StoppingOffsets {
     Timestamp(i64),
     /// Given offsets; partitions not listed stop at latest.
     Specific(BTreeMap<TopicPartition, i64>),
+    /// The same offset in every partition, or the end of a partition at discovery where that
+    /// comes first (a bounded replay ends).
+    Offset(i64),
 }
 
 impl StoppingOffsets {
@@ -110,6 +116,7 @@ impl std::fmt::Display for StartingOffsets {
             },
             StartingOffsets::Timestamp(ms) => write!(f, "timestamp {}", time_text(*ms)),
             StartingOffsets::Specific(map) => write!(f, "offsets {} (the others at earliest)", offsets_text(map)),
+            StartingOffsets::Offset(o) => write!(f, "offset {o} in every partition (within what it holds)"),
         }
     }
 }
@@ -122,6 +129,7 @@ impl std::fmt::Display for StoppingOffsets {
             StoppingOffsets::Latest => f.write_str("latest (the ends at start)"),
             StoppingOffsets::Timestamp(ms) => write!(f, "timestamp {}", time_text(*ms)),
             StoppingOffsets::Specific(map) => write!(f, "offsets {} (the others at latest)", offsets_text(map)),
+            StoppingOffsets::Offset(o) => write!(f, "offset {o} in every partition (or its end at start)"),
         }
     }
 }
@@ -279,6 +287,20 @@ impl<'a> OffsetsResolver<'a> {
                 Ok(out)
             }
             StartingOffsets::Committed { reset } => self.committed(partitions, *reset),
+            StartingOffsets::Offset(o) => {
+                let (lows, highs) = (self.earliest(partitions)?, self.latest(partitions)?);
+                Ok(partitions
+                    .iter()
+                    .map(|tp| {
+                        let (low, high) = (lows[tp], highs[tp]);
+                        let start = (*o).clamp(low, high.max(low));
+                        if start != *o {
+                            debug!(topic = %tp.0, partition = tp.1, offset = *o, start, low, high, "starting offset kept within the partition");
+                        }
+                        (tp.clone(), start)
+                    })
+                    .collect())
+            }
         }
     }
 
@@ -350,6 +372,10 @@ impl<'a> OffsetsResolver<'a> {
                     }
                 }
                 Ok(out)
+            }
+            StoppingOffsets::Offset(o) => {
+                let ends = self.latest(partitions)?;
+                Ok(ends.into_iter().map(|(tp, end)| (tp, Some(end.min(*o)))).collect())
             }
         }
     }

@@ -20,6 +20,8 @@ mod formats;
 mod instances;
 mod kafka_source;
 mod kubernetes;
+mod oneliner;
+mod oneliner_more;
 mod own_broker;
 mod own_cluster;
 mod periodic;
