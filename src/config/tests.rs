@@ -316,6 +316,32 @@ fn validate_refuses_what_run_would_fail_on() {
     }
 }
 
+/// A field of the value needs a format with fields: over bytes or text, `value.seq` fails on
+/// every record, so nothing would ever match (a one-liner's `--where` without `--format json`).
+#[test]
+fn an_expression_on_value_fields_needs_a_structured_format() {
+    let _env = env_lock();
+    for (key, expression) in [("where", "value.seq % 2 == 0"), ("eof", "has(value.type)")] {
+        for format in ["bytes", "string"] {
+            let sets = [format!("source.{key}={expression}"), format!("source.format={format}")];
+            let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+            let e = error_of(BASE, &sets);
+            assert_eq!(key_of(&e), format!("source.{key}"), "{e}");
+            assert!(e.to_string().contains("format") && e.to_string().contains(format), "{e}");
+        }
+    }
+    // the whole value is fine over text, and fields over JSON
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, BASE);
+    for sets in [
+        vec!["source.eof=value == 'CLOSE'", "source.format=string"],
+        vec!["source.where=value.seq > 1", "source.format=json"],
+    ] {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        load(&path, &sets).unwrap_or_else(|e| panic!("{sets:?}: {e}"));
+    }
+}
+
 /// The event-time knobs are refused where no event-time clock runs (no pacing, no source-wide
 /// stop): accepted without a word, they looked like they did something.
 #[test]
@@ -327,7 +353,7 @@ fn event_time_knobs_without_an_event_time_clock_are_refused() {
         assert!(e.to_string().contains("replay_speed"), "{e}");
         let dir = tempfile::tempdir().unwrap();
         let path = write(&dir, BASE);
-        for with in [vec!["source.replay_speed=2"], vec!["source.eof=value.x == 1", "source.eof_scope=source"]] {
+        for with in [vec!["source.replay_speed=2"], vec!["source.eof=key == 'x'", "source.eof_scope=source"]] {
             let mut sets: Vec<String> = with.iter().map(|s| s.to_string()).collect();
             sets.push(format!("source.{key}=5s"));
             load(&path, &sets).unwrap_or_else(|e| panic!("{key} with {with:?}: {e}"));

@@ -234,12 +234,6 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
         None if stopping.is_bounded() || raw.eof.is_some() => None,
         None => Some(Duration::from_secs(300)),
     };
-    if let Some(expr) = &raw.eof {
-        crate::expr::RecordExpression::compile(expr).map_err(|e| Error::config("source.eof", e))?;
-    }
-    if let Some(expr) = &raw.filter {
-        crate::expr::RecordExpression::compile(expr).map_err(|e| Error::config("source.where", e))?;
-    }
     let key_format = key_format("source.key_format", raw.key_format.as_deref(), ALL_FORMATS)?;
     let (format, avro, wire_schema) = read_formats(
         raw.format.as_deref(),
@@ -248,6 +242,17 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
         raw.protobuf,
         raw.json_schema,
     )?;
+    for (key, expr) in [("source.eof", &raw.eof), ("source.where", &raw.filter)] {
+        let Some(expr) = expr else { continue };
+        let compiled = crate::expr::RecordExpression::compile(expr).map_err(|e| Error::config(key, e))?;
+        // over bytes or text a field of the value fails on every record: nothing would match
+        if let (Some([field, ..]), ValueFormat::Bytes | ValueFormat::String) = (compiled.value_fields(), format) {
+            return Err(Error::config(
+                key,
+                format!("reads value.{field}, but source.format is {format}: a field needs json, avro, protobuf or json_schema"),
+            ));
+        }
+    }
     let decode_errors = keyword(
         "source.decode_errors",
         raw.decode_errors.as_deref(),
