@@ -113,6 +113,9 @@ pub struct RawMetrics {
     /// Address of the Prometheus endpoint (`/metrics`, `/healthz`), e.g. "127.0.0.1:9464"; a bare
     /// port binds to loopback. Default: no endpoint.
     pub listen: Option<String>,
+    /// Whether `POST /control` on the same listener may pause, resume and change rates (default
+    /// true; `GET /status` and the status page `/` are served either way).
+    pub control: Option<bool>,
 }
 
 /// `[log]`
