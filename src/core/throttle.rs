@@ -211,9 +211,15 @@ mod tests {
         let t = Throttle::default();
         t.set_limits(None, Some(100.0));
         let start = Instant::now();
-        assert!(matches!(t.admit(10, start), Admit::At(_)), "empty bucket");
-        let later = start + Duration::from_millis(500);
-        // the bucket holds 10 ms of 100 B/s = 1 byte; a record may overdraw it
+        // a record passes while the bucket is not overdrawn (it may overdraw it), the next waits
+        assert_eq!(t.admit(50, start), Admit::Now);
+        match t.admit(50, start) {
+            // (the bucket earned at most its 1 byte between the limit's setting and `start`)
+            Admit::At(at) => assert!((490..=500).contains(&(at - start).as_millis()), "{:?}", at - start),
+            other => panic!("expected a wait, got {other:?}"),
+        }
+        // 500 ms later the 50 bytes are paid back; the bucket holds at most 10 ms (1 byte)
+        let later = start + Duration::from_secs(5);
         assert_eq!(t.admit(50, later), Admit::Now);
         assert!(matches!(t.admit(50, later), Admit::At(_)), "overdrawn");
         t.set_paused(true);

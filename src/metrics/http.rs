@@ -73,8 +73,8 @@ async fn route(endpoint: Arc<Endpoint>, request: Request<Incoming>) -> Response<
                 Err(ControlError::Unavailable(m)) => error(StatusCode::CONFLICT, &m),
             }
         }
-        (&Method::GET, _) => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
         (_, "/control") => respond(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "POST only\n"),
+        (&Method::GET, _) => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
         _ => respond(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n"),
     }
 }

@@ -5,6 +5,7 @@ mod broker;
 mod cluster;
 mod common;
 mod containers;
+mod control;
 mod copies;
 mod daemon;
 mod daemon_exit;
