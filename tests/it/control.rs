@@ -279,3 +279,58 @@ fn max_rate_config_mistakes_name_the_key() {
         assert!(log.contains(key), "{extra}: {log}");
     }
 }
+
+/// Over the next `window`, at most `rate` records/s emitted (plus `slack`), and at least one.
+fn emits_at_most(addr: &str, rate: f64, window: Duration, slack: f64, what: &str) {
+    let sent = Instant::now();
+    let n0 = emitted(&status(addr).expect("status"));
+    let mut n = n0;
+    wait_until(what, MINUTE, || {
+        n = emitted(&status(addr).expect("status"));
+        let elapsed = sent.elapsed();
+        let bound = rate * elapsed.as_secs_f64() + slack;
+        assert!(((n - n0) as f64) <= bound, "{what}: {} records in {elapsed:?} (bound {bound})", n - n0);
+        elapsed >= window
+    });
+    // a stalled replay (a pacing clock left behind by the change) would emit nothing
+    wait_until(&format!("{what}: a record"), Duration::from_secs(5), || {
+        emitted(&status(addr).expect("status")) > n0
+    });
+}
+
+#[test]
+fn replay_speed_changes_and_resumes_without_a_burst_or_a_stall() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("speed", 2);
+    // one record every 100 ms of event time
+    let records: Vec<TestRecord> = (0..2_000)
+        .map(|i| TestRecord::to(i % 2, format!("value-{i}")).at(1_790_000_000_000 + 100 * i as i64))
+        .collect();
+    kafka.produce(&topic, &records);
+    let dir = JobDir::new();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    // 100 records/s at speed 10
+    let config = dir.config(&controlled_config(&kafka, &topic, port, "replay_speed = 10.0"));
+    let daemon = Daemon::start(&config, &[]);
+    wait_until("100 records emitted", MINUTE, || status(&addr).is_some_and(|s| emitted(&s) >= 100));
+    // 10 records/s at speed 1: no faster (the old schedule is not kept), and no stall (nor
+    // is the old event time replayed at the new speed from the start)
+    let (code, answer) = control(&addr, r#"{"replay_speed": 1.0}"#);
+    assert_eq!((code, &answer["replay_speed"]), (200, &Value::from(1.0)), "{answer}");
+    let t0 = status(&addr).expect("status")["event_time_ms"].as_i64().expect("event time");
+    emits_at_most(&addr, 10.0, Duration::from_secs(1), 3.0, "at speed 1");
+    let t1 = status(&addr).expect("status")["event_time_ms"].as_i64().expect("event time");
+    assert!(t1 >= t0, "event time never runs back: {t0} then {t1}");
+    // paused for a second at speed 10: resumed, it does not catch up the paused time
+    assert_eq!(control(&addr, r#"{"replay_speed": 10.0, "paused": true}"#).0, 200);
+    let paused = Instant::now();
+    wait_until("a second paused", MINUTE, || paused.elapsed() >= Duration::from_secs(1));
+    assert_eq!(control(&addr, r#"{"paused": false}"#).0, 200);
+    emits_at_most(&addr, 100.0, Duration::from_millis(500), 5.0, "resumed at speed 10");
+    // as fast as possible: done
+    assert_eq!(control(&addr, r#"{"replay_speed": null}"#).0, 200);
+    let (code, log) = daemon.wait(MINUTE);
+    assert_eq!(code.code(), Some(0), "{log}");
+    exactly_once(&dir.path("out.jsonl"), 2_000);
+}
