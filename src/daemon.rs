@@ -166,7 +166,10 @@ async fn run_config(
         Some(addr) => {
             let endpoint = crate::metrics::Endpoint {
                 metrics: Arc::clone(&metrics),
-                status: Arc::new(crate::metrics::StatusBoard::new(config.job.name.clone(), Arc::clone(&stats))),
+                status: Arc::new(crate::metrics::StatusBoard::new(
+                    config.job.name.clone(),
+                    Arc::clone(&stats),
+                )),
                 control: config.metrics.control,
             };
             Some(crate::metrics::serve(addr, endpoint).await?)

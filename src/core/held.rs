@@ -228,8 +228,14 @@ impl<T: RecordPosition> HeldRecords<T> {
                 .held
                 .iter()
                 .filter_map(|(id, q)| {
-                    q.front()
-                        .map(|h| (id, h.timestamp, h.marker, h.record.as_ref().map(RecordPosition::size_bytes)))
+                    q.front().map(|h| {
+                        (
+                            id,
+                            h.timestamp,
+                            h.marker,
+                            h.record.as_ref().map(RecordPosition::size_bytes),
+                        )
+                    })
                 })
                 .min_by_key(|(_, t, _, _)| *t)
                 .map(|(id, t, m, s)| (id.clone(), t, m, s))

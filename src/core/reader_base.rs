@@ -121,8 +121,7 @@ where
                 .event_time
                 .as_ref()
                 .map(|_| ReaderOutput::new(options.eof.clone(), options.eof_emit_marker).tracking_filtered()),
-            held: (options.event_time.clone())
-                .map(|clock| HeldRecords::new(clock, Arc::clone(&options.throttle))),
+            held: (options.event_time.clone()).map(|clock| HeldRecords::new(clock, Arc::clone(&options.throttle))),
             options,
         }
     }

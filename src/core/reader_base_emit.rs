@@ -36,7 +36,11 @@ where
         snapshot
     }
 
-    pub(super) fn emit_batch(&mut self, batch: RecordsWithSplitIds<R::Element>, output: &mut ReaderOutput<T>) -> Result<()> {
+    pub(super) fn emit_batch(
+        &mut self,
+        batch: RecordsWithSplitIds<R::Element>,
+        output: &mut ReaderOutput<T>,
+    ) -> Result<()> {
         for (id, elements) in batch.records {
             let Some(entry) = self.splits.get_mut(&id) else {
                 continue; // removed split

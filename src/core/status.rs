@@ -50,7 +50,11 @@ impl SplitBoard {
             .map(|s| SplitStatus {
                 id: s.split.split_id(),
                 split: serde_json::to_value(&s.split).unwrap_or_default(),
-                remaining: if s.finished.is_some() { Some(0) } else { s.split.remaining() },
+                remaining: if s.finished.is_some() {
+                    Some(0)
+                } else {
+                    s.split.remaining()
+                },
                 finished: s.finished,
             })
             .collect();

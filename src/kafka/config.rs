@@ -292,9 +292,15 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
             ));
         }
     }
-    for (key, limit) in [("source.max_rate", raw.max_rate), ("source.max_bytes_rate", raw.max_bytes_rate)] {
+    for (key, limit) in [
+        ("source.max_rate", raw.max_rate),
+        ("source.max_bytes_rate", raw.max_bytes_rate),
+    ] {
         if limit.is_some_and(|l| !(l.is_finite() && l > 0.0)) {
-            return Err(Error::config(key, format!("must be a number above 0 (per second), not {limit:?}")));
+            return Err(Error::config(
+                key,
+                format!("must be a number above 0 (per second), not {limit:?}"),
+            ));
         }
     }
     let rate_limits = (raw.max_rate, raw.max_bytes_rate);

@@ -63,7 +63,10 @@ impl StatusBoard {
     fn sample(&self, now: Instant) {
         let mut samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
         samples.push_back((now, self.done()));
-        while samples.front().is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW) {
+        while samples
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW)
+        {
             samples.pop_front();
         }
     }
@@ -156,9 +159,13 @@ fn limit(key: &str, value: &Value) -> Result<Option<f64>, ControlError> {
         Value::Null => Ok(None),
         Value::Number(n) => match n.as_f64() {
             Some(v) if v.is_finite() && v > 0.0 => Ok(Some(v)),
-            _ => Err(ControlError::Bad(format!("{key} must be a number above 0 or null, not {n}"))),
+            _ => Err(ControlError::Bad(format!(
+                "{key} must be a number above 0 or null, not {n}"
+            ))),
         },
-        other => Err(ControlError::Bad(format!("{key} must be a number above 0 or null, not {other}"))),
+        other => Err(ControlError::Bad(format!(
+            "{key} must be a number above 0 or null, not {other}"
+        ))),
     }
 }
 
@@ -178,9 +185,11 @@ pub fn apply_control(board: &StatusBoard, body: &[u8]) -> Result<Value, ControlE
     for (key, value) in &request {
         match key.as_str() {
             "paused" => {
-                paused = Some(value.as_bool().ok_or_else(|| {
-                    ControlError::Bad(format!("paused must be true or false, not {value}"))
-                })?)
+                paused = Some(
+                    value
+                        .as_bool()
+                        .ok_or_else(|| ControlError::Bad(format!("paused must be true or false, not {value}")))?,
+                )
             }
             "max_rate" | "max_bytes_rate" => {
                 let v = limit(key, value)?;

@@ -52,9 +52,7 @@ fn error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
 async fn route(endpoint: Arc<Endpoint>, request: Request<Incoming>) -> Response<Full<Bytes>> {
     let path = request.uri().path().to_string();
     match (request.method(), path.as_str()) {
-        (&Method::GET, "/metrics") => {
-            respond(StatusCode::OK, "text/plain; version=0.0.4", endpoint.metrics.render())
-        }
+        (&Method::GET, "/metrics") => respond(StatusCode::OK, "text/plain; version=0.0.4", endpoint.metrics.render()),
         (&Method::GET, "/healthz") => respond(StatusCode::OK, "text/plain", "ok\n"),
         (&Method::GET, "/status") => json(StatusCode::OK, &endpoint.status.status()),
         (&Method::GET, "/") => respond(StatusCode::OK, "text/html; charset=utf-8", STATUS_PAGE),

@@ -15,7 +15,9 @@ const MINUTE: Duration = Duration::from_secs(60);
 /// `n` records over `partitions`, values `value-i`.
 fn produce(kafka: &TestKafka, topic: &str, partitions: i32, n: usize) {
     let records: Vec<TestRecord> = (0..n)
-        .map(|i| TestRecord::to((i % partitions as usize) as i32, format!("value-{i}")).at(1_790_000_000_000 + i as i64))
+        .map(|i| {
+            TestRecord::to((i % partitions as usize) as i32, format!("value-{i}")).at(1_790_000_000_000 + i as i64)
+        })
         .collect();
     kafka.produce(topic, &records);
 }
@@ -26,7 +28,13 @@ pub fn controlled_config(kafka: &TestKafka, topic: &str, port: u16, extra_source
 }
 
 /// [`controlled_config`] with checkpoints every `interval`.
-pub fn controlled_config_every(kafka: &TestKafka, topic: &str, port: u16, extra_source: &str, interval: &str) -> String {
+pub fn controlled_config_every(
+    kafka: &TestKafka,
+    topic: &str,
+    port: u16,
+    extra_source: &str,
+    interval: &str,
+) -> String {
     format!(
         "{}\n[metrics]\nlisten = \"{port}\"\n",
         replay_config(
@@ -110,7 +118,10 @@ fn max_rate_limits_a_replay_and_a_changed_rate_applies_within_100_ms() {
         let elapsed = start.elapsed();
         let n = emitted(&s) - n0;
         let bound = 200.0 * elapsed.as_secs_f64() + 3.0;
-        assert!(n as f64 <= bound, "{n} records in {elapsed:?} at max_rate 200 (bound {bound})");
+        assert!(
+            n as f64 <= bound,
+            "{n} records in {elapsed:?} at max_rate 200 (bound {bound})"
+        );
         last = (elapsed, n);
         elapsed >= Duration::from_secs(2)
     });
@@ -144,8 +155,14 @@ fn max_rate_limits_a_replay_and_a_changed_rate_applies_within_100_ms() {
     // happened before its answer) and 20 ms for this process's scheduling
     let latency = seen - answered;
     let allowed = Duration::from_millis(120) + poll_rtt;
-    eprintln!("rate change seen {latency:?} after the answer (request {:?}, allowed {allowed:?})", answered - posted);
-    assert!(latency <= allowed, "the raised rate showed only {latency:?} after POST's 200");
+    eprintln!(
+        "rate change seen {latency:?} after the answer (request {:?}, allowed {allowed:?})",
+        answered - posted
+    );
+    assert!(
+        latency <= allowed,
+        "the raised rate showed only {latency:?} after POST's 200"
+    );
 
     let (code, log) = daemon.wait(MINUTE);
     assert_eq!(code.code(), Some(0), "{log}");
@@ -164,7 +181,9 @@ fn pause_stops_emission_while_checkpoints_complete_and_status_matches_the_output
     let addr = format!("127.0.0.1:{port}");
     let config = dir.config(&controlled_config(&kafka, &topic, port, "max_rate = 300"));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("100 records emitted", MINUTE, || status(&addr).is_some_and(|s| emitted(&s) >= 100));
+    wait_until("100 records emitted", MINUTE, || {
+        status(&addr).is_some_and(|s| emitted(&s) >= 100)
+    });
     let (code, answer) = control(&addr, r#"{"paused": true}"#);
     assert_eq!((code, &answer["paused"]), (200, &Value::Bool(true)), "{answer}");
     let checkpoints = |s: &Value| s["checkpoints"].as_u64().expect("checkpoints");
@@ -208,7 +227,11 @@ fn pause_stops_emission_while_checkpoints_complete_and_status_matches_the_output
     let expected = later["records"]["expected"].as_u64().expect("expected");
     assert_eq!(expected, 2_000);
     let left: i64 = splits.iter().map(|s| s["records_left"].as_i64().unwrap_or(0)).sum();
-    assert_eq!(left as u64 + lines as u64, expected, "records left + written = the plan's total");
+    assert_eq!(
+        left as u64 + lines as u64,
+        expected,
+        "records left + written = the plan's total"
+    );
 
     // resume: it goes on
     let (code, answer) = control(&addr, r#"{"paused": false}"#);
@@ -254,10 +277,17 @@ fn control_refuses_bad_bodies_and_controls_the_job_lacks() {
     ] {
         let (code, answer) = control(&addr, body);
         assert_eq!(code, want, "{body}: {answer}");
-        assert!(answer["error"].as_str().is_some_and(|e| e.contains(says)), "{body}: {answer}");
+        assert!(
+            answer["error"].as_str().is_some_and(|e| e.contains(says)),
+            "{body}: {answer}"
+        );
     }
     assert_eq!(http(&addr, "GET", "/control", "").map(|r| r.0), Some(405));
-    assert_eq!(status(&addr).expect("status")["state"], "paused", "a refused request changed nothing");
+    assert_eq!(
+        status(&addr).expect("status")["state"],
+        "paused",
+        "a refused request changed nothing"
+    );
     assert_eq!(control(&addr, r#"{"paused": false}"#).0, 200);
     wait_until("every record written", MINUTE, || {
         status(&addr).is_some_and(|s| s["records"]["written"] == 100)
@@ -272,7 +302,10 @@ fn control_refuses_bad_bodies_and_controls_the_job_lacks() {
 fn max_rate_config_mistakes_name_the_key() {
     let kafka = TestKafka::get();
     let dir = JobDir::new();
-    for (extra, key) in [("max_rate = 0", "source.max_rate"), ("max_bytes_rate = -5.0", "source.max_bytes_rate")] {
+    for (extra, key) in [
+        ("max_rate = 0", "source.max_rate"),
+        ("max_bytes_rate = -5.0", "source.max_bytes_rate"),
+    ] {
         let config = dir.config(&controlled_config(&kafka, "t", free_port(), extra));
         let (code, log) = run(&config, &[], MINUTE);
         assert_eq!(code, 2, "{extra}: {log}");
@@ -289,7 +322,11 @@ fn emits_at_most(addr: &str, rate: f64, window: Duration, slack: f64, what: &str
         n = emitted(&status(addr).expect("status"));
         let elapsed = sent.elapsed();
         let bound = rate * elapsed.as_secs_f64() + slack;
-        assert!(((n - n0) as f64) <= bound, "{what}: {} records in {elapsed:?} (bound {bound})", n - n0);
+        assert!(
+            ((n - n0) as f64) <= bound,
+            "{what}: {} records in {elapsed:?} (bound {bound})",
+            n - n0
+        );
         elapsed >= window
     });
     // a stalled replay (a pacing clock left behind by the change) would emit nothing
@@ -313,14 +350,20 @@ fn replay_speed_changes_and_resumes_without_a_burst_or_a_stall() {
     // 100 records/s at speed 10
     let config = dir.config(&controlled_config(&kafka, &topic, port, "replay_speed = 10.0"));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("100 records emitted", MINUTE, || status(&addr).is_some_and(|s| emitted(&s) >= 100));
+    wait_until("100 records emitted", MINUTE, || {
+        status(&addr).is_some_and(|s| emitted(&s) >= 100)
+    });
     // 10 records/s at speed 1: no faster (the old schedule is not kept), and no stall (nor
     // is the old event time replayed at the new speed from the start)
     let (code, answer) = control(&addr, r#"{"replay_speed": 1.0}"#);
     assert_eq!((code, &answer["replay_speed"]), (200, &Value::from(1.0)), "{answer}");
-    let t0 = status(&addr).expect("status")["event_time_ms"].as_i64().expect("event time");
+    let t0 = status(&addr).expect("status")["event_time_ms"]
+        .as_i64()
+        .expect("event time");
     emits_at_most(&addr, 10.0, Duration::from_secs(1), 3.0, "at speed 1");
-    let t1 = status(&addr).expect("status")["event_time_ms"].as_i64().expect("event time");
+    let t1 = status(&addr).expect("status")["event_time_ms"]
+        .as_i64()
+        .expect("event time");
     assert!(t1 >= t0, "event time never runs back: {t0} then {t1}");
     // paused for a second at speed 10: resumed, it does not catch up the paused time
     assert_eq!(control(&addr, r#"{"replay_speed": 10.0, "paused": true}"#).0, 200);

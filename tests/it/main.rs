@@ -32,5 +32,6 @@ mod registry_formats;
 mod restore;
 mod routing;
 mod security;
+mod status_page;
 mod testing_api;
 mod tls;
