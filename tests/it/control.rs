@@ -377,3 +377,27 @@ fn replay_speed_changes_and_resumes_without_a_burst_or_a_stall() {
     assert_eq!(code.code(), Some(0), "{log}");
     exactly_once(&dir.path("out.jsonl"), 2_000);
 }
+
+#[test]
+fn max_bytes_rate_limits_a_replay() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("max-bytes-rate", 2);
+    // 1,000-byte values (no keys): 20,000 bytes/s is 20 records/s
+    let records: Vec<TestRecord> = (0..400)
+        .map(|i| TestRecord::to(i % 2, format!("{i:01000}")).at(1_790_000_000_000 + i as i64))
+        .collect();
+    kafka.produce(&topic, &records);
+    let dir = JobDir::new();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let config = dir.config(&controlled_config(&kafka, &topic, port, "max_bytes_rate = 20000"));
+    let daemon = Daemon::start(&config, &[]);
+    wait_until("the first record", MINUTE, || status(&addr).is_some_and(|s| emitted(&s) > 0));
+    // a record may overdraw the bucket: one record over the rate at most
+    emits_at_most(&addr, 20.0, Duration::from_secs(2), 2.0, "at 20,000 bytes/s");
+    let (code, answer) = control(&addr, r#"{"max_bytes_rate": null}"#);
+    assert_eq!((code, &answer["max_bytes_rate"]), (200, &Value::Null), "{answer}");
+    let (code, log) = daemon.wait(MINUTE);
+    assert_eq!(code.code(), Some(0), "{log}");
+    exactly_once(&dir.path("out.jsonl"), 400);
+}
