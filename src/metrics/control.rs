@@ -206,7 +206,7 @@ pub fn apply_control(board: &StatusBoard, body: &[u8]) -> Result<Value, ControlE
             }
             "replay_speed" => {
                 speed = Some(limit(key, value)?);
-                if !clock.is_some_and(|c| c.options().speed.is_some()) {
+                if clock.is_none_or(|c| c.options().speed.is_none()) {
                     return Err(ControlError::Unavailable(
                         "replay_speed can change only on a replay started with source.replay_speed".into(),
                     ));
