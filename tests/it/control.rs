@@ -392,7 +392,9 @@ fn max_bytes_rate_limits_a_replay() {
     let addr = format!("127.0.0.1:{port}");
     let config = dir.config(&controlled_config(&kafka, &topic, port, "max_bytes_rate = 20000"));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("the first record", MINUTE, || status(&addr).is_some_and(|s| emitted(&s) > 0));
+    wait_until("the first record", MINUTE, || {
+        status(&addr).is_some_and(|s| emitted(&s) > 0)
+    });
     // a record may overdraw the bucket: one record over the rate at most
     emits_at_most(&addr, 20.0, Duration::from_secs(2), 2.0, "at 20,000 bytes/s");
     let (code, answer) = control(&addr, r#"{"max_bytes_rate": null}"#);
