@@ -403,3 +403,81 @@ fn max_bytes_rate_limits_a_replay() {
     assert_eq!(code.code(), Some(0), "{log}");
     exactly_once(&dir.path("out.jsonl"), 400);
 }
+
+/// An unbounded data generator at `rate` records/s into `{dir}/out.jsonl`, HTTP on `port`.
+fn datagen_config(port: u16, rate: u32, metrics_extra: &str) -> String {
+    format!(
+        r#"
+[job]
+parallelism = 2
+
+[source]
+type = "datagen"
+rate = {rate}
+seed = 7
+
+[source.fields]
+seq = {{ sequence = {{}} }}
+
+[sink]
+type = "file"
+path = "{{dir}}/out.jsonl"
+
+[checkpoint]
+path = "{{dir}}/job.state"
+interval = "200ms"
+
+[metrics]
+listen = "{port}"
+{metrics_extra}
+"#
+    )
+}
+
+#[test]
+fn any_source_pauses_and_resumes_and_control_can_be_switched_off() {
+    let dir = JobDir::new();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    // a data generator: no held records, the reader drivers' pause alone
+    let daemon = Daemon::start(&dir.config(&datagen_config(port, 200, "")), &[]);
+    wait_until("records", MINUTE, || status(&addr).is_some_and(|s| emitted(&s) >= 20));
+    let (code, answer) = control(&addr, r#"{"max_rate": 10}"#);
+    assert_eq!(code, 409, "the generator's rate is source.rate: {answer}");
+    assert_eq!(control(&addr, r#"{"paused": true}"#).0, 200);
+    let checkpoints = |s: &Value| s["checkpoints"].as_u64().expect("checkpoints");
+    let c0 = checkpoints(&status(&addr).expect("status"));
+    let mut paused = Value::Null;
+    wait_until("a checkpoint after the pause", MINUTE, || {
+        paused = status(&addr).expect("status");
+        checkpoints(&paused) > c0
+    });
+    let mut later = Value::Null;
+    wait_until("3 more checkpoints while paused", MINUTE, || {
+        later = status(&addr).expect("status");
+        checkpoints(&later) >= checkpoints(&paused) + 3
+    });
+    assert_eq!(emitted(&later), emitted(&paused), "nothing generated while paused");
+    assert_eq!(later["state"], "paused");
+    assert_eq!(control(&addr, r#"{"paused": false}"#).0, 200);
+    wait_until("records again", MINUTE, || {
+        status(&addr).is_some_and(|s| emitted(&s) >= emitted(&later) + 20)
+    });
+    daemon.signal(libc::SIGTERM);
+    let (code, log) = daemon.wait(MINUTE);
+    assert_eq!(code.code(), Some(0), "{log}");
+
+    // metrics.control = false: the status is served, control refused
+    let dir = JobDir::new();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let daemon = Daemon::start(&dir.config(&datagen_config(port, 50, "control = false")), &[]);
+    wait_until("/status", MINUTE, || status(&addr).is_some());
+    let (code, answer) = control(&addr, r#"{"paused": true}"#);
+    assert_eq!(code, 403, "{answer}");
+    assert!(answer["error"].as_str().is_some_and(|e| e.contains("metrics.control")), "{answer}");
+    assert_eq!(status(&addr).expect("status")["state"], "running");
+    daemon.signal(libc::SIGTERM);
+    let (code, log) = daemon.wait(MINUTE);
+    assert_eq!(code.code(), Some(0), "{log}");
+}
