@@ -236,6 +236,8 @@ fn pause_stops_emission_while_checkpoints_complete_and_status_matches_the_output
     // resume: it goes on
     let (code, answer) = control(&addr, r#"{"paused": false}"#);
     assert_eq!((code, &answer["paused"]), (200, &Value::Bool(false)), "{answer}");
+    // at its rate, without catching up the paused time
+    emits_at_most(&addr, 300.0, Duration::from_millis(500), 4.0, "resumed at 300/s");
     wait_until("records emitted again", MINUTE, || {
         status(&addr).is_some_and(|s| emitted(&s) >= emitted(&later) + 50 && s["state"] == "running")
     });
