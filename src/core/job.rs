@@ -173,6 +173,7 @@ impl<S: Source> Job<S> {
         if let Some(clock) = &event_time {
             let _ = self.stats.event_time.set(Arc::clone(clock));
         }
+        let _ = (self.stats.bounded).set(self.source.boundedness() == super::source::Boundedness::Bounded);
         let (rate, bytes_rate) = self.source.rate_limits();
         if rate.is_some() || bytes_rate.is_some() {
             self.stats.throttle.set_limits(rate, bytes_rate);

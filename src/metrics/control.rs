@@ -98,7 +98,13 @@ impl StatusBoard {
     pub fn status(&self) -> Value {
         let s = &self.stats;
         let done = self.done();
-        let expected = s.expected_records.load(Ordering::Relaxed);
+        // an unbounded source has no total (a generator's range is all of u64)
+        let bounded = s.bounded.get().copied().unwrap_or(false);
+        let expected = if bounded {
+            s.expected_records.load(Ordering::Relaxed)
+        } else {
+            0
+        };
         let rate = self.rate(done);
         let readers = s.readers.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut splits: Vec<Value> = readers
@@ -111,8 +117,12 @@ impl StatusBoard {
                     "topic": field("topic"),
                     "partition": field("partition"),
                     "position": field("next_offset"),
-                    "stop": field("stop_offset"),
-                    "records_left": split.remaining,
+                    // a Kafka split's stopping offset, a generator's range end (both exclusive)
+                    "stop": match field("stop_offset") {
+                        Value::Null if bounded => field("end"),
+                        stop => stop,
+                    },
+                    "records_left": split.remaining.filter(|_| bounded),
                     "finished": split.finished.is_some(),
                     "reason": split.finished.map(|f| f.reason.as_str()),
                 })

@@ -477,7 +477,10 @@ fn any_source_pauses_and_resumes_and_control_can_be_switched_off() {
     wait_until("/status", MINUTE, || status(&addr).is_some());
     let (code, answer) = control(&addr, r#"{"paused": true}"#);
     assert_eq!(code, 403, "{answer}");
-    assert!(answer["error"].as_str().is_some_and(|e| e.contains("metrics.control")), "{answer}");
+    assert!(
+        answer["error"].as_str().is_some_and(|e| e.contains("metrics.control")),
+        "{answer}"
+    );
     assert_eq!(status(&addr).expect("status")["state"], "running");
     daemon.signal(libc::SIGTERM);
     let (code, log) = daemon.wait(MINUTE);
