@@ -169,7 +169,17 @@ async fn run_config(
     let stats = Arc::new(JobStats::default());
     let metrics = Metrics::install(Arc::clone(&stats), &config.job.name)?;
     let _server = match config.metrics.listen {
-        Some(addr) => Some(crate::metrics::serve(addr, Arc::clone(&metrics)).await?),
+        Some(addr) => {
+            let endpoint = crate::metrics::Endpoint {
+                metrics: Arc::clone(&metrics),
+                status: Arc::new(crate::metrics::StatusBoard::new(
+                    config.job.name.clone(),
+                    Arc::clone(&stats),
+                )),
+                control: config.metrics.control,
+            };
+            Some(crate::metrics::serve(addr, endpoint).await?)
+        }
         None => None,
     };
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -97,6 +97,10 @@ impl RecordPosition for Record {
         self.offset
     }
 
+    fn size_bytes(&self) -> u64 {
+        (self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len)) as u64
+    }
+
     fn timestamp(&self) -> Option<i64> {
         self.timestamp
     }

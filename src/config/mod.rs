@@ -39,6 +39,8 @@ pub struct CheckpointConfig {
 #[derive(Debug, Clone)]
 pub struct MetricsConfig {
     pub listen: Option<SocketAddr>,
+    /// `POST /control` is allowed.
+    pub control: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,6 +292,7 @@ pub fn validate(path: &Path, tree: Value) -> Result<Config> {
     sink.check_checkpoint_interval(checkpoint.interval)?;
     let metrics = MetricsConfig {
         listen: raw.metrics.listen.as_deref().map(parse_listen).transpose()?,
+        control: raw.metrics.control.unwrap_or(true),
     };
     let log = LogConfig {
         format: keyword(

@@ -110,9 +110,13 @@ impl Default for RawCheckpoint {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawMetrics {
-    /// Address of the Prometheus endpoint (`/metrics`, `/healthz`), e.g. "127.0.0.1:9464"; a bare
-    /// port binds to loopback. Default: no endpoint.
+    /// Address of the HTTP endpoint (`/metrics` for Prometheus, `/healthz`, `/status`, the status
+    /// page `/`, `POST /control`), e.g. "127.0.0.1:9464"; a bare port binds to loopback. Default:
+    /// no endpoint.
     pub listen: Option<String>,
+    /// Whether `POST /control` on the same listener may pause, resume and change rates (default
+    /// true; `GET /status` and the status page `/` are served either way).
+    pub control: Option<bool>,
 }
 
 /// `[log]`

@@ -74,6 +74,10 @@ pub struct JobStats {
     pub readers: Mutex<Vec<Arc<FetchStats>>>,
     /// The event-time clock, when the job paces or stops source-wide (replayed time, late records).
     pub event_time: std::sync::OnceLock<Arc<super::event_time::EventTimeClock>>,
+    /// The source ends on its own (set at the start): an unbounded one has no expected total.
+    pub bounded: std::sync::OnceLock<bool>,
+    /// Pause and rate limits, changeable while the job runs (`POST /control`).
+    pub throttle: Arc<super::throttle::Throttle>,
 }
 
 /// How a job ended.

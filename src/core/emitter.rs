@@ -16,6 +16,11 @@ pub trait RecordPosition {
     fn timestamp(&self) -> Option<i64> {
         None
     }
+
+    /// Its key and value bytes, for a bytes/s limit (`source.max_bytes_rate`).
+    fn size_bytes(&self) -> u64 {
+        0
+    }
 }
 
 impl RecordPosition for u64 {

@@ -54,6 +54,9 @@ pub struct EventTimeOptions {
     /// How far a record may be stamped before one ahead of it in its split (Flink's
     /// `forBoundedOutOfOrderness`): zero when every split is in timestamp order.
     pub max_out_of_orderness: Duration,
+    /// Records pass the job's rate limits ([`super::throttle::Throttle`]) one by one, held back
+    /// like paced ones (`source.max_rate`, `source.max_bytes_rate`).
+    pub rate_limited: bool,
 }
 
 impl Default for EventTimeOptions {
@@ -64,6 +67,7 @@ impl Default for EventTimeOptions {
             source_wide_stop: false,
             idle_grace: Duration::from_secs(2),
             max_out_of_orderness: Duration::ZERO,
+            rate_limited: false,
         }
     }
 }
@@ -71,7 +75,7 @@ impl Default for EventTimeOptions {
 impl EventTimeOptions {
     /// Whether anything needs the clock.
     pub fn is_active(&self) -> bool {
-        self.speed.is_some() || self.source_wide_stop
+        self.speed.is_some() || self.source_wide_stop || self.rate_limited
     }
 }
 
@@ -118,6 +122,8 @@ struct State {
     /// The timestamp of the first record each reader holds per split, finished splits too:
     /// what the next release waits for.
     fronts: HashMap<SplitId, i64>,
+    /// The pacing factor now (`options.speed` at the start; changeable while running).
+    speed: Option<f64>,
 }
 
 /// The event-time state shared by the readers of one job.
@@ -138,8 +144,11 @@ pub struct EventTimeClock {
 impl EventTimeClock {
     pub fn new(options: EventTimeOptions) -> Self {
         EventTimeClock {
+            state: Mutex::new(State {
+                speed: options.speed,
+                ..State::default()
+            }),
             options,
-            state: Mutex::new(State::default()),
             version: watch::channel(0).0,
             released: AtomicI64::new(i64::MIN),
             late: AtomicU64::new(0),
@@ -353,7 +362,7 @@ impl EventTimeClock {
                 return Release::Wait(None);
             }
         }
-        let Some(speed) = self.options.speed else {
+        let Some(speed) = state.speed else {
             return Release::Now;
         };
         let (t0, start) = match state.anchor {
@@ -381,6 +390,37 @@ impl EventTimeClock {
             Some(due) if due > now => Release::At(due),
             Some(_) => Release::Now,
             None => Release::Wait(None),
+        }
+    }
+
+    /// The pacing factor now (`None`: as fast as possible).
+    pub fn speed(&self) -> Option<f64> {
+        self.lock().speed
+    }
+
+    /// Change the pacing factor while the replay runs (`None`: as fast as possible).
+    pub fn set_speed(&self, speed: Option<f64>) {
+        let mut state = self.lock();
+        state.speed = speed;
+        self.rebase(&mut state, Instant::now());
+        drop(state);
+        self.changed();
+    }
+
+    /// Restart the pacing clock at the event time emitted last, from now: after a pause, a
+    /// change of speed or of a rate limit, the replay neither jumps ahead nor bursts to catch
+    /// up with a schedule it was held behind.
+    pub fn restart_pacing(&self) {
+        let mut state = self.lock();
+        self.rebase(&mut state, Instant::now());
+        drop(state);
+        self.changed();
+    }
+
+    fn rebase(&self, state: &mut State, now: Instant) {
+        if let Some((t0, _)) = state.anchor {
+            let t = self.replayed_to().map_or(t0, |t| t.max(t0));
+            state.anchor = Some((t, now));
         }
     }
 

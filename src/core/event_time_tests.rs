@@ -13,6 +13,7 @@ fn clock(speed: Option<f64>, source_wide_stop: bool) -> EventTimeClock {
         source_wide_stop,
         idle_grace: Duration::from_secs(2),
         max_out_of_orderness: Duration::ZERO,
+        rate_limited: false,
     })
 }
 
@@ -98,6 +99,7 @@ fn out_of_order_splits_hold_records_until_their_timestamps_are_past_by_the_bound
         source_wide_stop: true,
         idle_grace: Duration::from_secs(2),
         max_out_of_orderness: Duration::from_millis(50),
+        rate_limited: false,
     });
     let a = id("a");
     c.register(&a);

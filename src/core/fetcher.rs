@@ -41,6 +41,8 @@ pub struct FetchStats {
     pub batches_dropped: AtomicU64,
     /// Splits this reader finished, by [`FinishReason`] (indexed as [`FinishReason::ALL`]).
     pub splits_finished: [AtomicU64; 5],
+    /// Its splits as `GET /status` shows them.
+    pub splits: super::status::SplitBoard,
 }
 
 impl FetchStats {

@@ -16,6 +16,7 @@ use super::emitter::{FilteredAt, ReaderOutput, RecordPosition};
 use super::event_time::{EventTimeClock, Release};
 use super::reader::AvailabilityFuture;
 use super::source::{FinishReason, Finished, SourceSplit, SplitId, SplitSnapshot};
+use super::throttle::{Admit, Throttle};
 
 /// Remember `position` as where the source-wide stop ended split `id`, if it is the first.
 fn note_stopped(stopped: &mut HashMap<SplitId, i64>, id: &SplitId, position: Option<i64>) {
@@ -57,6 +58,9 @@ pub(crate) struct Released {
 pub(crate) struct HeldRecords<T> {
     clock: Arc<EventTimeClock>,
     version: watch::Receiver<u64>,
+    /// The job's pause switch and rate limits: a record the clock releases waits for them too.
+    throttle: Arc<Throttle>,
+    throttle_version: watch::Receiver<u64>,
     held: HashMap<SplitId, VecDeque<Held<T>>>,
     last_emitted: HashMap<SplitId, i64>,
     /// The timestamp of the last record held per split (its own or inherited): what the next
@@ -76,10 +80,12 @@ pub(crate) struct HeldRecords<T> {
 }
 
 impl<T: RecordPosition> HeldRecords<T> {
-    pub(crate) fn new(clock: Arc<EventTimeClock>) -> Self {
+    pub(crate) fn new(clock: Arc<EventTimeClock>, throttle: Arc<Throttle>) -> Self {
         HeldRecords {
             version: clock.subscribe(),
             clock,
+            throttle_version: throttle.subscribe(),
+            throttle,
             held: HashMap::new(),
             last_emitted: HashMap::new(),
             previous: HashMap::new(),
@@ -90,6 +96,11 @@ impl<T: RecordPosition> HeldRecords<T> {
             stopped_at: HashMap::new(),
             marker_times: HashMap::new(),
         }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn new_unthrottled(clock: Arc<EventTimeClock>) -> Self {
+        Self::new(clock, Arc::default())
     }
 
     pub(crate) fn clock(&self) -> &Arc<EventTimeClock> {
@@ -213,19 +224,39 @@ impl<T: RecordPosition> HeldRecords<T> {
         self.purge_past_stop(&mut done);
         let mut touched: Vec<SplitId> = Vec::new();
         while done.count < RELEASE_PER_POLL {
-            let Some((id, timestamp, marker)) = self
+            let Some((id, timestamp, marker, size)) = self
                 .held
                 .iter()
-                .filter_map(|(id, q)| q.front().map(|h| (id, h.timestamp, h.marker)))
-                .min_by_key(|(_, t, _)| *t)
-                .map(|(id, t, m)| (id.clone(), t, m))
+                .filter_map(|(id, q)| {
+                    q.front().map(|h| {
+                        (
+                            id,
+                            h.timestamp,
+                            h.marker,
+                            h.record.as_ref().map(RecordPosition::size_bytes),
+                        )
+                    })
+                })
+                .min_by_key(|(_, t, _, _)| *t)
+                .map(|(id, t, m, s)| (id.clone(), t, m, s))
             else {
                 break;
             };
             if !touched.contains(&id) {
                 touched.push(id.clone());
             }
+            // a record (not a rejected one) waits for the pause switch and the rate limits too,
+            // asked once it is due (when the clock lets it go)
+            let admit = |throttle: &Throttle| size.map_or(Admit::Now, |s| throttle.admit(s, now));
             let Some(timestamp) = timestamp else {
+                match admit(&self.throttle) {
+                    Admit::Now => {}
+                    Admit::At(at) => {
+                        self.wake_at = Some(at);
+                        break;
+                    }
+                    Admit::Wait => break,
+                }
                 // no event time: at once, the clock untouched
                 if let Some(record) = self.pop_front(&id).and_then(|h| h.record) {
                     output.collect_unevaluated(record);
@@ -233,7 +264,15 @@ impl<T: RecordPosition> HeldRecords<T> {
                 }
                 continue;
             };
-            match self.clock.release(timestamp, now, marker) {
+            let release = match self.clock.release(timestamp, now, marker) {
+                Release::Now => match admit(&self.throttle) {
+                    Admit::Now => Release::Now,
+                    Admit::At(at) => Release::At(at),
+                    Admit::Wait => Release::Wait(None),
+                },
+                other => other,
+            };
+            match release {
                 Release::Now => {
                     let Some(h) = self.pop_front(&id) else { break };
                     // a rejected record: its time has come, and it goes nowhere
@@ -399,11 +438,13 @@ impl<T: RecordPosition> HeldRecords<T> {
     /// Note the clock's current version: [`HeldRecords::changed`] waits for a newer one.
     pub(crate) fn mark_seen(&mut self) {
         self.version.borrow_and_update();
+        self.throttle_version.borrow_and_update();
     }
 
     /// Completes when the clock changes or the next held record is due.
     pub(crate) fn changed(&self) -> AvailabilityFuture {
         let mut version = self.version.clone();
+        let mut throttle = self.throttle_version.clone();
         let wake_at = self.wake_at;
         Box::pin(async move {
             let sleep = async {
@@ -414,6 +455,7 @@ impl<T: RecordPosition> HeldRecords<T> {
             };
             tokio::select! {
                 _ = version.changed() => {}
+                _ = throttle.changed() => {}
                 _ = sleep => {}
             }
         })

@@ -35,11 +35,12 @@ fn held(speed: Option<f64>, source_wide_stop: bool) -> HeldRecords<At> {
 }
 
 fn held_of<T: RecordPosition>(speed: Option<f64>, source_wide_stop: bool) -> HeldRecords<T> {
-    HeldRecords::new(Arc::new(EventTimeClock::new(EventTimeOptions {
+    HeldRecords::new_unthrottled(Arc::new(EventTimeClock::new(EventTimeOptions {
         speed,
         source_wide_stop,
         idle_grace: Duration::from_secs(2),
         max_out_of_orderness: Duration::ZERO,
+        rate_limited: false,
     })))
 }
 
@@ -94,11 +95,12 @@ fn the_source_wide_stop_drops_records_at_or_after_it_and_keeps_those_before_it()
 
 #[test]
 fn a_marker_found_later_in_an_out_of_order_split_stops_the_source_before_anything_after_it_went_out() {
-    let mut h = HeldRecords::new(Arc::new(EventTimeClock::new(EventTimeOptions {
+    let mut h = HeldRecords::new_unthrottled(Arc::new(EventTimeClock::new(EventTimeOptions {
         speed: None,
         source_wide_stop: true,
         idle_grace: Duration::from_secs(2),
         max_out_of_orderness: Duration::from_millis(50),
+        rate_limited: false,
     })));
     let (a, b): (SplitId, SplitId) = (Arc::from("a"), Arc::from("b"));
     h.clock().register(&a);

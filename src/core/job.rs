@@ -173,6 +173,11 @@ impl<S: Source> Job<S> {
         if let Some(clock) = &event_time {
             let _ = self.stats.event_time.set(Arc::clone(clock));
         }
+        let _ = (self.stats.bounded).set(self.source.boundedness() == super::source::Boundedness::Bounded);
+        let (rate, bytes_rate) = self.source.rate_limits();
+        if rate.is_some() || bytes_rate.is_some() {
+            self.stats.throttle.set_limits(rate, bytes_rate);
+        }
         let mut reader_txs = Vec::with_capacity(parallelism);
         let mut reader_aborts = Vec::with_capacity(parallelism);
         let mut reader_watchers = Vec::with_capacity(parallelism);
@@ -187,6 +192,7 @@ impl<S: Source> Job<S> {
                 parallelism,
                 fetch_stats: stats,
                 event_time: event_time.clone(),
+                throttle: Arc::clone(&self.stats.throttle),
             })?;
             let driver = ReaderDriver {
                 index,

@@ -24,6 +24,8 @@ mod sink_driver;
 pub mod source;
 pub mod split_reader;
 pub mod state;
+pub mod status;
+pub mod throttle;
 
 pub use checkpoint::{Checkpoint, JobReport, JobStats};
 pub use emitter::{EofOnRecordEvaluator, ReaderOutput, RecordEmitter, RecordPosition};
@@ -41,6 +43,8 @@ pub use source::{
 };
 pub use split_reader::{RecordsWithSplitIds, SplitReader, SplitsChange};
 pub use state::StateStore;
+pub use status::SplitStatus;
+pub use throttle::{Admit, Throttle};
 
 #[cfg(test)]
 mod simulation;

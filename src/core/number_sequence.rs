@@ -67,11 +67,13 @@ impl NumberSequenceSplit {
 pub fn split_range(from: u64, to: u64, n: usize) -> Vec<NumberSequenceSplit> {
     let total = to.saturating_sub(from);
     let n = (n.max(1) as u64).min(total);
+    // in u128: an unbounded generator's range is `0..u64::MAX`, where `total * i` overflows
+    let at = |i: u64| from + (u128::from(total) * u128::from(i) / u128::from(n)) as u64;
     (0..n)
         .map(|i| NumberSequenceSplit {
             id: i.to_string(),
-            next_offset: from + total * i / n,
-            end: from + total * (i + 1) / n,
+            next_offset: at(i),
+            end: at(i + 1),
             partition: None,
         })
         .collect()
@@ -266,7 +268,8 @@ mod tests {
 
     #[test]
     fn ranges_are_contiguous_and_cover_everything() {
-        for (total, n) in [(10u64, 3usize), (2, 4), (0, 4), (100_000, 4), (7, 7)] {
+        // the last: an unbounded generator's range (`count` absent)
+        for (total, n) in [(10u64, 3usize), (2, 4), (0, 4), (100_000, 4), (7, 7), (u64::MAX - 5, 4)] {
             let splits = split_range(5, 5 + total, n);
             assert_eq!(splits.len() as u64, total.min(n as u64));
             let mut next = 5;

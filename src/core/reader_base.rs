@@ -19,6 +19,7 @@ use super::queue::{ElementQueue, DEFAULT_CAPACITY};
 use super::reader::{AvailabilityFuture, InputStatus, ReaderRequest, SourceReader};
 use super::source::{FinishReason, Finished, SourceSplit, SplitId, SplitSnapshot};
 use super::split_reader::{RecordsWithSplitIds, SplitReader};
+use super::throttle::Throttle;
 use crate::error::Result;
 
 /// How a [`SourceReaderBase`] is set up.
@@ -35,6 +36,8 @@ pub struct ReaderOptions<T> {
     pub stats: Arc<FetchStats>,
     /// The job's event-time clock ([`super::source::ReaderContext::event_time`]).
     pub event_time: Option<Arc<EventTimeClock>>,
+    /// The job's rate limits, which held records obey ([`super::source::ReaderContext::throttle`]).
+    pub throttle: Arc<Throttle>,
 }
 
 impl<T> ReaderOptions<T> {
@@ -48,6 +51,7 @@ impl<T> ReaderOptions<T> {
             eof_emit_marker: false,
             stats: Arc::new(FetchStats::default()),
             event_time: None,
+            throttle: Arc::default(),
         }
     }
 }
@@ -117,7 +121,7 @@ where
                 .event_time
                 .as_ref()
                 .map(|_| ReaderOutput::new(options.eof.clone(), options.eof_emit_marker).tracking_filtered()),
-            held: options.event_time.clone().map(HeldRecords::new),
+            held: (options.event_time.clone()).map(|clock| HeldRecords::new(clock, Arc::clone(&options.throttle))),
             options,
         }
     }
@@ -314,39 +318,6 @@ where
         }
         self.finish_split(id, finished, from_fetcher);
     }
-
-    fn emit_batch(&mut self, batch: RecordsWithSplitIds<R::Element>, output: &mut ReaderOutput<T>) -> Result<()> {
-        for (id, elements) in batch.records {
-            let Some(entry) = self.splits.get_mut(&id) else {
-                continue; // removed split
-            };
-            if entry.finished.is_some() {
-                continue; // ended by the evaluator: drop what was already fetched
-            }
-            let mut ended = None;
-            for element in elements {
-                self.emitter.emit_record(element, output, &mut entry.split)?;
-                if let Some(at) = output.take_end_of_split() {
-                    ended = Some(at);
-                    break;
-                }
-            }
-            if let Some(at) = ended {
-                self.finish_split(
-                    &id,
-                    Finished {
-                        reason: FinishReason::EofRecord,
-                        at,
-                    },
-                    false,
-                );
-            }
-        }
-        for (id, reason) in batch.finished {
-            self.finish_split(&id, Finished::new(reason), true);
-        }
-        Ok(())
-    }
 }
 
 impl<R, T, E> SourceReader for SourceReaderBase<R, T, E>
@@ -373,16 +344,21 @@ where
 
     fn poll_next(&mut self, output: &mut ReaderOutput<T>) -> Result<InputStatus> {
         self.manager.check_errors()?;
-        if self.held.is_some() {
-            return self.poll_event_time(output);
-        }
-        match self.queue.poll() {
-            Some(batch) => {
-                self.emit_batch(batch, output)?;
-                Ok(InputStatus::MoreAvailable)
+        let status = if self.held.is_some() {
+            self.poll_event_time(output)?
+        } else {
+            match self.queue.poll() {
+                Some(batch) => {
+                    self.emit_batch(batch, output)?;
+                    InputStatus::MoreAvailable
+                }
+                None => self.idle_status(),
             }
-            None => Ok(self.idle_status()),
+        };
+        if self.options.stats.splits.due() {
+            self.options.stats.splits.publish(&self.current_snapshot());
         }
+        Ok(status)
     }
 
     fn is_available(&self) -> AvailabilityFuture {
@@ -440,23 +416,8 @@ where
     }
 
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Vec<SplitSnapshot<R::Split>> {
-        let held = self.held.as_ref();
-        let mut snapshot: Vec<_> = self
-            .splits
-            .iter()
-            .map(|(id, e)| match held.and_then(|h| h.first_position(id)) {
-                // records evaluated but held back are not emitted yet: the split stands before them
-                Some(position) => {
-                    let mut split = e.split.clone();
-                    if !split.rewind_to(position) {
-                        tracing::warn!(split_id = %id, "cannot rewind the split to its held records");
-                    }
-                    SplitSnapshot { split, finished: None }
-                }
-                None => HeldRecords::finished_snapshot(held, e.split.clone(), e.finished),
-            })
-            .collect();
-        snapshot.sort_by_key(|s| s.split.split_id());
+        let snapshot = self.current_snapshot();
+        self.options.stats.splits.publish(&snapshot);
         if self.checkpoint_listener.is_some() {
             self.snapshots.insert(checkpoint_id, snapshot.clone());
         }
@@ -499,3 +460,6 @@ where
         Ok(())
     }
 }
+
+#[path = "reader_base_emit.rs"]
+mod emit;

@@ -97,6 +97,7 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
         let mut output = reader.create_output();
         let mut status = InputStatus::MoreAvailable;
         let mut polls_since_yield = 0u32;
+        let mut throttle = self.stats.throttle.subscribe();
         loop {
             // commands first: assignments and checkpoint triggers must not wait behind data
             loop {
@@ -112,6 +113,25 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
                     Err(mpsc::error::TryRecvError::Empty) => break,
                     Err(mpsc::error::TryRecvError::Disconnected) => return Ok(None),
                 }
+            }
+            // paused (`POST /control`): emit nothing, but keep serving commands, so checkpoints
+            // complete and a stop ends the job; the end of input is not held up
+            throttle.borrow_and_update();
+            if status != InputStatus::EndOfInput && self.stats.throttle.is_paused() {
+                tokio::select! {
+                    biased;
+                    command = commands.recv() => {
+                        let Some(command) = command else { return Ok(None) };
+                        match self.handle(reader, command).await? {
+                            Flow::Stop => return Ok(Some(reader.snapshot_state(FINAL_SNAPSHOT))),
+                            Flow::Gone => return Ok(None),
+                            Flow::Continue => {}
+                        }
+                    }
+                    _ = throttle.changed() => {}
+                }
+                status = InputStatus::MoreAvailable;
+                continue;
             }
             match status {
                 InputStatus::MoreAvailable => {

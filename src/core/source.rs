@@ -147,6 +147,12 @@ pub trait Source: Send + Sync + 'static {
         None
     }
 
+    /// The records/s and bytes/s limits the job starts with (see [`super::throttle::Throttle`]);
+    /// a source that sets one also asks for event time with `rate_limited`, so its readers obey it.
+    fn rate_limits(&self) -> (Option<f64>, Option<f64>) {
+        (None, None)
+    }
+
     /// The settings its state depends on, stored with every checkpoint (`None`: nothing to check).
     fn settings_fingerprint(&self) -> Option<serde_json::Value> {
         None
@@ -199,4 +205,7 @@ pub struct ReaderContext {
     pub fetch_stats: Arc<super::fetcher::FetchStats>,
     /// The job's event-time clock, when the source asked for one ([`Source::event_time`]).
     pub event_time: Option<Arc<super::event_time::EventTimeClock>>,
+    /// The job's pause switch and rate limits ([`super::throttle::Throttle`]), which readers
+    /// holding records back for event time obey per record.
+    pub throttle: Arc<super::throttle::Throttle>,
 }

@@ -72,6 +72,13 @@ pub struct RawKafkaSource {
     /// `replay_speed` has passed since the replay started, all partitions on one clock (1.0 is
     /// real time, 60.0 plays an hour in a minute). Absent: as fast as possible.
     pub replay_speed: Option<f64>,
+    /// At most this many records per second, shared by every reader (beside `replay_speed`: the
+    /// slower wins). Changeable while running (`POST /control`, `max_rate`). Absent: unlimited.
+    pub max_rate: Option<f64>,
+    /// At most this many key and value bytes per second, shared by every reader (a record larger
+    /// than what 10 ms allow still passes, and the next waits). Changeable while running
+    /// (`max_bytes_rate`). Absent: unlimited.
+    pub max_bytes_rate: Option<f64>,
     /// With `eof_scope = "source"`: how long before reaching the log a record may be stamped (clock skew plus
     /// produce-to-log time). A partition the broker confirms caught up (nothing past the reader, no open
     /// transaction) holds the others back only for records newer than the confirmation less this. Default "2s".
@@ -138,6 +145,8 @@ pub struct KafkaSourceConfig {
     /// `source.where` as written.
     pub filter: Option<String>,
     pub event_time: EventTimeOptions,
+    /// `source.max_rate` and `source.max_bytes_rate`.
+    pub rate_limits: (Option<f64>, Option<f64>),
     pub decode_errors: DecodeErrorPolicy,
     pub dead_letter_topic: Option<String>,
 }
@@ -307,12 +316,22 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
             ));
         }
     }
+    for (key, limit) in [
+        ("source.max_rate", raw.max_rate),
+        ("source.max_bytes_rate", raw.max_bytes_rate),
+    ] {
+        if let Some(l) = limit.filter(|l| !(l.is_finite() && *l > 0.0)) {
+            return Err(Error::config(key, format!("must be a number above 0 (per second), not {l}")));
+        }
+    }
+    let rate_limits = (raw.max_rate, raw.max_bytes_rate);
     let disorder = raw.max_out_of_orderness.as_deref().unwrap_or("0s");
     let event_time = EventTimeOptions {
         speed: raw.replay_speed,
         source_wide_stop,
         idle_grace: duration_at("source.caught_up_grace", raw.caught_up_grace.as_deref().unwrap_or("2s"))?,
         max_out_of_orderness: duration_at("source.max_out_of_orderness", disorder)?,
+        rate_limited: rate_limits.0.is_some() || rate_limits.1.is_some(),
     };
     let mut settings = KafkaSourceSettings::new(raw.bootstrap_servers, subscription);
     settings.starting = starting;
@@ -341,6 +360,7 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
         eof_emit_marker: raw.eof_emit_marker,
         filter: raw.filter,
         event_time,
+        rate_limits,
         decode_errors,
         dead_letter_topic: raw.dead_letter_topic,
     })
@@ -447,6 +467,7 @@ impl SourceConnector for KafkaSourceConfig {
         source.eof_reads = eof_reads;
         source.eof_text = self.eof.clone();
         source.event_time = self.event_time.clone();
+        source.rate_limits = self.rate_limits;
         source.queue_capacity = ctx.job.queue_capacity;
         source.keep_decoded = keep_decoded;
         source.sink_check = ctx.sink_check.clone();

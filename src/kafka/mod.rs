@@ -173,6 +173,8 @@ pub struct KafkaSource {
     pub metrics: KafkaMetrics,
     /// Pacing and a source-wide stop (inactive by default).
     pub event_time: EventTimeOptions,
+    /// The job's initial records/s and bytes/s limits (`source.max_rate`, `max_bytes_rate`).
+    pub rate_limits: (Option<f64>, Option<f64>),
 }
 
 impl KafkaSource {
@@ -363,6 +365,7 @@ impl KafkaSourceBuilder {
             sink_check: None,
             metrics: KafkaMetrics::noop(),
             event_time: EventTimeOptions::default(),
+            rate_limits: (None, None),
         })
     }
 }
@@ -380,6 +383,10 @@ impl Source for KafkaSource {
 
     fn event_time(&self) -> Option<EventTimeOptions> {
         Some(self.event_time.clone())
+    }
+
+    fn rate_limits(&self) -> (Option<f64>, Option<f64>) {
+        self.rate_limits
     }
 
     fn boundedness(&self) -> Boundedness {
@@ -419,6 +426,7 @@ impl Source for KafkaSource {
         options.stats = context.fetch_stats;
         let confirm = caught_up::needed(context.event_time.as_deref());
         options.event_time = context.event_time;
+        options.throttle = context.throttle;
         let settings = Arc::clone(&self.settings);
         let limit = batch_queue::BatchLimit {
             records: self.max_batch_records.max(1),

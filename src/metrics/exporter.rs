@@ -1,6 +1,5 @@
-//! The Prometheus endpoint: metrics-exporter-prometheus renders the `metrics` facade's registry,
-//! and a minimal HTTP/1.1 responder serves `/metrics` and `/healthz`. Hand-rolled because two
-//! GET routes do not justify an HTTP framework; the exporter's own listener has no health route.
+//! The Prometheus registry: metrics-exporter-prometheus renders the `metrics` facade's registry
+//! (its own listener is not used: [`super::http`] serves `/metrics` beside the other routes).
 //!
 //! Metric names (all documented in the README):
 //! `tidegate_records_emitted_total`, `tidegate_records_written_total`,
@@ -9,15 +8,11 @@
 //! `tidegate_fetch_batches_total{reader}`, `tidegate_fetch_records_total{reader}`,
 //! plus the ones sources register themselves (see the README).
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use metrics::{Counter, Gauge};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
-use tracing::{debug, info};
 
 use crate::core::JobStats;
 use crate::error::{Error, Result};
@@ -133,52 +128,4 @@ impl Metrics {
         self.sync();
         self.handle.render()
     }
-}
-
-/// Serve `/metrics` and `/healthz` on `addr` until the task is dropped.
-pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<tokio::task::JoinHandle<()>> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| Error::io(format!("binding the metrics endpoint on {addr}"), e))?;
-    let bound = listener.local_addr().unwrap_or(addr);
-    info!(address = %bound, "metrics endpoint listening");
-    Ok(tokio::spawn(async move {
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else {
-                continue;
-            };
-            let metrics = Arc::clone(&metrics);
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 8192];
-                let mut len = 0;
-                // read the request head (we ignore bodies: both routes are GET)
-                while len < buf.len() {
-                    match socket.read(&mut buf[len..]).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => len += n,
-                    }
-                    if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
-                    }
-                }
-                let head = String::from_utf8_lossy(&buf[..len]);
-                let mut parts = head.lines().next().unwrap_or("").split_whitespace();
-                let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-                let (status, kind, body) = match (method, path.split('?').next().unwrap_or("")) {
-                    ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
-                    ("GET", "/healthz") => ("200 OK", "text/plain", "ok\n".to_string()),
-                    ("GET", _) => ("404 Not Found", "text/plain", "not found\n".to_string()),
-                    _ => ("405 Method Not Allowed", "text/plain", "GET only\n".to_string()),
-                };
-                let response = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                if let Err(e) = socket.write_all(response.as_bytes()).await {
-                    debug!(error = %e, "metrics client went away");
-                }
-                let _ = socket.shutdown().await;
-            });
-        }
-    }))
 }

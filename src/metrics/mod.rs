@@ -3,11 +3,15 @@
 //! registered before the Prometheus recorder is installed, or without one (a library user's
 //! job), are no-ops. Every metric is listed in the README; [`exporter`] serves them.
 
+pub mod control;
 pub mod exporter;
+pub mod http;
 
 use metrics::{Counter, Gauge};
 
-pub use exporter::{serve, Metrics};
+pub use control::StatusBoard;
+pub use exporter::Metrics;
+pub use http::{serve, Endpoint};
 
 /// The Kafka source's metrics.
 #[derive(Clone)]

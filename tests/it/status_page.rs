@@ -1,0 +1,125 @@
+//! The status page (`GET /`) in a real browser: headless Chromium (Debian's `chromium`) loads it
+//! from a running replay and must show the numbers `GET /status` reports. With
+//! `TIDEGATE_STATUS_SCREENSHOT=docs/img/status-page.png` it also writes the README's screenshot.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::{wait_until, TestKafka, TestRecord};
+use crate::control::{control, controlled_config, status};
+use crate::daemon_util::*;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Run headless Chromium on `url` with `args`; its stdout.
+fn chromium(url: &str, args: &[&str]) -> String {
+    let profile = tempfile::tempdir().expect("profile dir");
+    let output = Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(["--virtual-time-budget=3000"])
+        .args(args)
+        .arg(url)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run `chromium` ({e}): this test needs it: apt-get install -y chromium (Debian's package)")
+        });
+    assert!(
+        output.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The text of the element with `id` in `dom`.
+fn text_of<'a>(dom: &'a str, id: &str) -> &'a str {
+    let at = dom
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no #{id} in the page:\n{dom}"));
+    let start = at + dom[at..].find('>').expect("tag end") + 1;
+    let end = start + dom[start..].find('<').expect("text end");
+    &dom[start..end]
+}
+
+/// The cells of the table row of split `id`.
+fn row_of(dom: &str, id: &str) -> Vec<String> {
+    let at = dom
+        .find(&format!("data-split=\"{id}\""))
+        .unwrap_or_else(|| panic!("no row for split {id} in the page:\n{dom}"));
+    let end = at + dom[at..].find("</tr>").expect("row end");
+    dom[at..end]
+        .split("<td>")
+        .skip(1)
+        .map(|cell| cell.split("</td>").next().unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn the_status_page_shows_what_status_reports_in_chromium() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("status-page", 2);
+    let records: Vec<TestRecord> = (0..1_000)
+        .map(|i| TestRecord::to(i % 2, format!("value-{i}")).at(1_790_000_000_000 + i as i64))
+        .collect();
+    kafka.produce(&topic, &records);
+    let dir = JobDir::new();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let url = format!("http://{addr}/");
+    let config = dir.config(&controlled_config(&kafka, &topic, port, "max_rate = 100"));
+    let daemon = Daemon::start(&config, &[]);
+    wait_until("50 records", MINUTE, || {
+        status(&addr).is_some_and(|s| s["records"]["emitted"].as_u64() >= Some(50))
+    });
+    // paused, the numbers stand still while the browser loads the page
+    assert_eq!(control(&addr, r#"{"paused": true}"#).0, 200);
+    let checkpoints = |s: &serde_json::Value| s["checkpoints"].as_u64().unwrap_or(0);
+    let c0 = checkpoints(&status(&addr).expect("status"));
+    wait_until("a checkpoint after the pause", MINUTE, || {
+        status(&addr).is_some_and(|s| checkpoints(&s) > c0)
+    });
+    let shown = status(&addr).expect("status");
+    let dom = chromium(&url, &["--dump-dom"]);
+    assert_eq!(text_of(&dom, "state"), "paused", "{dom}");
+    assert_eq!(text_of(&dom, "done"), shown["records"]["done"].to_string(), "{dom}");
+    assert_eq!(text_of(&dom, "expected"), "1000");
+    assert!(text_of(&dom, "limits").contains("max_rate 100"), "{dom}");
+    let splits = shown["splits"].as_array().expect("splits");
+    assert_eq!(splits.len(), 2);
+    for s in splits {
+        let id = s["id"].as_str().expect("id");
+        let row = row_of(&dom, id);
+        let want = [
+            id.to_string(),
+            s["position"].to_string(),
+            s["stop"].to_string(),
+            s["records_left"].to_string(),
+            "reading".to_string(),
+        ];
+        assert_eq!(row, want, "split {id}");
+    }
+
+    // running again: a screenshot (the README's when asked for)
+    assert_eq!(control(&addr, r#"{"paused": false}"#).0, 200);
+    wait_until("a rate to show", MINUTE, || {
+        status(&addr).is_some_and(|s| s["rate"].as_f64() > Some(0.0) && s["eta_seconds"].is_number())
+    });
+    let shot = dir.path("status-page.png");
+    chromium(
+        &url,
+        &[&format!("--screenshot={}", shot.display()), "--window-size=1200,800"],
+    );
+    let png = std::fs::read(&shot).expect("the screenshot was written");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    if let Ok(target) = std::env::var("TIDEGATE_STATUS_SCREENSHOT") {
+        let target = Path::new(env!("CARGO_MANIFEST_DIR")).join(target);
+        std::fs::copy(&shot, &target).expect("copying the screenshot");
+        eprintln!("screenshot written to {}", target.display());
+    }
+    assert_eq!(control(&addr, r#"{"max_rate": null}"#).0, 200);
+    let (code, log) = daemon.wait(MINUTE);
+    assert_eq!(code.code(), Some(0), "{log}");
+    assert_eq!(line_count(&dir.path("out.jsonl")), 1_000);
+}
