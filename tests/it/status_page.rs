@@ -92,7 +92,8 @@ fn the_status_page_shows_what_status_reports_in_chromium() {
         let id = s["id"].as_str().expect("id");
         let row = row_of(&dom, id);
         let want = [
-            id.to_string(),
+            // named as plan and the summary name a partition
+            format!("{}:{}", s["topic"].as_str().expect("topic"), s["partition"]),
             s["position"].to_string(),
             s["stop"].to_string(),
             s["records_left"].to_string(),
