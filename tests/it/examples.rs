@@ -71,3 +71,60 @@ fn relative_paths_in_a_config_file_are_relative_to_its_folder() {
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(shown.contains("to here.state"), "{shown}");
 }
+
+/// Every relative link of the README, CONTRIBUTING.md, CHANGELOG.md and docs/ leads to a file
+/// that exists, and a `#fragment` to one of its headings (as GitHub makes their anchors).
+#[test]
+fn the_documentation_links_lead_somewhere() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages: Vec<_> = ["README.md", "CONTRIBUTING.md", "CHANGELOG.md"]
+        .iter()
+        .map(|p| root.join(p))
+        .collect();
+    pages.extend(
+        std::fs::read_dir(root.join("docs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md")),
+    );
+    let anchor = |heading: &str| -> String {
+        heading
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect()
+    };
+    let mut checked = 0;
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for link in text.split("](").skip(1).filter_map(|rest| rest.split(')').next()) {
+            if link.starts_with("http") || link.contains(' ') {
+                continue;
+            }
+            let (file, fragment) = link.split_once('#').unwrap_or((link, ""));
+            let target = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().unwrap().join(file)
+            };
+            if !target.exists() {
+                broken.push(format!("{}: {link} (no such file)", page.display()));
+            } else if !fragment.is_empty() {
+                let headings = std::fs::read_to_string(&target).unwrap_or_default();
+                if !headings
+                    .lines()
+                    .filter_map(|l| l.strip_prefix('#'))
+                    .any(|h| anchor(h.trim_start_matches('#')) == fragment)
+                {
+                    broken.push(format!("{}: {link} (no such heading)", page.display()));
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+    assert!(checked >= 20, "only {checked} links found");
+}
