@@ -96,23 +96,24 @@ pub fn run(args: RunArgs) -> Result<()> {
 pub fn run_loaded(config: Config, state: Option<&Path>, reset_state: bool, no_progress: bool) -> Result<()> {
     init_logging(config.log.format);
     let state_path = state.map(Path::to_path_buf).or_else(|| config.checkpoint.path.clone());
-    let store = match &state_path {
-        Some(path) => {
-            let store = StateStore::open(path)?;
-            if reset_state {
-                if let Some(aside) = move_aside(path)? {
-                    warn!(state = %path.display(), moved_to = %aside.display(), "--reset-state: starting from scratch");
-                }
-            }
-            Some(store)
-        }
-        None => None,
-    };
+    let store = state_path.as_deref().map(StateStore::open).transpose()?;
     // read (and check) the state before anything starts: a damaged file stops us here, untouched
+    // (unless --reset-state, which ignores it)
     let resuming = match &store {
-        Some(s) => s.load::<serde_json::Value>()?.is_some(),
-        None => false,
+        Some(s) if !reset_state => s.load::<serde_json::Value>()?.is_some(),
+        _ => false,
     };
+    // a first run that cannot start (a missing topic, no broker) stops before anything changes:
+    // before a sink creates its topic or starts its file, and before --reset-state moves the
+    // old state aside
+    if !resuming {
+        config.source.check_before_start()?;
+    }
+    if let (Some(path), true) = (&state_path, reset_state) {
+        if let Some(aside) = move_aside(path)? {
+            warn!(state = %path.display(), moved_to = %aside.display(), "--reset-state: starting from scratch");
+        }
+    }
     let sink = sink_of(&config, resuming)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

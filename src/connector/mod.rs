@@ -110,6 +110,12 @@ pub trait SourceConnector: Clone + std::fmt::Debug + Send + Sync + Sized + 'stat
         Vec::new()
     }
 
+    /// Before a first run builds its sink: what would certainly stop the job at its start (a
+    /// missing topic), so a job that cannot start leaves no side effects behind.
+    fn check_before_start(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// A record the sink writes once at the end of input (the data generator's end marker).
     fn end_marker(&self, _ctx: &SourceContext<'_>) -> Result<Option<Record>> {
         Ok(None)

@@ -56,6 +56,11 @@ macro_rules! connectors {
                 match self { $(Self::$source(c) => c.check_connection(),)+ }
             }
 
+            /// What would certainly stop a first run at its start (see [`SourceConnector::check_before_start`]).
+            pub fn check_before_start(&self) -> Result<()> {
+                match self { $(Self::$source(c) => c.check_before_start(),)+ }
+            }
+
             /// The schema registries the source uses.
             pub fn schema_registries(&self) -> Vec<&crate::format::registry::RegistrySettings> {
                 match self { $(Self::$source(c) => c.schema_registries(),)+ }

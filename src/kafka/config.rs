@@ -401,6 +401,10 @@ impl SourceConnector for KafkaSourceConfig {
         super::discovery::check_connection(&self.settings).map(|line| vec![line])
     }
 
+    fn check_before_start(&self) -> Result<()> {
+        super::discovery::check_topics_exist(&self.settings)
+    }
+
     fn build(&self, ctx: &SourceContext<'_>) -> Result<KafkaSource> {
         // the envelope prints a JSON value as its bytes (checked in full by the decoder): only
         // Avro, Protobuf and JSON Schema values are printed from their decoded form

@@ -129,6 +129,40 @@ pub fn check_connection(settings: &KafkaSourceSettings) -> Result<String> {
     ))
 }
 
+/// Before a first run builds its sink (a topic created, a file started): the subscribed topics
+/// that do not exist, when the job would fail on them (no `wait_for_topics`), as the enumerator
+/// says it — so a job that cannot start leaves nothing behind.
+pub fn check_topics_exist(settings: &KafkaSourceSettings) -> Result<()> {
+    let (Subscription::Topics(topics) | Subscription::Partitions(_, topics)) = &settings.subscription else {
+        return Ok(()); // a pattern matches what there is
+    };
+    if settings.wait_for_topics {
+        return Ok(());
+    }
+    let consumer = admin_consumer(settings)?;
+    let what = format!(
+        "fetching metadata from {} (timeout {:?})",
+        settings.bootstrap_servers, settings.request_timeout
+    );
+    let mut missing = Vec::new();
+    for name in topics {
+        let md = super::client::fetch_metadata(&consumer, Some(name), settings.request_timeout, &settings.properties, &what)?;
+        if md.topics().first().and_then(|t| t.error()).is_some_and(is_unknown) {
+            missing.push(format!("topic {name}"));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::runtime(
+        "partition discovery",
+        format!(
+            "{} does not exist (set source.wait_for_topics = true to wait for it)",
+            missing.join(", ")
+        ),
+    ))
+}
+
 /// One discovery: the subscribed partitions that exist, offsets for the new ones, and what the
 /// request asked to check.
 pub fn discover(

@@ -348,6 +348,41 @@ fn each_corrupt_state_file_exits_3_and_stays_byte_identical() {
     assert!(aside, "the old state file was kept aside");
 }
 
+/// A first run that cannot start (its source topic is missing) changes nothing: no sink topic
+/// created, no output file started, and `--reset-state` leaves the old state where it was.
+#[test]
+fn a_run_that_cannot_start_leaves_nothing_behind() {
+    let kafka = TestKafka::get();
+    let missing = kafka.unique_topic("never-made");
+    let target = kafka.unique_topic("not-created");
+    let kafka_sink = format!(
+        "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{target}\"\ncreate_topic = {{ partitions = 1 }}",
+        kafka.bootstrap
+    );
+    for sink in [FILE_SINK, kafka_sink.as_str()] {
+        let dir = JobDir::new();
+        let config = dir.config(&replay_config(&kafka, &missing, sink, "stopping_offsets = \"latest\""));
+        // a state file of an earlier job, which --reset-state would move aside
+        let old = b"an earlier job's state".to_vec();
+        std::fs::write(dir.path("job.state"), &old).unwrap();
+        let (code, log) = run(&config, &["--reset-state"], MINUTE);
+        assert_eq!(code, 1, "{log}");
+        assert!(log.contains(&format!("topic {missing} does not exist")), "{log}");
+        assert_eq!(std::fs::read(dir.path("job.state")).unwrap(), old, "the state file moved or changed");
+        assert!(!dir.path("out.jsonl").exists(), "the file sink started its file: {log}");
+        use rdkafka::consumer::Consumer;
+        let consumer: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &kafka.bootstrap)
+            .create()
+            .unwrap();
+        let md = consumer
+            .fetch_metadata(Some(&target), Duration::from_secs(10))
+            .unwrap();
+        let created = md.topics().first().is_some_and(|t| t.error().is_none() && !t.partitions().is_empty());
+        assert!(!created, "the Kafka sink created {target}: {log}");
+    }
+}
+
 #[test]
 fn validate_and_state_show() {
     let kafka = TestKafka::get();
