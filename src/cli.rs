@@ -165,7 +165,7 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "FORMAT", default_value = "bytes")]
     pub format: String,
     /// Replay at event time: 1 is real time, 60 plays an hour in a minute [default: as fast as possible].
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", value_parser = positive_number)]
     pub speed: Option<f64>,
     /// JSON lines to FILE, or to stdout with `-`.
     #[arg(long, value_name = "FILE|-", default_value = "-", conflicts_with = "to_topic")]
@@ -198,7 +198,7 @@ pub struct SeedArgs {
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
     /// Records per second [default: as fast as possible].
-    #[arg(long, value_name = "R")]
+    #[arg(long, value_name = "R", value_parser = positive_number)]
     pub rate: Option<f64>,
     /// Partitions of the topic, each written in record order by one reader [default: 1 when created].
     #[arg(long, value_name = "N")]
@@ -223,4 +223,12 @@ pub struct SeedArgs {
     pub exactly_once: bool,
     #[command(flatten)]
     pub common: OneLinerArgs,
+}
+
+/// A number above 0 that is finite (`nan` and `inf` parse as numbers, and mean nothing here).
+fn positive_number(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("{text:?} is not a number above 0")),
+    }
 }

@@ -97,7 +97,10 @@ fn time(t: &str, now: DateTime<Utc>) -> Result<i64, String> {
         let d = humantime::parse_duration(ago.trim())
             .map_err(|e| format!("{ago:?} is not a duration like 1h, 30m or 2d ({e})"))?;
         let d = chrono::Duration::from_std(d).map_err(|_| format!("{ago:?} is too long"))?;
-        return Ok((now - d).timestamp_millis());
+        return now
+            .checked_sub_signed(d)
+            .map(|t| t.timestamp_millis())
+            .ok_or_else(|| format!("{ago:?} reaches before any time there is"));
     }
     if let Some(ms) = t.strip_prefix('@') {
         return ms
@@ -119,6 +122,17 @@ fn time(t: &str, now: DateTime<Utc>) -> Result<i64, String> {
             .and_hms_opt(0, 0, 0)
             .map(|d| d.and_utc().timestamp_millis())
             .unwrap_or_default());
+    }
+    // RFC 3339 without seconds (`2026-11-27T09:30-05:00`, `…T16:00Z`)
+    for format in ["%Y-%m-%dT%H:%M%:z", "%Y-%m-%dT%H:%M%#z"] {
+        if let Ok(t) = DateTime::parse_from_str(t, format) {
+            return Ok(t.timestamp_millis());
+        }
+    }
+    if let Some(utc) = t.strip_suffix('Z').or_else(|| t.strip_suffix('z')) {
+        if let Ok(naive) = NaiveDateTime::parse_from_str(utc, "%Y-%m-%dT%H:%M") {
+            return Ok(naive.and_utc().timestamp_millis());
+        }
     }
     parse_time(t).map_err(|_| "not a time".to_string())
 }
@@ -182,6 +196,18 @@ mod tests {
             e.starts_with("invalid config: --from: \"none\": not a time; expected earliest, latest"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn times_with_a_zone_but_no_seconds_and_huge_spans() {
+        let now = DateTime::parse_from_rfc3339("2026-11-27T21:00:00Z").unwrap().to_utc();
+        let at = |t: &str| time(t, now);
+        let close = DateTime::parse_from_rfc3339("2026-11-27T14:30:00Z").unwrap().timestamp_millis();
+        assert_eq!(at("2026-11-27T09:30-05:00"), Ok(close));
+        assert_eq!(at("2026-11-27T14:30Z"), Ok(close));
+        assert_eq!(at("2026-11-27T14:30+00:00"), Ok(close));
+        // a span before any time there is: an error, not a panic
+        assert!(at("-1000000y").is_err(), "{:?}", at("-1000000y"));
     }
 
     #[test]

@@ -66,7 +66,8 @@ fn string_text(s: &str) -> String {
     if !s.contains('\'') && !s.chars().any(char::is_control) {
         format!("'{s}'")
     } else {
-        Value::String(s.to_string()).to_string()
+        // JSON leaves DEL as it is, which TOML forbids in a string
+        Value::String(s.to_string()).to_string().replace('\u{7f}', "\\u007F")
     }
 }
 
@@ -145,6 +146,12 @@ type = 'stdout'
             text,
             "\n[source]\n\n[source.fields]\nid = { uuid = {} }\nseq = { sequence = { start = 0 } }\n"
         );
+    }
+
+    #[test]
+    fn del_is_escaped() {
+        // TOML forbids DEL raw in any string; JSON's encoder leaves it so
+        assert_eq!(string_text("a\u{7f}b'"), "\"a\\u007Fb'\"");
     }
 
     #[test]
