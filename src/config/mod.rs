@@ -290,9 +290,14 @@ pub fn validate(path: &Path, tree: Value) -> Result<Config> {
         return Err(Error::config("checkpoint.interval", "must be more than 0"));
     }
     sink.check_checkpoint_interval(checkpoint.interval)?;
+    let listen = raw.metrics.listen.as_deref().map(parse_listen).transpose()?;
     let metrics = MetricsConfig {
-        listen: raw.metrics.listen.as_deref().map(parse_listen).transpose()?,
-        control: raw.metrics.control.unwrap_or(true),
+        listen,
+        // control is for who is on this machine, unless configured otherwise
+        control: raw
+            .metrics
+            .control
+            .unwrap_or_else(|| listen.is_some_and(|a| a.ip().is_loopback())),
     };
     let log = LogConfig {
         format: keyword(

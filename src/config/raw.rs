@@ -114,8 +114,9 @@ pub struct RawMetrics {
     /// page `/`, `POST /control`), e.g. "127.0.0.1:9464"; a bare port binds to loopback. Default:
     /// no endpoint.
     pub listen: Option<String>,
-    /// Whether `POST /control` on the same listener may pause, resume and change rates (default
-    /// true; `GET /status` and the status page `/` are served either way).
+    /// Whether `POST /control` on the same listener may pause, resume and change rates (default:
+    /// true on a loopback address, false on any other; `GET /status` and the status page `/` are
+    /// served either way).
     pub control: Option<bool>,
 }
 

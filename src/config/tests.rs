@@ -342,6 +342,24 @@ fn an_expression_on_value_fields_needs_a_structured_format() {
     }
 }
 
+/// Control of a running job is for who is on the machine unless configured otherwise.
+#[test]
+fn control_defaults_to_on_for_loopback_only() {
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, BASE);
+    for (sets, on) in [
+        (vec!["metrics.listen=9464"], true),
+        (vec!["metrics.listen=127.0.0.1:9464"], true),
+        (vec!["metrics.listen=0.0.0.0:9464"], false),
+        (vec!["metrics.listen=0.0.0.0:9464", "metrics.control=true"], true),
+        (vec!["metrics.listen=127.0.0.1:9464", "metrics.control=false"], false),
+    ] {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        assert_eq!(load(&path, &sets).unwrap().metrics.control, on, "{sets:?}");
+    }
+}
+
 /// The event-time knobs are refused where no event-time clock runs (no pacing, no source-wide
 /// stop): accepted without a word, they looked like they did something.
 #[test]

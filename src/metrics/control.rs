@@ -23,6 +23,8 @@ pub struct StatusBoard {
     started: Instant,
     /// (when, records done), the last [`RATE_WINDOW`] of them.
     samples: Mutex<VecDeque<(Instant, u64)>>,
+    /// One control request at a time: each reads the settings and writes them back whole.
+    applying: Mutex<()>,
 }
 
 /// Why a control request was refused.
@@ -41,6 +43,7 @@ impl StatusBoard {
             stats,
             started: Instant::now(),
             samples: Mutex::new(VecDeque::new()),
+            applying: Mutex::new(()),
         }
     }
 
@@ -188,6 +191,8 @@ pub fn apply_control(board: &StatusBoard, body: &[u8]) -> Result<Value, ControlE
             "the body must be a JSON object like {{\"max_rate\": 500}} or {{\"paused\": true}}: {e}"
         ))
     })?;
+    // two requests at once (one the rate, one the bytes rate) must not each undo the other's
+    let _one_at_a_time = board.applying.lock().unwrap_or_else(|p| p.into_inner());
     let stats = &board.stats;
     let clock = stats.event_time.get();
     let (mut rate, mut bytes_rate) = stats.throttle.limits();

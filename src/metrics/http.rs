@@ -60,6 +60,12 @@ async fn route(endpoint: Arc<Endpoint>, request: Request<Incoming>) -> Response<
             StatusCode::FORBIDDEN,
             "control is switched off (metrics.control = false)",
         ),
+        // a page of another site can POST text to a loopback port, but not JSON without asking
+        // first (CORS), which this server never allows: so only JSON is taken
+        (&Method::POST, "/control") if !is_json(&request) => error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send the body as JSON, with Content-Type: application/json",
+        ),
         (&Method::POST, "/control") => {
             let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
                 Ok(body) => body.to_bytes(),
@@ -77,6 +83,15 @@ async fn route(endpoint: Arc<Endpoint>, request: Request<Incoming>) -> Response<
     }
 }
 
+/// Whether the request says its body is JSON.
+fn is_json(request: &Request<Incoming>) -> bool {
+    request
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("application/json"))
+}
+
 /// Serve the endpoint on `addr` until the task is dropped.
 pub async fn serve(addr: SocketAddr, endpoint: Endpoint) -> Result<tokio::task::JoinHandle<()>> {
     let listener = TcpListener::bind(addr)
@@ -90,8 +105,14 @@ pub async fn serve(addr: SocketAddr, endpoint: Endpoint) -> Result<tokio::task::
         // the rate /status reports: the records done, sampled
         let _sampling = tokio::spawn(async move { sampler.sample_forever().await });
         loop {
-            let Ok((socket, peer)) = listener.accept().await else {
-                continue;
+            let (socket, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // out of file descriptors, say: wait, rather than spin on the error
+                    debug!(error = %e, "accepting a metrics client failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
             };
             let endpoint = Arc::clone(&endpoint);
             tokio::spawn(async move {
@@ -99,7 +120,11 @@ pub async fn serve(addr: SocketAddr, endpoint: Endpoint) -> Result<tokio::task::
                     let endpoint = Arc::clone(&endpoint);
                     async move { Ok::<_, Infallible>(route(endpoint, request).await) }
                 });
+                // a client that sends no complete request within 10 s is let go (hyper has no
+                // timeout without a timer)
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(std::time::Duration::from_secs(10))
                     .serve_connection(TokioIo::new(socket), service)
                     .await
                 {

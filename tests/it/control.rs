@@ -285,6 +285,22 @@ fn control_refuses_bad_bodies_and_controls_the_job_lacks() {
         );
     }
     assert_eq!(http(&addr, "GET", "/control", "").map(|r| r.0), Some(405));
+    // what a page of another site can send without asking (a "simple" request): not taken
+    let form = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+        let body = r#"{"paused": false}"#;
+        write!(
+            s,
+            "POST /control HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .expect("send");
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).expect("answer");
+        answer
+    };
+    assert!(form.starts_with("HTTP/1.1 415"), "{form}");
     assert_eq!(
         status(&addr).expect("status")["state"],
         "paused",
