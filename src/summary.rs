@@ -70,11 +70,31 @@ mod tests {
 
     #[test]
     fn numbers_in_names_sort_as_numbers() {
-        let mut names = vec!["t:10", "t:2", "t:1", "s:3", "t:0", "t-x:1", "t:02", "datagen-11", "datagen-9"];
+        let mut names = vec![
+            "t:10",
+            "t:2",
+            "t:1",
+            "s:3",
+            "t:0",
+            "t-x:1",
+            "t:02",
+            "datagen-11",
+            "datagen-9",
+        ];
         names.sort_by(|a, b| natural_order(a, b));
         assert_eq!(
             names,
-            vec!["datagen-9", "datagen-11", "s:3", "t-x:1", "t:0", "t:1", "t:2", "t:02", "t:10"]
+            vec![
+                "datagen-9",
+                "datagen-11",
+                "s:3",
+                "t-x:1",
+                "t:0",
+                "t:1",
+                "t:2",
+                "t:02",
+                "t:10"
+            ]
         );
     }
 }

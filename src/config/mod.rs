@@ -387,3 +387,5 @@ fn tagged(section: &str, value: Value, types: &[&str]) -> Result<(String, Value)
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_checks;

@@ -308,7 +308,10 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
         }
     }
     if raw.replay_speed.is_none() && !source_wide_stop {
-        let set = [("caught_up_grace", &raw.caught_up_grace), ("max_out_of_orderness", &raw.max_out_of_orderness)];
+        let set = [
+            ("caught_up_grace", &raw.caught_up_grace),
+            ("max_out_of_orderness", &raw.max_out_of_orderness),
+        ];
         if let Some((key, _)) = set.iter().find(|(_, v)| v.is_some()) {
             return Err(Error::config(
                 format!("source.{key}"),
@@ -321,7 +324,10 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
         ("source.max_bytes_rate", raw.max_bytes_rate),
     ] {
         if let Some(l) = limit.filter(|l| !(l.is_finite() && *l > 0.0)) {
-            return Err(Error::config(key, format!("must be a number above 0 (per second), not {l}")));
+            return Err(Error::config(
+                key,
+                format!("must be a number above 0 (per second), not {l}"),
+            ));
         }
     }
     let rate_limits = (raw.max_rate, raw.max_bytes_rate);

@@ -146,7 +146,13 @@ pub fn check_topics_exist(settings: &KafkaSourceSettings) -> Result<()> {
     );
     let mut missing = Vec::new();
     for name in topics {
-        let md = super::client::fetch_metadata(&consumer, Some(name), settings.request_timeout, &settings.properties, &what)?;
+        let md = super::client::fetch_metadata(
+            &consumer,
+            Some(name),
+            settings.request_timeout,
+            &settings.properties,
+            &what,
+        )?;
         if md.topics().first().and_then(|t| t.error()).is_some_and(is_unknown) {
             missing.push(format!("topic {name}"));
         }

@@ -66,7 +66,12 @@ pub fn replay_tree(args: &ReplayArgs, now: DateTime<Utc>) -> Result<(Value, Vec<
     let from = position::parse(Bound::From, &args.from, now)?;
     let to = position::parse(Bound::To, &args.to, now)?;
     // a relative time resolves anew on every run: a second run could not resume the first's state
-    if let Some(state) = args.common.state.as_ref().filter(|s| s.exists() && !args.common.reset_state) {
+    if let Some(state) = args
+        .common
+        .state
+        .as_ref()
+        .filter(|s| s.exists() && !args.common.reset_state)
+    {
         for (flag, text, note) in [("--from", &args.from, &from.note), ("--to", &args.to, &to.note)] {
             if note.is_some() {
                 return Err(Error::config(
@@ -317,17 +322,28 @@ mod tests {
         let state = dir.path().join("state");
         let state_arg = state.to_str().unwrap();
         let now = Utc::now();
-        let replay = |extra: &[&str]| match parse(&[&["replay", "t", "--from", "-1h", "--state", state_arg], extra].concat()) {
-            Command::Replay(args) => replay_tree(&args, now),
-            other => panic!("{other:?}"),
-        };
+        let replay =
+            |extra: &[&str]| match parse(&[&["replay", "t", "--from", "-1h", "--state", state_arg], extra].concat()) {
+                Command::Replay(args) => replay_tree(&args, now),
+                other => panic!("{other:?}"),
+            };
         assert!(replay(&[]).is_ok(), "a first run");
         std::fs::write(&state, "an earlier run's").unwrap();
         let e = replay(&[]).expect_err("a resume with a relative --from");
-        assert!(e.to_string().contains("--from") && e.to_string().contains("relative"), "{e}");
+        assert!(
+            e.to_string().contains("--from") && e.to_string().contains("relative"),
+            "{e}"
+        );
         assert!(replay(&["--reset-state"]).is_ok(), "starting again");
-        for bad in [["replay", "t", "--speed", "nan"], ["replay", "t", "--speed", "inf"], ["seed", "t", "--rate", "NaN"]] {
-            assert!(Cli::try_parse_from([&["tidegate"][..], &bad[..]].concat()).is_err(), "{bad:?}");
+        for bad in [
+            ["replay", "t", "--speed", "nan"],
+            ["replay", "t", "--speed", "inf"],
+            ["seed", "t", "--rate", "NaN"],
+        ] {
+            assert!(
+                Cli::try_parse_from([&["tidegate"][..], &bad[..]].concat()).is_err(),
+                "{bad:?}"
+            );
         }
     }
 

@@ -202,7 +202,9 @@ mod tests {
     fn times_with_a_zone_but_no_seconds_and_huge_spans() {
         let now = DateTime::parse_from_rfc3339("2026-11-27T21:00:00Z").unwrap().to_utc();
         let at = |t: &str| time(t, now);
-        let close = DateTime::parse_from_rfc3339("2026-11-27T14:30:00Z").unwrap().timestamp_millis();
+        let close = DateTime::parse_from_rfc3339("2026-11-27T14:30:00Z")
+            .unwrap()
+            .timestamp_millis();
         assert_eq!(at("2026-11-27T09:30-05:00"), Ok(close));
         assert_eq!(at("2026-11-27T14:30Z"), Ok(close));
         assert_eq!(at("2026-11-27T14:30+00:00"), Ok(close));

@@ -368,17 +368,22 @@ fn a_run_that_cannot_start_leaves_nothing_behind() {
         let (code, log) = run(&config, &["--reset-state"], MINUTE);
         assert_eq!(code, 1, "{log}");
         assert!(log.contains(&format!("topic {missing} does not exist")), "{log}");
-        assert_eq!(std::fs::read(dir.path("job.state")).unwrap(), old, "the state file moved or changed");
+        assert_eq!(
+            std::fs::read(dir.path("job.state")).unwrap(),
+            old,
+            "the state file moved or changed"
+        );
         assert!(!dir.path("out.jsonl").exists(), "the file sink started its file: {log}");
         use rdkafka::consumer::Consumer;
         let consumer: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
             .set("bootstrap.servers", &kafka.bootstrap)
             .create()
             .unwrap();
-        let md = consumer
-            .fetch_metadata(Some(&target), Duration::from_secs(10))
-            .unwrap();
-        let created = md.topics().first().is_some_and(|t| t.error().is_none() && !t.partitions().is_empty());
+        let md = consumer.fetch_metadata(Some(&target), Duration::from_secs(10)).unwrap();
+        let created = md
+            .topics()
+            .first()
+            .is_some_and(|t| t.error().is_none() && !t.partitions().is_empty());
         assert!(!created, "the Kafka sink created {target}: {log}");
     }
 }
@@ -553,7 +558,10 @@ fn a_reader_that_goes_away_is_noticed_at_the_next_record() {
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(!stderr.contains("10 written"), "the job did not notice its reader went away: {stderr}");
+    assert!(
+        !stderr.contains("10 written"),
+        "the job did not notice its reader went away: {stderr}"
+    );
 }
 
 /// Stop latency measured in milliseconds: run alone (`scripts/test` runs `punctual::` serially).

@@ -1,0 +1,136 @@
+//! Config checks that go beyond one key's type: expressions against the format, event-time
+//! knobs without an event-time clock, control defaults, and errors that name their override.
+
+use super::tests::{env_lock, error_of, key_of, write, BASE};
+use super::*;
+
+/// A field of the value needs a format with fields: over bytes or text, `value.seq` fails on
+/// every record, so nothing would ever match (a one-liner's `--where` without `--format json`).
+#[test]
+fn an_expression_on_value_fields_needs_a_structured_format() {
+    let _env = env_lock();
+    for (key, expression) in [("where", "value.seq % 2 == 0"), ("eof", "has(value.type)")] {
+        for format in ["bytes", "string"] {
+            let sets = [format!("source.{key}={expression}"), format!("source.format={format}")];
+            let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+            let e = error_of(BASE, &sets);
+            assert_eq!(key_of(&e), format!("source.{key}"), "{e}");
+            assert!(
+                e.to_string().contains("format") && e.to_string().contains(format),
+                "{e}"
+            );
+        }
+    }
+    // the whole value is fine over text, and fields over JSON
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, BASE);
+    for sets in [
+        vec!["source.eof=value == 'CLOSE'", "source.format=string"],
+        vec!["source.where=value.seq > 1", "source.format=json"],
+    ] {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        load(&path, &sets).unwrap_or_else(|e| panic!("{sets:?}: {e}"));
+    }
+}
+
+/// Control of a running job is for who is on the machine unless configured otherwise.
+#[test]
+fn control_defaults_to_on_for_loopback_only() {
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, BASE);
+    for (sets, on) in [
+        (vec!["metrics.listen=9464"], true),
+        (vec!["metrics.listen=127.0.0.1:9464"], true),
+        (vec!["metrics.listen=0.0.0.0:9464"], false),
+        (vec!["metrics.listen=0.0.0.0:9464", "metrics.control=true"], true),
+        (vec!["metrics.listen=127.0.0.1:9464", "metrics.control=false"], false),
+    ] {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        assert_eq!(load(&path, &sets).unwrap().metrics.control, on, "{sets:?}");
+    }
+}
+
+/// The event-time knobs are refused where no event-time clock runs (no pacing, no source-wide
+/// stop): accepted without a word, they looked like they did something.
+#[test]
+fn event_time_knobs_without_an_event_time_clock_are_refused() {
+    let _env = env_lock();
+    for key in ["caught_up_grace", "max_out_of_orderness"] {
+        let e = error_of(BASE, &[&format!("source.{key}=5s")]);
+        assert_eq!(key_of(&e), format!("source.{key}"), "{e}");
+        assert!(e.to_string().contains("replay_speed"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(&dir, BASE);
+        for with in [
+            vec!["source.replay_speed=2"],
+            vec!["source.eof=key == 'x'", "source.eof_scope=source"],
+        ] {
+            let mut sets: Vec<String> = with.iter().map(|s| s.to_string()).collect();
+            sets.push(format!("source.{key}=5s"));
+            load(&path, &sets).unwrap_or_else(|e| panic!("{key} with {with:?}: {e}"));
+        }
+    }
+}
+
+/// An error about a key the environment or `--set` gave names where it came from: the file may
+/// not have the key at all.
+#[test]
+fn an_error_from_an_override_names_the_variable_or_the_flag() {
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, BASE);
+    std::env::set_var("TIDEGATE__JOB__PARALELISM", "4");
+    let e = load(&path, &[]).expect_err("an unknown key");
+    std::env::remove_var("TIDEGATE__JOB__PARALELISM");
+    assert!(
+        e.to_string()
+            .contains("set by the environment variable TIDEGATE__JOB__PARALELISM"),
+        "{e}"
+    );
+    std::env::set_var("TIDEGATE__CHECKPOINT__INTERVAL", "-5s");
+    let e = load(&path, &[]).expect_err("a negative duration");
+    std::env::remove_var("TIDEGATE__CHECKPOINT__INTERVAL");
+    assert_eq!(key_of(&e), "checkpoint.interval", "{e}");
+    assert!(e.to_string().contains("TIDEGATE__CHECKPOINT__INTERVAL"), "{e}");
+    let e = error_of(BASE, &["job.parallelism=0"]);
+    assert!(e.to_string().contains("set by --set job.parallelism=0"), "{e}");
+    // an error about a key of the file says nothing of overrides
+    let e = error_of(
+        &format!("{BASE}\n[job]\nparallelism = 0\n"),
+        &["checkpoint.interval=1s"],
+    );
+    assert!(!e.to_string().contains("set by"), "{e}");
+}
+
+/// An expression that is a bare field is a condition only where the field holds a boolean:
+/// validate cannot know, so it says so (`eof = 'value.type'` passed without a word).
+#[test]
+fn validate_notes_an_expression_that_is_a_condition_only_on_some_data() {
+    use crate::connector::SourceConnector;
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    for (key, expression, noted) in [
+        ("eof", "value.type", true),
+        ("eof", "value['type']", true),
+        ("where", "headers.replayed", true),
+        ("eof", "value.type == 'CLOSE'", false),
+        ("eof", "has(value.type) && value.done", false),
+    ] {
+        let text = BASE.replace(
+            "topics = [\"trades\"]",
+            &format!("topics = [\"t\"]\nformat = \"json\"\n{key} = \"{expression}\""),
+        );
+        let c = load(&write(&dir, &text), &[]).unwrap();
+        let SourceConfig::Kafka(k) = c.source else { panic!() };
+        let lines = k.describe();
+        let note = lines.iter().find(|l| l.contains("is a condition only"));
+        assert_eq!(note.is_some(), noted, "{key} = {expression}: {lines:#?}");
+        if let Some(note) = note {
+            assert!(
+                note.contains(expression) && note.contains(&format!("source.{key}")),
+                "{note}"
+            );
+        }
+    }
+}
