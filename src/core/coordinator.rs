@@ -427,12 +427,22 @@ impl<S: Source> Coordinator<S> {
         self.stats
             .last_checkpoint_ms
             .store(took.as_millis() as u64, Ordering::Relaxed);
-        info!(
-            checkpoint = id,
-            splits = checkpoint.splits.len(),
-            took_ms = took.as_millis() as u64,
-            "checkpoint complete"
-        );
+        // a checkpoint with no splits yet (the source still looking for its input, a broker
+        // not answering) says nothing worth a line every interval
+        if checkpoint.splits.is_empty() {
+            debug!(
+                checkpoint = id,
+                took_ms = took.as_millis() as u64,
+                "checkpoint complete, no splits yet"
+            );
+        } else {
+            info!(
+                checkpoint = id,
+                splits = checkpoint.splits.len(),
+                took_ms = took.as_millis() as u64,
+                "checkpoint complete"
+            );
+        }
         for reader in 0..self.parallelism {
             let _ = self.ctx.send(reader, ReaderCommand::CheckpointComplete(id));
         }

@@ -25,6 +25,34 @@ pub struct TracingContext {
     /// Which client this is, for the logs ("reader-0", "sink").
     pub name: String,
     authentication: Arc<Mutex<Option<Refusal>>>,
+    transport: Arc<Mutex<TransportLog>>,
+}
+
+/// librdkafka repeats a broker it cannot reach every few hundred milliseconds, in two callbacks
+/// each: the first of each cause is a warning, the rest debug lines; the last one is kept to say
+/// why a call that needed a broker gave up.
+#[derive(Debug, Default)]
+struct TransportLog {
+    warned: BTreeSet<String>,
+    last: Option<String>,
+}
+
+/// A librdkafka line without its thread prefix and its "(after 0ms in state CONNECT, …)" tail.
+fn cleaned(message: &str) -> &str {
+    let message = match message.strip_prefix("[thrd:") {
+        Some(rest) => rest.split_once("]: ").map_or(rest, |(_, m)| m),
+        None => message,
+    };
+    message.split(" (after ").next().unwrap_or(message).trim()
+}
+
+/// What makes two lines the same cause: the cleaned text without its numbers ("1/1 brokers are
+/// down" and "0/1 brokers are down").
+fn cause(message: &str) -> String {
+    cleaned(message)
+        .chars()
+        .map(|c| if c.is_ascii_digit() { '#' } else { c })
+        .collect()
 }
 
 /// Why the cluster refused this client, in librdkafka's words.
@@ -43,7 +71,24 @@ impl TracingContext {
         TracingContext {
             name: name.into(),
             authentication: Arc::default(),
+            transport: Arc::default(),
         }
+    }
+
+    /// Keep `message` as the last transport trouble (when it says more than that brokers are
+    /// down); whether its cause is new, so worth a warning.
+    fn transport_trouble(&self, message: &str, specific: bool) -> bool {
+        let mut log = self.transport.lock().unwrap_or_else(|p| p.into_inner());
+        if specific {
+            log.last = Some(cleaned(message).to_string());
+        }
+        log.warned.insert(cause(message))
+    }
+
+    /// The last transport trouble librdkafka reported ("Connect to ipv4#127.0.0.1:1 failed:
+    /// Connection refused"), to say why a call gave up.
+    pub fn last_transport_trouble(&self) -> Option<String> {
+        self.transport.lock().unwrap_or_else(|p| p.into_inner()).last.clone()
     }
 
     /// The broker refused this client's credentials (SASL) or a certificate (TLS): fatal,
@@ -87,6 +132,18 @@ impl ClientContext for TracingContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         let client = self.name.as_str();
         match level {
+            // a broker that cannot be reached (FAIL): librdkafka retries, so a warning, once
+            RDKafkaLogLevel::Error if fac == "FAIL" && !super::tls::is_refusal(log_message) => {
+                if self.transport_trouble(log_message, true) {
+                    warn!(
+                        client,
+                        "librdkafka: {} (retried; repeats are logged at debug)",
+                        cleaned(log_message)
+                    );
+                } else {
+                    debug!(client, facility = fac, "librdkafka: {log_message}");
+                }
+            }
             RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
                 error!(client, facility = fac, "librdkafka: {log_message}");
                 // a refused TLS handshake is logged by the broker's thread at once; its error
@@ -94,6 +151,10 @@ impl ClientContext for TracingContext {
                 if super::tls::is_refusal(log_message) {
                     self.refuse(Refusal::Tls(log_message.to_string()));
                 }
+            }
+            // the same warning again (a coordinator still loading, say) is news once
+            RDKafkaLogLevel::Warning if !self.transport_trouble(log_message, false) => {
+                debug!(client, facility = fac, "librdkafka: {log_message}")
             }
             RDKafkaLogLevel::Warning => warn!(client, facility = fac, "librdkafka: {log_message}"),
             RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
@@ -123,8 +184,14 @@ impl ClientContext for TracingContext {
             }
             return;
         }
-        // Transport errors (a broker going away) are retried by librdkafka itself: warn only.
-        warn!(client = %self.name, error = %error, "librdkafka: {reason}");
+        // Transport errors (a broker going away) are retried by librdkafka itself: warn, once
+        // per cause
+        let specific = !reason.contains("brokers are down");
+        if self.transport_trouble(reason, specific) {
+            warn!(client = %self.name, error = %error, "librdkafka: {} (retried; repeats are logged at debug)", cleaned(reason));
+        } else {
+            debug!(client = %self.name, error = %error, "librdkafka: {reason}");
+        }
     }
 }
 
@@ -144,6 +211,23 @@ pub fn fetch_metadata(
         // serve the client's events: librdkafka reports a refused authentication as one
         let _ = consumer.poll(Duration::ZERO);
         consumer.context().authentication_failure(properties)
+    })
+    // the cluster answered: what it met before is over, and a new outage is news again
+    .inspect(|_| *consumer.context().transport.lock().unwrap_or_else(|p| p.into_inner()) = TransportLog::default())
+    .map_err(|e| {
+        let context = consumer.context();
+        let refused = context
+            .authentication
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        match context.last_transport_trouble() {
+            // "BrokerTransportFailure" says little: what librdkafka met, with the address, more
+            Some(trouble) if !refused => {
+                crate::error::Error::runtime(format!("kafka: {what}"), format!("no broker answered: {trouble}"))
+            }
+            _ => e,
+        }
     })
 }
 
@@ -323,6 +407,21 @@ mod tests {
         assert_eq!(shown["ssl.ca.location"], "/ca.pem");
         assert_eq!(shown["fetch.min.bytes"], "1");
         assert!(!format!("{shown:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn transport_trouble_is_warned_once_per_cause_and_kept_cleaned() {
+        let context = TracingContext::new("t");
+        let refused = "[thrd:127.0.0.1:1/bootstrap]: 127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after 0ms in state CONNECT)";
+        let again = "127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after 0ms in state CONNECT, 1 identical error(s) suppressed)";
+        assert!(context.transport_trouble(refused, true), "the first is news");
+        assert!(!context.transport_trouble(again, true), "the same cause again is not");
+        assert!(context.transport_trouble("1/1 brokers are down", false));
+        assert!(!context.transport_trouble("0/1 brokers are down", false));
+        assert_eq!(
+            context.last_transport_trouble().as_deref(),
+            Some("127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused")
+        );
     }
 
     #[test]

@@ -35,12 +35,17 @@ pub fn create_topic_if_missing(
         .map_err(|e| Error::io("starting a runtime for the admin client", e))?;
     let results = runtime
         .block_on(admin.create_topics([&new_topic], &options))
-        .map_err(|e| crate::error::kafka(format!("creating topic {topic}"), e))?;
+        .map_err(|e| crate::error::kafka(format!("creating topic {topic} on {}", settings.bootstrap_servers), e))?;
     for r in results {
         match r {
             Ok(name) => info!(topic = %name, partitions, "topic created"),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((name, code)) => return Err(Error::runtime(format!("creating topic {name}"), code)),
+            Err((name, code)) => {
+                return Err(Error::runtime(
+                    format!("creating topic {name} on {}", settings.bootstrap_servers),
+                    code,
+                ))
+            }
         }
     }
     Ok(())

@@ -551,6 +551,38 @@ fn an_unreachable_bootstrap_server_fails_within_the_request_timeout() {
         "faults: an unreachable bootstrap server: exit 1 after {:.1} s (request_timeout 3 s)",
         took.as_secs_f64()
     );
+    // one clear line per cause: librdkafka says it every few hundred milliseconds, twice
+    let loud = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .count()
+    };
+    assert!(
+        loud(&log) <= 3,
+        "{} warnings for one unreachable broker:\n{log}",
+        loud(&log)
+    );
+    assert!(
+        log.contains("error: ") && log.contains("Connection refused"),
+        "the error says why: {log}"
+    );
+    // a name that does not resolve says so, not "BrokerTransportFailure"
+    let (code, log) = run(
+        &config,
+        &["--set", "source.bootstrap_servers=nowhere.invalid:9092"],
+        MINUTE,
+    );
+    assert_eq!(code, 1, "{log}");
+    let error = log
+        .lines()
+        .find(|l| l.starts_with("tidegate: error:"))
+        .unwrap_or_default();
+    assert!(error.contains("Failed to resolve 'nowhere.invalid:9092'"), "{log}");
+    assert!(
+        loud(&log) <= 3,
+        "{} warnings for one unresolvable broker:\n{log}",
+        loud(&log)
+    );
 }
 
 #[test]
