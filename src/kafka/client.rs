@@ -37,6 +37,12 @@ struct TransportLog {
     last: Option<String>,
 }
 
+/// Lines that are not news: a coordinator still loading (retried, normal on a fresh broker), and
+/// a fenced producer (the sink stops with one clear message saying what happened).
+fn is_explained_elsewhere(message: &str) -> bool {
+    message.contains("load in progress") || message.contains("fenced by a newer instance")
+}
+
 /// A librdkafka line without its thread prefix and its "(after 0ms in state CONNECT, …)" tail.
 fn cleaned(message: &str) -> &str {
     let message = match message.strip_prefix("[thrd:") {
@@ -131,6 +137,10 @@ impl TracingContext {
 impl ClientContext for TracingContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         let client = self.name.as_str();
+        if is_explained_elsewhere(log_message) {
+            debug!(client, facility = fac, "librdkafka: {log_message}");
+            return;
+        }
         match level {
             // a broker that cannot be reached (FAIL): librdkafka retries, so a warning, once
             RDKafkaLogLevel::Error if fac == "FAIL" && !super::tls::is_refusal(log_message) => {
@@ -165,6 +175,10 @@ impl ClientContext for TracingContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        if is_explained_elsewhere(reason) {
+            debug!(client = %self.name, error = %error, "librdkafka: {reason}");
+            return;
+        }
         // the end of a partition, for a consumer that asked to be told (`enable.partition.eof`):
         // news, not an error (the consumer's poll reports it too)
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {

@@ -170,6 +170,18 @@ fn a_second_process_on_the_same_job_fences_the_first() {
         log.contains("fenced") && log.contains(&format!("tidegate-{topic}")),
         "the fenced process says so, naming the transactional id: {log}"
     );
+    // one clear line for the cause, not librdkafka's own lines about it before it
+    let lines_about = |what: &str| {
+        log.lines()
+            .filter(|l| (l.contains(" WARN ") || l.contains(" ERROR ")) && l.contains(what))
+            .count()
+    };
+    assert_eq!(lines_about("fenced"), 0, "librdkafka's lines about the fencing: {log}");
+    assert_eq!(
+        lines_about("load in progress"),
+        0,
+        "a coordinator still loading is no warning: {log}"
+    );
     wait_until("the second process's commits", MINUTE, || {
         second.log_text().contains("checkpoint complete")
     });
