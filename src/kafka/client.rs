@@ -33,14 +33,17 @@ pub struct TracingContext {
 /// why a call that needed a broker gave up.
 #[derive(Debug, Default)]
 struct TransportLog {
-    warned: BTreeSet<String>,
     last: Option<String>,
 }
+
+/// The causes already warned of, by any client: the reader's, the enumerator's and the sink's
+/// clients meet the same unreachable broker.
+static WARNED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
 /// Lines that are not news: a coordinator still loading (retried, normal on a fresh broker), and
 /// a fenced producer (the sink stops with one clear message saying what happened).
 fn is_explained_elsewhere(message: &str) -> bool {
-    message.contains("load in progress") || message.contains("fenced by a newer instance")
+    message.contains("load in progress") || message.contains("fenced by")
 }
 
 /// A librdkafka line without its thread prefix and its "(after 0ms in state CONNECT, …)" tail.
@@ -84,11 +87,15 @@ impl TracingContext {
     /// Keep `message` as the last transport trouble (when it says more than that brokers are
     /// down); whether its cause is new, so worth a warning.
     fn transport_trouble(&self, message: &str, specific: bool) -> bool {
-        let mut log = self.transport.lock().unwrap_or_else(|p| p.into_inner());
         if specific {
-            log.last = Some(cleaned(message).to_string());
+            self.transport.lock().unwrap_or_else(|p| p.into_inner()).last = Some(cleaned(message).to_string());
         }
-        log.warned.insert(cause(message))
+        WARNED.lock().unwrap_or_else(|p| p.into_inner()).insert(cause(message))
+    }
+
+    /// Whether the cluster refused this client (credentials, a certificate).
+    pub fn refused(&self) -> bool {
+        self.authentication.lock().unwrap_or_else(|p| p.into_inner()).is_some()
     }
 
     /// The last transport trouble librdkafka reported ("Connect to ipv4#127.0.0.1:1 failed:
@@ -227,14 +234,13 @@ pub fn fetch_metadata(
         consumer.context().authentication_failure(properties)
     })
     // the cluster answered: what it met before is over, and a new outage is news again
-    .inspect(|_| *consumer.context().transport.lock().unwrap_or_else(|p| p.into_inner()) = TransportLog::default())
+    .inspect(|_| {
+        *consumer.context().transport.lock().unwrap_or_else(|p| p.into_inner()) = TransportLog::default();
+        WARNED.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    })
     .map_err(|e| {
         let context = consumer.context();
-        let refused = context
-            .authentication
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some();
+        let refused = context.refused();
         match context.last_transport_trouble() {
             // "BrokerTransportFailure" says little: what librdkafka met, with the address, more
             Some(trouble) if !refused => {
@@ -426,15 +432,19 @@ mod tests {
     #[test]
     fn transport_trouble_is_warned_once_per_cause_and_kept_cleaned() {
         let context = TracingContext::new("t");
-        let refused = "[thrd:127.0.0.1:1/bootstrap]: 127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after 0ms in state CONNECT)";
-        let again = "127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after 0ms in state CONNECT, 1 identical error(s) suppressed)";
+        let refused = "[thrd:unit.test:1/bootstrap]: unit.test:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after 0ms in state CONNECT)";
+        let again = "unit.test:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after 0ms in state CONNECT, 1 identical error(s) suppressed)";
         assert!(context.transport_trouble(refused, true), "the first is news");
         assert!(!context.transport_trouble(again, true), "the same cause again is not");
-        assert!(context.transport_trouble("1/1 brokers are down", false));
-        assert!(!context.transport_trouble("0/1 brokers are down", false));
+        assert!(context.transport_trouble("1/1 unit brokers are down", false));
+        assert!(!context.transport_trouble("0/1 unit brokers are down", false));
+        assert!(
+            !TracingContext::new("other").transport_trouble(again, true),
+            "nor from another client"
+        );
         assert_eq!(
             context.last_transport_trouble().as_deref(),
-            Some("127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused")
+            Some("unit.test:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused")
         );
     }
 

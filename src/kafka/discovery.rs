@@ -140,19 +140,20 @@ pub fn check_topics_exist(settings: &KafkaSourceSettings) -> Result<()> {
         return Ok(());
     }
     let consumer = admin_consumer(settings)?;
-    let what = format!(
-        "fetching metadata from {} (timeout {:?})",
-        settings.bootstrap_servers, settings.request_timeout
-    );
+    // a quick look: a cluster that does not answer at once is left to the job's discovery,
+    // which waits for it (request_timeout) while the job takes signals and checkpoints
+    let timeout = settings.request_timeout.min(std::time::Duration::from_secs(2));
+    let what = format!("fetching metadata from {}", settings.bootstrap_servers);
     let mut missing = Vec::new();
     for name in topics {
-        let md = super::client::fetch_metadata(
-            &consumer,
-            Some(name),
-            settings.request_timeout,
-            &settings.properties,
-            &what,
-        )?;
+        let md = match super::client::fetch_metadata(&consumer, Some(name), timeout, &settings.properties, &what) {
+            Ok(md) => md,
+            Err(e) if rdkafka::consumer::Consumer::context(&consumer).refused() => return Err(e),
+            Err(e) => {
+                debug!(error = %e, "no quick answer about the topics; the job's discovery will ask");
+                return Ok(());
+            }
+        };
         if md.topics().first().and_then(|t| t.error()).is_some_and(is_unknown) {
             missing.push(format!("topic {name}"));
         }
