@@ -131,7 +131,7 @@ pub fn check_connection(settings: &KafkaSourceSettings) -> Result<String> {
 
 /// Before a first run builds its sink (a topic created, a file started): the subscribed topics
 /// that do not exist, when the job would fail on them (no `wait_for_topics`), as the enumerator
-/// says it — so a job that cannot start leaves nothing behind.
+/// says it — so a job that cannot start leaves nothing behind. Only a definite answer counts.
 pub fn check_topics_exist(settings: &KafkaSourceSettings) -> Result<()> {
     let (Subscription::Topics(topics) | Subscription::Partitions(_, topics)) = &settings.subscription else {
         return Ok(()); // a pattern matches what there is
@@ -148,7 +148,8 @@ pub fn check_topics_exist(settings: &KafkaSourceSettings) -> Result<()> {
     for name in topics {
         let md = match super::client::fetch_metadata(&consumer, Some(name), timeout, &settings.properties, &what) {
             Ok(md) => md,
-            Err(e) if rdkafka::consumer::Consumer::context(&consumer).refused() => return Err(e),
+            // no answer, or a refusal: the job's discovery meets it too, and reports it with
+            // the job's endpoint up and its signals handled
             Err(e) => {
                 debug!(error = %e, "no quick answer about the topics; the job's discovery will ask");
                 return Ok(());
