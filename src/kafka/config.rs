@@ -251,17 +251,7 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
         raw.protobuf,
         raw.json_schema,
     )?;
-    for (key, expr) in [("source.eof", &raw.eof), ("source.where", &raw.filter)] {
-        let Some(expr) = expr else { continue };
-        let compiled = crate::expr::RecordExpression::compile(expr).map_err(|e| Error::config(key, e))?;
-        // over bytes or text a field of the value fails on every record: nothing would match
-        if let (Some([field, ..]), ValueFormat::Bytes | ValueFormat::String) = (compiled.value_fields(), format) {
-            return Err(Error::config(
-                key,
-                format!("reads value.{field}, but source.format is {format}: a field needs json, avro, protobuf or json_schema"),
-            ));
-        }
-    }
+    super::config_checks::expressions(&raw.eof, &raw.filter, format)?;
     let decode_errors = keyword(
         "source.decode_errors",
         raw.decode_errors.as_deref(),
@@ -299,37 +289,12 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
             "\"source\" needs an end-of-stream expression: set source.eof",
         ));
     }
-    if let Some(speed) = raw.replay_speed {
-        if !(speed.is_finite() && speed > 0.0) {
-            return Err(Error::config(
-                "source.replay_speed",
-                format!("must be a number above 0 (1.0 is real time, 60.0 plays an hour in a minute), not {speed}"),
-            ));
-        }
-    }
-    if raw.replay_speed.is_none() && !source_wide_stop {
-        let set = [
-            ("caught_up_grace", &raw.caught_up_grace),
-            ("max_out_of_orderness", &raw.max_out_of_orderness),
-        ];
-        if let Some((key, _)) = set.iter().find(|(_, v)| v.is_some()) {
-            return Err(Error::config(
-                format!("source.{key}"),
-                "applies only to an event-time replay: set source.replay_speed or eof_scope = \"source\", or remove it",
-            ));
-        }
-    }
-    for (key, limit) in [
-        ("source.max_rate", raw.max_rate),
-        ("source.max_bytes_rate", raw.max_bytes_rate),
-    ] {
-        if let Some(l) = limit.filter(|l| !(l.is_finite() && *l > 0.0)) {
-            return Err(Error::config(
-                key,
-                format!("must be a number above 0 (per second), not {l}"),
-            ));
-        }
-    }
+    super::config_checks::pacing(
+        raw.replay_speed,
+        (&raw.caught_up_grace, &raw.max_out_of_orderness),
+        (raw.max_rate, raw.max_bytes_rate),
+        source_wide_stop,
+    )?;
     let rate_limits = (raw.max_rate, raw.max_bytes_rate);
     let disorder = raw.max_out_of_orderness.as_deref().unwrap_or("0s");
     let event_time = EventTimeOptions {

@@ -6,6 +6,7 @@ mod caught_up;
 pub mod client;
 mod committer;
 pub mod config;
+mod config_checks;
 mod config_offsets;
 pub mod consumer;
 mod describe;
