@@ -5,16 +5,61 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+/// Runs the `tidegate` command line: parses the arguments, runs the command, and exits with the
+/// documented code (0 done, 1 runtime failure, 2 invalid config or usage, 3 unusable state file).
+pub fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => crate::daemon::run(args),
+        Command::Replay(args) => crate::oneliner::replay(args),
+        Command::Seed(args) => crate::oneliner::seed(args),
+        Command::Validate { config, sets, connect } => crate::daemon::validate(&config, &sets, connect),
+        Command::Plan(args) => crate::daemon::plan(args),
+        Command::State {
+            command: StateCommand::Show { file },
+        } => crate::daemon::show_state(&file),
+        Command::ConfigReference => {
+            let mut out = std::io::stdout().lock();
+            // a closed pipe (`| head`) ends the output; it is not a failure
+            let _ = std::io::Write::write_all(&mut out, crate::config::reference::markdown().as_bytes());
+            Ok(())
+        }
+    };
+    if let Err(e) = result {
+        // the reader of our output went away (`tidegate run … | head`): a normal end, as for
+        // any Unix tool, not a failure to report
+        if e.is_broken_pipe() {
+            std::process::exit(0);
+        }
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            let text = s.to_string();
+            if !message.contains(&text) {
+                message.push_str(&format!(": {text}"));
+            }
+            source = s.source();
+        }
+        // (not `eprintln!`: it panics when nobody reads stderr any more, and the exit code is
+        // what is left to tell)
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            format!("tidegate: error: {message}\n").as_bytes(),
+        );
+        std::process::exit(e.exit_code());
+    }
+}
+
 /// tidegate: Kafka sources with Flink's FLIP-27 semantics, in one binary.
 #[derive(Debug, Parser)]
 #[command(name = "tidegate", version, about, long_about = None)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run a job until its input ends, or until SIGTERM/SIGINT (then a final checkpoint).
     Run(RunArgs),
     /// Replay Kafka topics in one line, kcat-style: the flags make the config `run` would run.
@@ -49,46 +94,46 @@ pub enum Command {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The job's TOML config.
     #[arg(long)]
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
     /// The state file (overrides `checkpoint.path`).
     #[arg(long)]
-    pub state: Option<PathBuf>,
+    pub(crate) state: Option<PathBuf>,
     /// Override a config key, e.g. `--set job.parallelism=4` (repeatable).
     #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
-    pub sets: Vec<String>,
+    pub(crate) sets: Vec<String>,
     /// Start from scratch: the existing state file is moved aside (never deleted).
     #[arg(long)]
-    pub reset_state: bool,
+    pub(crate) reset_state: bool,
     /// No progress bar or progress log lines.
     #[arg(long)]
-    pub no_progress: bool,
+    pub(crate) no_progress: bool,
 }
 
 #[derive(Debug, clap::Args)]
-pub struct PlanArgs {
+pub(crate) struct PlanArgs {
     /// The job's TOML config.
     #[arg(long)]
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
     /// The state file to resume from (overrides `checkpoint.path`); it is only read.
     #[arg(long)]
-    pub state: Option<PathBuf>,
+    pub(crate) state: Option<PathBuf>,
     /// Override a config key, e.g. `--set source.stopping_offsets=latest` (repeatable).
     #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
-    pub sets: Vec<String>,
+    pub(crate) sets: Vec<String>,
     /// Print the plan as one JSON document.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Also count the records exactly, by reading the ranges as a run would (read_committed),
     /// without the sink; the default shows only offsets, an upper bound.
     #[arg(long)]
-    pub exact: bool,
+    pub(crate) exact: bool,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum StateCommand {
+pub(crate) enum StateCommand {
     /// Check a state file and print it.
     Show {
         /// The state file.
@@ -119,110 +164,110 @@ Examples:
 
 /// What every one-liner takes besides its own flags.
 #[derive(Debug, clap::Args)]
-pub struct OneLinerArgs {
+pub(crate) struct OneLinerArgs {
     /// Keep a state file: a second run with the same FILE resumes (default: no state, each run
     /// starts from scratch and leaves no file behind).
     #[arg(long, value_name = "FILE")]
-    pub state: Option<PathBuf>,
+    pub(crate) state: Option<PathBuf>,
     /// Override any config key that has no flag, e.g. `--set job.parallelism=4` (repeatable).
     #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
-    pub sets: Vec<String>,
+    pub(crate) sets: Vec<String>,
     /// Print the config these flags make (TOML) and exit, without connecting.
     #[arg(long)]
-    pub print_config: bool,
+    pub(crate) print_config: bool,
     /// With --state: start from scratch, the state file moved aside (never deleted).
     #[arg(long, requires = "state")]
-    pub reset_state: bool,
+    pub(crate) reset_state: bool,
     /// No progress bar or progress log lines.
     #[arg(long)]
-    pub no_progress: bool,
+    pub(crate) no_progress: bool,
 }
 
 #[derive(Debug, clap::Args)]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// Topics to read, comma-separated.
     #[arg(value_name = "TOPIC[,TOPIC…]")]
-    pub topics: String,
+    pub(crate) topics: String,
     /// Brokers [default: $KAFKA_BOOTSTRAP_SERVERS, else 127.0.0.1:9092].
     #[arg(short = 'b', long, value_name = "HOST:PORT[,…]")]
-    pub bootstrap_servers: Option<String>,
+    pub(crate) bootstrap_servers: Option<String>,
     /// Start: earliest, latest, a TIME (see --to), an OFFSET in every partition, or
     /// TOPIC:PARTITION=OFFSET[,…] (others at earliest).
     #[arg(long, value_name = "WHERE", default_value = "earliest", allow_hyphen_values = true)]
-    pub from: String,
+    pub(crate) from: String,
     /// Stop (exclusive): latest (the ends at start, then exit), none (follow), TIME, OFFSET (or
     /// the end at start) or TOPIC:PARTITION=OFFSET[,…]. TIME: RFC 3339, 2026-11-27T16:00 (UTC),
     /// 2026-11-27, -1h/-30m/-2d (before now), now, @EPOCH_MS.
     #[arg(long, value_name = "WHERE", default_value = "latest", allow_hyphen_values = true)]
-    pub to: String,
+    pub(crate) to: String,
     /// End each partition at the first record matching this CEL expression (not written).
     #[arg(long, value_name = "CEL")]
-    pub until: Option<String>,
+    pub(crate) until: Option<String>,
     /// Write only records matching this CEL expression, e.g. 'value.type == "TRADE"'.
     #[arg(long = "where", value_name = "CEL")]
-    pub filter: Option<String>,
+    pub(crate) filter: Option<String>,
     /// Value format: bytes (base64 in the output), string, json or avro (with --set source.avro…).
     #[arg(long, value_name = "FORMAT", default_value = "bytes")]
-    pub format: String,
+    pub(crate) format: String,
     /// Replay at event time: 1 is real time, 60 plays an hour in a minute [default: as fast as possible].
     #[arg(long, value_name = "X", value_parser = positive_number)]
-    pub speed: Option<f64>,
+    pub(crate) speed: Option<f64>,
     /// JSON lines to FILE, or to stdout with `-`.
     #[arg(long, value_name = "FILE|-", default_value = "-", conflicts_with = "to_topic")]
-    pub out: String,
+    pub(crate) out: String,
     /// Write to this Kafka topic instead of --out (it must exist, or add
     /// --set sink.create_topic.partitions=N).
     #[arg(long, value_name = "TOPIC")]
-    pub to_topic: Option<String>,
+    pub(crate) to_topic: Option<String>,
     /// The brokers of --to-topic [default: --bootstrap-servers].
     #[arg(long, value_name = "HOST:PORT[,…]", requires = "to_topic")]
-    pub to_bootstrap_servers: Option<String>,
+    pub(crate) to_bootstrap_servers: Option<String>,
     /// With --to-topic: each record to the partition number it was read from.
     #[arg(long, requires = "to_topic")]
-    pub preserve_partition: bool,
+    pub(crate) preserve_partition: bool,
     /// With --to-topic: write through Kafka transactions, each record once (needs --state to resume).
     #[arg(long, requires = "to_topic")]
-    pub exactly_once: bool,
+    pub(crate) exactly_once: bool,
     #[command(flatten)]
-    pub common: OneLinerArgs,
+    pub(crate) common: OneLinerArgs,
 }
 
 #[derive(Debug, clap::Args)]
-pub struct SeedArgs {
+pub(crate) struct SeedArgs {
     /// The topic to write (created if missing, with --partitions partitions).
-    pub topic: String,
+    pub(crate) topic: String,
     /// Brokers [default: $KAFKA_BOOTSTRAP_SERVERS, else 127.0.0.1:9092].
     #[arg(short = 'b', long, value_name = "HOST:PORT[,…]")]
-    pub bootstrap_servers: Option<String>,
+    pub(crate) bootstrap_servers: Option<String>,
     /// Records to write; without it, --rate R writes until Ctrl-C [default with --example: its count].
     #[arg(long, value_name = "N")]
-    pub count: Option<u64>,
+    pub(crate) count: Option<u64>,
     /// Records per second [default: as fast as possible].
     #[arg(long, value_name = "R", value_parser = positive_number)]
-    pub rate: Option<f64>,
+    pub(crate) rate: Option<f64>,
     /// Partitions of the topic, each written in record order by one reader [default: 1 when created].
     #[arg(long, value_name = "N")]
-    pub partitions: Option<u32>,
+    pub(crate) partitions: Option<u32>,
     /// Key template over the fields, e.g. '{seq}' [default: no key].
     #[arg(long, value_name = "TEMPLATE")]
-    pub key: Option<String>,
+    pub(crate) key: Option<String>,
     /// Value template over the fields, written as a string, e.g. 'order {seq}' [default: the
     /// fields as a JSON object; fields are seq (0, 1, …) and id (a UUID); add more with
     /// --set source.fields.NAME=JSON].
     #[arg(long, value_name = "TEMPLATE")]
-    pub value: Option<String>,
+    pub(crate) value: Option<String>,
     /// Seed of the generator: the same seed writes the same records [default: 0, or the example's].
     #[arg(long, value_name = "N")]
-    pub seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
     /// Start from a worked example instead of the seq/id fields: trading-day (the config
     /// config/trading-day-seed.toml, into TOPIC).
     #[arg(long, value_name = "NAME", value_parser = ["trading-day"], conflicts_with = "value")]
-    pub example: Option<String>,
+    pub(crate) example: Option<String>,
     /// Write through Kafka transactions, each record once (needs --state to resume).
     #[arg(long)]
-    pub exactly_once: bool,
+    pub(crate) exactly_once: bool,
     #[command(flatten)]
-    pub common: OneLinerArgs,
+    pub(crate) common: OneLinerArgs,
 }
 
 /// A number above 0 that is finite (`nan` and `inf` parse as numbers, and mean nothing here).

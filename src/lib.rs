@@ -1,3 +1,4 @@
+#![deny(missing_docs)]
 //! tidegate: Apache Flink's FLIP-27 source model in one Rust daemon. Bounded and stop-on-record
 //! Kafka reads, a data generator and a periodic source, checkpointed to a local state file.
 
@@ -8,19 +9,19 @@ pub mod error;
 
 pub use error::{Error, Result};
 pub mod cli;
-pub mod config;
-pub mod connector;
-pub mod daemon;
-pub mod datagen;
-pub mod expr;
+pub(crate) mod config;
+pub(crate) mod connector;
+pub(crate) mod daemon;
+pub(crate) mod datagen;
+pub(crate) mod expr;
 pub mod format;
 pub mod kafka;
-pub mod metrics;
-pub mod oneliner;
-pub mod periodic;
-pub mod progress;
+pub(crate) mod metrics;
+pub(crate) mod oneliner;
+pub(crate) mod periodic;
+pub(crate) mod progress;
 pub mod record;
-pub mod sink;
-pub mod summary;
+pub(crate) mod sink;
+pub(crate) mod summary;
 #[cfg(feature = "testing")]
 pub mod testing;

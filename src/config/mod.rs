@@ -21,7 +21,6 @@ use raw::*;
 /// A validated job configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub path: PathBuf,
     pub job: JobConfig,
     pub source: SourceConfig,
     pub sink: SinkConfig,
@@ -308,7 +307,6 @@ pub fn validate(path: &Path, tree: Value) -> Result<Config> {
         )?,
     };
     Ok(Config {
-        path: path.to_path_buf(),
         job,
         source,
         sink,

@@ -1,15 +1,13 @@
 //! Checkpoint bookkeeping (Flink's `CheckpointCoordinator`, reduced to one process): what a
-//! completed checkpoint holds, the checkpoint in progress, the job's live counters and its report.
+//! completed checkpoint holds, the checkpoint in progress, and the job's report.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::fetcher::FetchStats;
-use super::source::{Source, SourceSplit, SplitSnapshot};
+use super::source::Source;
+use super::split::{SourceSplit, SplitSnapshot};
 
 /// The id under which a reader's last snapshot (end of input, or stop) is taken; it is part of
 /// whichever checkpoint completes next.
@@ -22,13 +20,17 @@ pub const FINAL_SNAPSHOT: u64 = u64::MAX;
     deserialize = "E: serde::de::DeserializeOwned, S: SourceSplit"
 ))]
 pub struct Checkpoint<E, S: SourceSplit> {
+    /// The job's name (`job.name`): only the same job resumes it.
     pub job: String,
     /// The source kind that wrote it ([`Source::kind`]).
     pub source: String,
+    /// The checkpoint's number, counting from 1 over the job's life.
     pub checkpoint_id: u64,
     /// When the checkpoint completed, RFC 3339.
     pub completed_at: String,
+    /// The enumerator's checkpoint ([`crate::SplitEnumerator::snapshot_state`]).
     pub enumerator: E,
+    /// Every split's progress, finished ones included.
     pub splits: Vec<SplitSnapshot<S>>,
     /// The job reached the end of its input (not a stop): a restart has nothing left to do.
     #[serde(default)]
@@ -56,44 +58,24 @@ pub struct Checkpoint<E, S: SourceSplit> {
     pub previous: Option<Box<Checkpoint<E, S>>>,
 }
 
-/// Live counters of a running job, shared with metrics and progress reporting.
-#[derive(Debug, Default)]
-pub struct JobStats {
-    pub records_emitted: AtomicU64,
-    pub records_written: AtomicU64,
-    /// Records the source's filter rejected: read, never emitted.
-    pub records_filtered: AtomicU64,
-    /// Records the sink wrote elsewhere (dead letters), not counted as written.
-    pub records_diverted: AtomicU64,
-    pub checkpoints_completed: AtomicU64,
-    pub checkpoint_failures: AtomicU64,
-    /// Duration of the last completed checkpoint, in milliseconds.
-    pub last_checkpoint_ms: AtomicU64,
-    /// Records the assigned bounded splits hold (an upper bound), for progress and ETA.
-    pub expected_records: AtomicU64,
-    pub readers: Mutex<Vec<Arc<FetchStats>>>,
-    /// The event-time clock, when the job paces or stops source-wide (replayed time, late records).
-    pub event_time: std::sync::OnceLock<Arc<super::event_time::EventTimeClock>>,
-    /// The source ends on its own (set at the start): an unbounded one has no expected total.
-    pub bounded: std::sync::OnceLock<bool>,
-    /// Pause and rate limits, changeable while the job runs (`POST /control`).
-    pub throttle: Arc<super::throttle::Throttle>,
-}
-
 /// How a job ended.
 #[derive(Debug)]
 pub struct JobReport<S: SourceSplit> {
+    /// Records the readers emitted.
     pub records_emitted: u64,
+    /// Records the sink wrote.
     pub records_written: u64,
     /// Records the source's filter rejected.
     pub records_filtered: u64,
     /// Records the sink wrote elsewhere (dead letters).
     pub records_diverted: u64,
+    /// Checkpoints completed, the final one included.
     pub checkpoints: u64,
     /// The state of every split at the last checkpoint.
     pub splits: Vec<SplitSnapshot<S>>,
     /// The job was stopped (signal or `max_duration`) rather than reaching the end of input.
     pub stopped: bool,
+    /// How long the job ran.
     pub elapsed: Duration,
 }
 

@@ -10,18 +10,20 @@ use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
-use super::checkpoint::{Checkpoint, JobStats, Pending, SourceCheckpoint};
+use super::checkpoint::{Checkpoint, Pending, SourceCheckpoint};
 use super::enumerator::{EnumeratorContext, ReaderCommand, SplitEnumerator};
 use super::event_time::EventTimeClock;
 use super::failpoint;
-use super::job::JobOptions;
+use super::job_options::JobOptions;
 use super::reader::ReaderRequest;
 use super::reader_driver::ReaderEvent;
 use super::sink::SinkMessage;
 use super::sink::SinkState;
 use super::sink_driver::SinkEvent;
-use super::source::{Instance, Source, SourceSplit, SplitId, SplitSnapshot};
+use super::source::{Instance, Source};
+use super::split::{SourceSplit, SplitId, SplitSnapshot};
 use super::state::StateStore;
+use super::stats::JobStats;
 use super::{rt, sim};
 use crate::error::{Error, Result};
 

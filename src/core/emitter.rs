@@ -8,6 +8,7 @@ use crate::error::Result;
 /// Where a record sits in its split (the Kafka offset), so a finished split can say where its
 /// end-of-stream record was. Records without a position answer `None`.
 pub trait RecordPosition {
+    /// Its position in its split (the Kafka offset).
     fn position(&self) -> Option<i64> {
         None
     }
@@ -32,6 +33,7 @@ impl RecordPosition for u64 {
 /// Decides, per deserialized record, whether its split has ended (FLIP-208). The matching record
 /// is not emitted (unless the reader is told to emit markers), nor any later record of its split.
 pub trait EofOnRecordEvaluator<T>: Send + Sync {
+    /// Whether `record` ends its split.
     fn is_end_of_stream(&self, record: &T) -> bool;
 }
 
@@ -82,6 +84,7 @@ pub struct ReaderOutput<T> {
 }
 
 impl<T: RecordPosition> ReaderOutput<T> {
+    /// An output applying `eof` to every record; with `emit_marker` the matching record is emitted too.
     pub fn new(eof: Option<Arc<dyn EofOnRecordEvaluator<T>>>, emit_marker: bool) -> Self {
         ReaderOutput {
             records: Vec::new(),
@@ -231,10 +234,12 @@ impl<T> ReaderOutput<T> {
         self.filtered += n;
     }
 
+    /// Records collected and not yet taken.
     pub fn len(&self) -> usize {
         self.records.len()
     }
 
+    /// Whether no record is waiting.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::source::SourceSplit;
+use super::split::SourceSplit;
 use crate::error::{Error, Result};
 
 /// A custom message between the enumerator and a reader (Flink's `SourceEvent`).
@@ -25,13 +25,14 @@ impl fmt::Debug for SourceEvent {
 /// The event an enumerator sends to finish splits on a reader (a deleted partition, a removed
 /// periodic event); readers built on `SourceReaderBase` handle it with an event handler.
 #[derive(Debug)]
-pub struct RemoveSplits(pub Vec<super::source::SplitId>);
+pub struct RemoveSplits(pub Vec<super::split::SplitId>);
 
 /// Runs on the coordinator: discovers splits and assigns them to readers.
 ///
 /// Every method runs on the coordinator task and must not block; slow work (metadata requests)
 /// goes through [`EnumeratorContext::call_async`].
 pub trait SplitEnumerator: Send + 'static {
+    /// The splits it assigns.
     type Split: SourceSplit;
     /// The enumerator's checkpoint.
     type State;
@@ -97,11 +98,15 @@ pub trait SplitEnumerator: Send + 'static {
 /// What the coordinator tells a reader, in order, on one channel per reader.
 #[derive(Debug)]
 pub enum ReaderCommand<S> {
+    /// Take these splits.
     AddSplits(Vec<S>),
+    /// No split will come any more: the reader ends once its splits are finished.
     NoMoreSplits,
+    /// A custom event from the enumerator.
     SourceEvent(SourceEvent),
     /// Snapshot split states and answer; everything assigned before this is included.
     TriggerCheckpoint(u64),
+    /// This checkpoint is durable.
     CheckpointComplete(u64),
     /// Graceful shutdown: stop emitting, report the final state, end.
     Stop,
@@ -118,17 +123,17 @@ pub struct EnumeratorContext<S, C> {
     /// Readers told to stop: splits for them are kept in `undeliverable`, not sent.
     closed: BTreeSet<usize>,
     undeliverable: Vec<S>,
-    stats: std::sync::Arc<super::checkpoint::JobStats>,
+    stats: std::sync::Arc<super::stats::JobStats>,
     /// Each split as last assigned, when a transactional job needs them (see
     /// `Coordinator::fallback_checkpoint`).
-    assigned: Option<std::collections::BTreeMap<super::source::SplitId, S>>,
+    assigned: Option<std::collections::BTreeMap<super::split::SplitId, S>>,
 }
 
 impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
     pub(crate) fn new(
         readers: Vec<mpsc::UnboundedSender<ReaderCommand<S>>>,
         calls: mpsc::UnboundedSender<Result<C>>,
-        stats: std::sync::Arc<super::checkpoint::JobStats>,
+        stats: std::sync::Arc<super::stats::JobStats>,
     ) -> Self {
         EnumeratorContext {
             parallelism: readers.len(),
@@ -150,7 +155,7 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
     }
 
     /// Each split as last assigned, if recorded.
-    pub(crate) fn assignments(&self) -> Option<&std::collections::BTreeMap<super::source::SplitId, S>> {
+    pub(crate) fn assignments(&self) -> Option<&std::collections::BTreeMap<super::split::SplitId, S>> {
         self.assigned.as_ref()
     }
 

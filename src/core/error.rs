@@ -13,12 +13,19 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// A config value is missing, malformed or inconsistent. `key` is the dotted path.
     #[error("invalid config: {key}: {message}")]
-    Config { key: String, message: String },
+    Config {
+        /// The dotted path of the key (`source.topics`).
+        key: String,
+        /// What is wrong with it.
+        message: String,
+    },
 
     /// The state file cannot be used; it is left untouched.
     #[error("state file {}: {source}", path.display())]
     State {
+        /// The state file.
         path: PathBuf,
+        /// Why it cannot be used.
         #[source]
         source: StateError,
     },
@@ -26,7 +33,9 @@ pub enum Error {
     /// A call of a connector's client library failed (a Kafka client, an HTTP client).
     #[error("{context}")]
     Client {
+        /// What was being done (`kafka: fetching metadata from 127.0.0.1:9092`).
         context: String,
+        /// The client's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
@@ -34,7 +43,9 @@ pub enum Error {
     /// A file or socket operation failed.
     #[error("{context}")]
     Io {
+        /// What was being done, naming the file or address.
         context: String,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
@@ -42,43 +53,85 @@ pub enum Error {
     /// A record could not be decoded and the decode-error policy is `fail`.
     #[error("cannot decode record at {topic}:{partition}@{offset}: {message}")]
     Decode {
+        /// The record's topic.
         topic: String,
+        /// Its partition.
         partition: i32,
+        /// Its offset.
         offset: i64,
+        /// Why it cannot be decoded.
         message: String,
     },
 
     /// A source, sink or generator failed at run time.
     #[error("{context}: {message}")]
-    Runtime { context: String, message: String },
+    Runtime {
+        /// What was being done.
+        context: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 /// Why a state file was rejected. Each case is its own variant so tests and users can tell
 /// them apart; none of them is ever "fixed" by overwriting the file.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
+    /// The file exists but holds nothing.
     #[error("the file is empty")]
     Empty,
+    /// The file does not start with the state file's magic line (what it starts with instead).
     #[error("not a tidegate state file ({0})")]
     NotAStateFile(String),
+    /// The file ends before its header says it should.
     #[error("truncated: {0}")]
     Truncated(String),
+    /// A format version this build cannot read.
     #[error("unknown state format version {found} (this build reads version {supported})")]
-    UnknownVersion { found: u64, supported: u64 },
+    UnknownVersion {
+        /// The file's version.
+        found: u64,
+        /// The version this build reads.
+        supported: u64,
+    },
+    /// The payload's CRC32 differs from the header's: the file was damaged.
     #[error("checksum mismatch: header says {expected:08x}, payload hashes to {actual:08x}")]
-    ChecksumMismatch { expected: u32, actual: u32 },
+    ChecksumMismatch {
+        /// The checksum in the header.
+        expected: u32,
+        /// The checksum of the payload as read.
+        actual: u32,
+    },
+    /// The payload is not a checkpoint of this job's source (the deserializer's message).
     #[error("payload is not valid state: {0}")]
     Malformed(String),
+    /// Written by another kind of source ([`crate::Source::kind`]).
     #[error("written by a {found} source, but this job's source is {expected}")]
-    SourceMismatch { expected: String, found: String },
+    SourceMismatch {
+        /// This job's source kind.
+        expected: String,
+        /// The file's.
+        found: String,
+    },
+    /// Written by another job (its `job.name`).
     #[error("written by job {found}, not by this job ({expected}): point --state at this job's file, or start over with --reset-state")]
-    JobMismatch { expected: String, found: String },
+    JobMismatch {
+        /// This job's name.
+        expected: String,
+        /// The file's.
+        found: String,
+    },
+    /// The file exists but cannot be read.
     #[error("cannot read: {0}")]
     Unreadable(#[source] std::io::Error),
+    /// The state file's directory does not take new files (checked at start, not at the first
+    /// checkpoint).
     #[error("directory is not writable: {0}")]
     NotWritable(#[source] std::io::Error),
+    /// A path component that should be a directory is a file.
     #[error("{} is a file, not a directory", .0.display())]
     NotADirectory(PathBuf),
+    /// Another process holds the file's lock.
     #[error("in use by another tidegate process (lock held on {0})")]
     Locked(PathBuf),
 }

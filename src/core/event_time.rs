@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::source::SplitId;
+use super::split::SplitId;
 
 /// What a job's event time does.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,6 +142,7 @@ pub struct EventTimeClock {
 }
 
 impl EventTimeClock {
+    /// A clock with these options, at no event time yet.
     pub fn new(options: EventTimeOptions) -> Self {
         EventTimeClock {
             state: Mutex::new(State {
@@ -156,6 +157,7 @@ impl EventTimeClock {
         }
     }
 
+    /// The options it was made with.
     pub fn options(&self) -> &EventTimeOptions {
         &self.options
     }

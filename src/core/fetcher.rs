@@ -14,7 +14,7 @@ use tracing::{debug, error, info_span, Instrument};
 use super::queue::ElementQueue;
 use super::rt::{self, CatchUnwind, Worker};
 use super::sim;
-use super::source::{FinishReason, SourceSplit, SplitId};
+use super::split::{FinishReason, SourceSplit, SplitId};
 use super::split_reader::{RecordsWithSplitIds, SplitReader, SplitsChange, WakeUpHandle};
 use crate::error::{Error, Result};
 
@@ -103,6 +103,8 @@ pub struct SplitFetcherManager<R: SplitReader> {
 }
 
 impl<R: SplitReader> SplitFetcherManager<R> {
+    /// Fetchers for reader `reader_index`, running split readers made by `factory`, handing
+    /// batches to `queue`.
     pub fn new(
         factory: SplitReaderFactory<R>,
         mode: FetcherMode,
@@ -194,6 +196,7 @@ impl<R: SplitReader> SplitFetcherManager<R> {
         }
     }
 
+    /// Pause and resume splits on the fetchers that own them.
     pub fn pause_or_resume(&mut self, pause: &[SplitId], resume: &[SplitId]) {
         for handle in self.fetchers.values() {
             let p: Vec<_> = pause.iter().filter(|s| handle.splits.contains(*s)).cloned().collect();

@@ -14,8 +14,8 @@ use tracing::warn;
 
 use super::emitter::{FilteredAt, ReaderOutput, RecordPosition};
 use super::event_time::{EventTimeClock, Release};
-use super::reader::AvailabilityFuture;
-use super::source::{FinishReason, Finished, SourceSplit, SplitId, SplitSnapshot};
+use super::queue::AvailabilityFuture;
+use super::split::{FinishReason, Finished, SourceSplit, SplitId, SplitSnapshot};
 use super::throttle::{Admit, Throttle};
 
 /// Remember `position` as where the source-wide stop ended split `id`, if it is the first.

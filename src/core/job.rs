@@ -22,48 +22,21 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tracing::{info, info_span, warn, Instrument};
 
-use super::checkpoint::{Checkpoint, JobReport, JobStats, SourceCheckpoint};
+use super::checkpoint::{Checkpoint, JobReport, SourceCheckpoint};
 use super::coordinator::Coordinator;
 use super::enumerator::{EnumeratorContext, SplitEnumerator};
 use super::event_time::EventTimeClock;
 use super::fetcher::FetchStats;
+use super::job_options::JobOptions;
 use super::reader_driver::{ReaderDriver, ReaderEvent};
 use super::rt;
 use super::sink::Sink;
 use super::sink_driver::{run_sink, SinkChannels};
-use super::source::{Instance, ReaderContext, Source, SourceSplit};
+use super::source::{Instance, ReaderContext, Source};
+use super::split::SourceSplit;
 use super::state::StateStore;
+use super::stats::JobStats;
 use crate::error::{Error, Result, StateError};
-
-/// How a job runs.
-#[derive(Debug, Clone)]
-pub struct JobOptions {
-    pub name: String,
-    /// Number of reader tasks.
-    pub parallelism: usize,
-    /// Time between checkpoints; `None` checkpoints only at the end.
-    pub checkpoint_interval: Option<Duration>,
-    /// Stop gracefully (final checkpoint) after this long.
-    pub max_duration: Option<Duration>,
-    /// Capacity of the channel to the sink, in record batches.
-    pub sink_capacity: usize,
-    /// This process's share of the job (`job.instance`), recorded in the state file: a state
-    /// written by another share is refused.
-    pub instance: Instance,
-}
-
-impl JobOptions {
-    pub fn new(name: impl Into<String>, parallelism: usize) -> Self {
-        JobOptions {
-            name: name.into(),
-            parallelism,
-            checkpoint_interval: None,
-            max_duration: None,
-            sink_capacity: 2,
-            instance: Instance::default(),
-        }
-    }
-}
 
 /// A job: a source, a sink, options, and optionally a state file to restore from and write to.
 pub struct Job<S: Source> {
@@ -75,6 +48,7 @@ pub struct Job<S: Source> {
 }
 
 impl<S: Source> Job<S> {
+    /// A job reading `source`; without [`Job::with_state`] nothing is restored or written.
     pub fn new(source: S, options: JobOptions) -> Self {
         Job {
             source: Arc::new(source),
@@ -103,6 +77,7 @@ impl<S: Source> Job<S> {
         self
     }
 
+    /// The job's live counters.
     pub fn stats(&self) -> Arc<JobStats> {
         Arc::clone(&self.stats)
     }

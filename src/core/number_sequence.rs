@@ -12,7 +12,8 @@ use super::emitter::{EofOnRecordEvaluator, ReaderOutput, RecordEmitter};
 use super::enumerator::{EnumeratorContext, SplitEnumerator};
 use super::fetcher::FetcherMode;
 use super::reader_base::{ReaderOptions, SourceReaderBase};
-use super::source::{Boundedness, FinishReason, ReaderContext, Source, SourceSplit, SplitId};
+use super::source::{Boundedness, ReaderContext, Source};
+use super::split::{FinishReason, SourceSplit, SplitId};
 use super::split_reader::{RecordsWithSplitIds, SplitReader, SplitsChange};
 use crate::error::Result;
 
@@ -86,6 +87,7 @@ pub struct IteratorEnumerator<S> {
 }
 
 impl<S> IteratorEnumerator<S> {
+    /// An enumerator handing out these splits in order.
     pub fn new(splits: impl IntoIterator<Item = S>) -> Self {
         IteratorEnumerator {
             remaining: splits.into_iter().collect(),
@@ -132,6 +134,7 @@ pub struct NumberSequenceSplitReader {
 }
 
 impl NumberSequenceSplitReader {
+    /// A reader emitting up to `batch_size` numbers per fetch.
     pub fn new(batch_size: usize) -> Self {
         NumberSequenceSplitReader {
             splits: VecDeque::new(),
@@ -187,17 +190,24 @@ impl RecordEmitter<u64, u64, NumberSequenceSplit> for NumberEmitter {
 
 /// The numbers `from..to`, in `splits` ranges.
 pub struct NumberSequenceSource {
+    /// The first number.
     pub from: u64,
+    /// One past the last number.
     pub to: u64,
     /// Number of splits; defaults to the parallelism when `None`.
     pub splits: usize,
+    /// Numbers per fetch.
     pub batch_size: usize,
+    /// One fetcher thread per reader or per split.
     pub fetcher_mode: FetcherMode,
+    /// The element queue's capacity, in batches.
     pub queue_capacity: usize,
+    /// Ends a split at the first number it matches.
     pub eof: Option<Arc<dyn EofOnRecordEvaluator<u64>>>,
 }
 
 impl NumberSequenceSource {
+    /// The numbers `from..to` in `splits` ranges, 1,000 per fetch.
     pub fn new(from: u64, to: u64, splits: usize) -> Self {
         NumberSequenceSource {
             from,

@@ -3,12 +3,15 @@
 //! `poll` never blocks, and an availability future wakes the reader.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-use super::reader::AvailabilityFuture;
+/// A future that completes when the reader may have data (or an error) again.
+pub type AvailabilityFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 /// The default capacity in batches, as in Flink (`source.reader.element.queue.capacity` = 2).
 pub const DEFAULT_CAPACITY: usize = 2;
@@ -25,6 +28,7 @@ pub struct ElementQueue<B> {
 }
 
 impl<B> ElementQueue<B> {
+    /// A queue holding at most `capacity` batches (at least one).
     pub fn new(capacity: usize) -> Self {
         ElementQueue {
             items: Mutex::new(VecDeque::with_capacity(capacity.max(1))),
@@ -86,14 +90,17 @@ impl<B> ElementQueue<B> {
         batch
     }
 
+    /// Whether no batch waits.
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
 
+    /// Batches waiting.
     pub fn len(&self) -> usize {
         self.lock().len()
     }
 
+    /// The most batches it holds.
     pub fn capacity(&self) -> usize {
         self.capacity
     }

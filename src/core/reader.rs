@@ -1,12 +1,10 @@
 //! The source reader contract (Flink's `SourceReader`): a non-blocking `poll_next`, an
 //! availability future to wait on instead of spinning, split additions and checkpoints.
 
-use std::future::Future;
-use std::pin::Pin;
-
 use super::emitter::{ReaderOutput, RecordPosition};
 use super::enumerator::SourceEvent;
-use super::source::{SourceSplit, SplitSnapshot};
+use super::queue::AvailabilityFuture;
+use super::split::{SourceSplit, SplitSnapshot};
 use crate::error::Result;
 
 /// What `poll_next` found (Flink's `InputStatus`).
@@ -20,9 +18,6 @@ pub enum InputStatus {
     EndOfInput,
 }
 
-/// A future that completes when the reader may have data (or an error) again.
-pub type AvailabilityFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
-
 /// Requests a reader sends to the enumerator.
 #[derive(Debug)]
 pub enum ReaderRequest {
@@ -34,7 +29,9 @@ pub enum ReaderRequest {
 
 /// Reads the splits assigned to one parallel reader (Flink's `SourceReader`).
 pub trait SourceReader: Send + 'static {
+    /// The splits it reads.
     type Split: SourceSplit;
+    /// The records it emits.
     type Output: RecordPosition + Send + 'static;
 
     /// The output the driver passes to `poll_next` (it applies the end-of-stream evaluator).
@@ -51,17 +48,21 @@ pub trait SourceReader: Send + 'static {
     /// Completes when `poll_next` may return something new.
     fn is_available(&self) -> AvailabilityFuture;
 
+    /// Splits the enumerator assigned.
     fn add_splits(&mut self, splits: Vec<Self::Split>) -> Result<()>;
 
+    /// No split will come any more: once its splits are finished the reader ends.
     fn notify_no_more_splits(&mut self);
 
     /// Every split this reader owns or has finished, with its progress up to the last emitted record.
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Vec<SplitSnapshot<Self::Split>>;
 
+    /// Checkpoint `checkpoint_id` is durable (Kafka commits offsets here).
     fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
         Ok(())
     }
 
+    /// A custom event from the enumerator.
     fn handle_source_event(&mut self, _event: SourceEvent) -> Result<()> {
         Ok(())
     }

@@ -15,24 +15,29 @@ use super::enumerator::SourceEvent;
 use super::event_time::EventTimeClock;
 use super::fetcher::{FetchStats, FetcherMode, SplitFetcherManager, SplitReaderFactory};
 use super::held::HeldRecords;
+use super::queue::AvailabilityFuture;
 use super::queue::{ElementQueue, DEFAULT_CAPACITY};
-use super::reader::{AvailabilityFuture, InputStatus, ReaderRequest, SourceReader};
-use super::source::{FinishReason, Finished, SourceSplit, SplitId, SplitSnapshot};
+use super::reader::{InputStatus, ReaderRequest, SourceReader};
+use super::split::{FinishReason, Finished, SourceSplit, SplitId, SplitSnapshot};
 use super::split_reader::{RecordsWithSplitIds, SplitReader};
 use super::throttle::Throttle;
 use crate::error::Result;
 
 /// How a [`SourceReaderBase`] is set up.
 pub struct ReaderOptions<T> {
+    /// The reader's index, from 0.
     pub index: usize,
+    /// One fetcher thread for all splits or one per split.
     pub fetcher_mode: FetcherMode,
     /// Capacity of the element queue, in batches (Flink's default: 2).
     pub queue_capacity: usize,
     /// Pull-based sources ask the enumerator for a split whenever they have none.
     pub request_splits: bool,
+    /// Ends a split at the first record it matches (FLIP-208).
     pub eof: Option<Arc<dyn EofOnRecordEvaluator<T>>>,
     /// Emit the record the evaluator matched, then end the split.
     pub eof_emit_marker: bool,
+    /// Counters of the fetch hand-off ([`ReaderContext::fetch_stats`](crate::ReaderContext)).
     pub stats: Arc<FetchStats>,
     /// The job's event-time clock ([`super::source::ReaderContext::event_time`]).
     pub event_time: Option<Arc<EventTimeClock>>,
@@ -41,6 +46,7 @@ pub struct ReaderOptions<T> {
 }
 
 impl<T> ReaderOptions<T> {
+    /// Options for reader `index`: one fetcher, Flink's queue capacity, no end-of-stream rule.
     pub fn new(index: usize) -> Self {
         ReaderOptions {
             index,
@@ -96,6 +102,7 @@ where
     T: RecordPosition + Send + 'static,
     E: RecordEmitter<R::Element, T, R::Split> + 'static,
 {
+    /// A reader whose fetchers run split readers made by `factory` and whose records `emitter` emits.
     pub fn new(factory: SplitReaderFactory<R>, emitter: E, options: ReaderOptions<T>) -> Self {
         let queue = Arc::new(ElementQueue::new(options.queue_capacity));
         let manager = SplitFetcherManager::new(

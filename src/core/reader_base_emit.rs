@@ -3,7 +3,7 @@
 
 use super::super::emitter::{ReaderOutput, RecordEmitter, RecordPosition};
 use super::super::held::HeldRecords;
-use super::super::source::{FinishReason, Finished, SourceSplit, SplitSnapshot};
+use super::super::split::{FinishReason, Finished, SourceSplit, SplitSnapshot};
 use super::super::split_reader::{RecordsWithSplitIds, SplitReader};
 use super::SourceReaderBase;
 use crate::error::Result;

@@ -7,11 +7,12 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use super::checkpoint::{JobStats, FINAL_SNAPSHOT};
+use super::checkpoint::FINAL_SNAPSHOT;
 use super::enumerator::ReaderCommand;
 use super::reader::{InputStatus, ReaderRequest, SourceReader};
 use super::sink::SinkMessage;
-use super::source::{SourceSplit, SplitSnapshot};
+use super::split::{SourceSplit, SplitSnapshot};
+use super::stats::JobStats;
 use super::{rt, sim};
 use crate::error::{Error, Result};
 

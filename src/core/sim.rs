@@ -29,6 +29,7 @@ pub struct Schedule {
     pub yield_per_mille: u32,
     /// Out of 1,000 points, how many sleep a random virtual time up to `max_delay`.
     pub delay_per_mille: u32,
+    /// The longest random delay.
     pub max_delay: Duration,
     /// Crash at this step (the n-th point reached), if the run gets there.
     pub crash_at: Option<u64>,
@@ -102,6 +103,7 @@ impl Simulation {
         self.crashed.notified().await
     }
 
+    /// What the simulation did so far, to replay or print a failing seed.
     pub fn trace(&self) -> Trace {
         self.state.borrow().trace.clone()
     }
@@ -220,6 +222,7 @@ const FNV_PRIME: u64 = 0x0100_0000_01b3;
 pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
+    /// The next number of the sequence.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;

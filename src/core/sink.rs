@@ -72,19 +72,24 @@ pub trait Sink<T>: Send + 'static {
 pub enum SinkMessage<T> {
     /// Records of one reader, in its order.
     Records {
+        /// The reader they come from.
         reader: usize,
+        /// The records.
         records: Vec<T>,
     },
     /// A reader took its snapshot for `checkpoint`: its records before this belong to the
     /// checkpoint, those after it to the next one.
     ReaderBarrier {
+        /// The reader that took its snapshot.
         reader: usize,
+        /// The checkpoint.
         checkpoint: u64,
     },
     /// Every reader's barrier for this checkpoint is ahead of this one: the sink prepares it.
     Barrier(u64),
     /// The input is complete (sent before the final barrier).
     EndOfInput,
+    /// Nothing more comes: the sink closes.
     End,
 }
 
@@ -95,6 +100,7 @@ pub struct CollectSink<T> {
 }
 
 impl<T> CollectSink<T> {
+    /// The sink, and the list its records go to.
     pub fn new() -> (Self, std::sync::Arc<std::sync::Mutex<Vec<T>>>) {
         let records = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         (

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::checkpoint::JobStats;
 use super::failpoint;
 use super::sim;
 use super::sink::{Sink, SinkMessage, SinkState};
+use super::stats::JobStats;
 use crate::error::Error;
 
 /// What the sink thread tells the coordinator.

@@ -1,7 +1,6 @@
-//! The `Source` contract of FLIP-27 (Flink's `Source` and `SourceSplit`): a source ties its split,
+//! The `Source` contract of FLIP-27 (Flink's `Source`): a source ties its split,
 //! enumerator, reader and checkpoint types together and creates the enumerator and the readers.
 
-use std::fmt::Debug;
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
@@ -9,10 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::enumerator::SplitEnumerator;
 use super::reader::SourceReader;
+use super::split::SourceSplit;
 use crate::error::Result;
-
-/// A split's stable id (`topic-partition` for Kafka). Cheap to clone.
-pub type SplitId = Arc<str>;
 
 /// Whether the source ends on its own (Flink's `Boundedness`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,106 +20,18 @@ pub enum Boundedness {
     ContinuousUnbounded,
 }
 
-/// A unit of work assigned to one reader (Flink's `SourceSplit`). The split value is also its
-/// progress: readers update it as they emit, and checkpoints store it with serde.
-pub trait SourceSplit: Clone + Debug + Send + Serialize + DeserializeOwned + 'static {
-    /// Stable id, the same across restarts.
-    fn split_id(&self) -> SplitId;
-
-    /// Records left to read, when the split is bounded and says so (for progress and ETA).
-    fn remaining(&self) -> Option<u64> {
-        None
-    }
-
-    /// How output names it for people (default: its id); the Kafka split's is `topic:partition`.
-    fn name(&self) -> String {
-        self.split_id().to_string()
-    }
-
-    /// Its progress in words, for the end-of-run summary (default: its JSON).
-    fn describe(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
-    }
-
-    /// Move its progress back to just before the record at `position` (which was emitted into
-    /// the reader but is still held back, see [`crate::event_time`]); false if it cannot.
-    fn rewind_to(&mut self, _position: i64) -> bool {
-        false
-    }
-}
-
-/// Why a split stopped. Recorded in the state file so a restart never reads a finished split again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FinishReason {
-    /// The position reached the split's stop (exclusive), or its bounded range is done.
-    StoppingOffset,
-    /// The end-of-stream evaluator matched a record (FLIP-208).
-    EofRecord,
-    /// The split was empty from the start (start >= stop).
-    Empty,
-    /// The split disappeared from its origin (a deleted partition, a removed event).
-    Removed,
-    /// The source-wide stop (`eof_scope = "source"`): its next record is at or after the
-    /// timestamp of an end-of-stream record found in some split.
-    SourceStop,
-}
-
-impl FinishReason {
-    /// Every reason, in a fixed order (the index of each in per-reason counters).
-    pub const ALL: [FinishReason; 5] = [
-        FinishReason::StoppingOffset,
-        FinishReason::EofRecord,
-        FinishReason::Empty,
-        FinishReason::Removed,
-        FinishReason::SourceStop,
-    ];
-
-    /// The reason as the state file and metrics spell it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::StoppingOffset => "stopping_offset",
-            FinishReason::EofRecord => "eof_record",
-            FinishReason::Empty => "empty",
-            FinishReason::Removed => "removed",
-            FinishReason::SourceStop => "source_stop",
-        }
-    }
-}
-
-/// A finished split's reason, and where the EOF record was for [`FinishReason::EofRecord`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Finished {
-    pub reason: FinishReason,
-    /// The position of the matching record (its offset, for Kafka), when the reason is `eof_record`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub at: Option<i64>,
-}
-
-impl Finished {
-    pub fn new(reason: FinishReason) -> Self {
-        Finished { reason, at: None }
-    }
-}
-
-/// A split as a checkpoint stores it: its current progress, and whether it is finished.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(bound = "S: SourceSplit")]
-pub struct SplitSnapshot<S: SourceSplit> {
-    pub split: S,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished: Option<Finished>,
-}
-
 /// A source: the factory of its enumerator and readers (Flink's `Source`).
 ///
 /// The associated types are serialized with serde into the state file, so they are the
 /// split and enumerator-state serializers of Flink.
 pub trait Source: Send + Sync + 'static {
+    /// Its unit of work (a Kafka partition).
     type Split: SourceSplit;
     /// The enumerator's checkpoint.
     type EnumeratorState: Serialize + DeserializeOwned + Clone + Send + 'static;
+    /// Discovers and assigns splits.
     type Enumerator: SplitEnumerator<Split = Self::Split, State = Self::EnumeratorState>;
+    /// Reads assigned splits.
     type Reader: SourceReader<Split = Self::Split, Output = Self::Output>;
     /// What the readers emit downstream.
     type Output: super::emitter::RecordPosition + Send + 'static;
@@ -131,6 +40,7 @@ pub trait Source: Send + Sync + 'static {
     /// another kind of source is rejected.
     fn kind(&self) -> &'static str;
 
+    /// Whether its input ends on its own.
     fn boundedness(&self) -> Boundedness;
 
     /// A fresh enumerator, for a job without state.
@@ -169,7 +79,9 @@ pub trait Source: Send + Sync + 'static {
 /// takes only the work whose owner slot modulo `count` is its `index`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Instance {
+    /// This instance's index, from 0.
     pub index: usize,
+    /// How many instances share the job.
     pub count: usize,
 }
 
@@ -199,7 +111,9 @@ impl Instance {
 /// What a reader knows of its place in the job (Flink's `SourceReaderContext`).
 #[derive(Debug, Clone)]
 pub struct ReaderContext {
+    /// The reader's index, from 0.
     pub index: usize,
+    /// The job's number of readers.
     pub parallelism: usize,
     /// Counters of this reader's fetch hand-off, shared with the job's statistics.
     pub fetch_stats: Arc<super::fetcher::FetchStats>,

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::source::{FinishReason, SourceSplit, SplitId};
+use super::split::{FinishReason, SourceSplit, SplitId};
 use crate::error::Result;
 
 /// One fetch: records grouped by split, and the splits that finished in this fetch.
@@ -35,6 +35,7 @@ impl<E> Default for RecordsWithSplitIds<E> {
 }
 
 impl<E> RecordsWithSplitIds<E> {
+    /// Whether it carries nothing: no record, no finished or caught-up split.
     pub fn is_empty(&self) -> bool {
         self.finished.is_empty()
             && self.caught_up.is_empty()
@@ -42,6 +43,7 @@ impl<E> RecordsWithSplitIds<E> {
             && self.records.iter().all(|(_, r)| r.is_empty())
     }
 
+    /// Records it carries, over every split.
     pub fn record_count(&self) -> usize {
         self.records.iter().map(|(_, r)| r.len()).sum()
     }
@@ -50,7 +52,9 @@ impl<E> RecordsWithSplitIds<E> {
 /// Splits added to or removed from a split reader (Flink's `SplitsChange`).
 #[derive(Debug)]
 pub enum SplitsChange<S> {
+    /// Start reading these splits.
     Add(Vec<S>),
+    /// Stop reading these splits.
     Remove(Vec<SplitId>),
 }
 
@@ -65,6 +69,7 @@ pub struct WakeableSleep {
 }
 
 impl WakeableSleep {
+    /// A sleep nobody woke yet.
     pub fn new() -> Self {
         Self::default()
     }
@@ -108,7 +113,9 @@ impl WakeableSleep {
 
 /// Reads records of its splits with blocking I/O, on a fetcher thread (Flink's `SplitReader`).
 pub trait SplitReader: Send + 'static {
+    /// What a fetch returns per record, before the emitter.
     type Element: Send + 'static;
+    /// The splits it reads.
     type Split: SourceSplit;
 
     /// Fetch the next batch; may block, but briefly (a poll timeout), so split changes are seen.
@@ -127,6 +134,7 @@ pub trait SplitReader: Send + 'static {
         Ok(())
     }
 
+    /// The fetcher ends: release what the reader holds.
     fn close(&mut self) -> Result<()> {
         Ok(())
     }

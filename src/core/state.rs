@@ -101,6 +101,7 @@ impl StateStore {
         })
     }
 
+    /// The state file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::source::{Finished, SourceSplit, SplitId, SplitSnapshot};
+use super::split::{Finished, SourceSplit, SplitId, SplitSnapshot};
 
 /// How often a busy reader republishes its splits.
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(100);
@@ -17,11 +17,13 @@ pub const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 #[derive(Debug, Clone, Serialize)]
 pub struct SplitStatus {
     #[serde(serialize_with = "as_str")]
+    /// The split's id.
     pub id: SplitId,
     /// The split's own fields (for Kafka: `topic`, `partition`, `next_offset`, `stop_offset`).
     pub split: serde_json::Value,
     /// Records left, when the split is bounded and says so.
     pub remaining: Option<u64>,
+    /// Set once the split has ended.
     pub finished: Option<Finished>,
 }
 

@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::checkpoint::{Checkpoint, JobReport};
-use super::job::{Job, JobOptions};
+use super::job::Job;
+use super::job_options::JobOptions;
 use super::number_sequence::{NumberSequenceSource, NumberSequenceSplit};
 use super::sink::{CollectSink, Sink};
-use super::source::{FinishReason, SplitSnapshot};
+use super::split::{FinishReason, SplitSnapshot};
 use super::state::StateStore;
 use super::{EofOnRecordEvaluator, FetcherMode};
 use crate::error::{Error, Result};

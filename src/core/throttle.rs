@@ -140,6 +140,7 @@ impl Throttle {
         was != paused
     }
 
+    /// Whether the job is paused.
     pub fn is_paused(&self) -> bool {
         self.paused.load(Ordering::SeqCst)
     }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::job::{Job, JobOptions};
+use super::job::Job;
+use super::job_options::JobOptions;
 use super::number_sequence::NumberSequenceSource;
 use super::sink::{CollectSink, Sink, SinkState};
 use super::state::StateStore;

@@ -11,7 +11,7 @@ mod text;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::Value;
 
@@ -426,9 +426,4 @@ impl SplitReader for GeneratorSplitReader {
     fn close(&mut self) -> Result<()> {
         self.generator.close()
     }
-}
-
-/// How long generating `count` records at `rate` takes, for progress estimates.
-pub fn expected_duration(count: u64, rate: f64) -> Duration {
-    Duration::from_secs_f64(count as f64 / rate)
 }

@@ -196,7 +196,7 @@ impl Gen {
     }
 }
 
-pub use super::compile::{compile, compile_fields};
+pub use super::compile::compile_fields;
 pub use super::text::TextTemplate;
 
 #[cfg(test)]
@@ -204,6 +204,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::datagen::compile::compile;
     use serde_json::json;
 
     fn fields(v: Value) -> Gen {

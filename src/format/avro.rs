@@ -104,6 +104,7 @@ pub struct DatumDecoder {
 }
 
 impl DatumDecoder {
+    /// A reader of datums of `schema`; an error if the schema cannot be prepared.
     pub fn new(schema: Schema) -> Result<Self> {
         let reader = GenericDatumReader::builder(leak(schema))
             .build()
@@ -136,6 +137,7 @@ pub struct RegistryDecoder {
 }
 
 impl RegistryDecoder {
+    /// A decoder fetching schemas from `registry`, retrying an unreachable one for `timeout`.
     pub fn new(registry: RegistrySettings, timeout: Duration) -> Self {
         RegistryDecoder {
             registry,
@@ -177,6 +179,7 @@ pub struct SchemaFileDecoder {
 }
 
 impl SchemaFileDecoder {
+    /// A decoder of datums of `schema` (see [`read_schema`]).
     pub fn new(schema: Schema) -> Result<Self> {
         Ok(SchemaFileDecoder {
             decoder: DatumDecoder::new(schema)?,
@@ -201,6 +204,7 @@ pub struct DatumEncoder {
 }
 
 impl DatumEncoder {
+    /// A writer of datums of `schema`; an error if the schema cannot be prepared.
     pub fn new(schema: Schema) -> Result<Self> {
         let schema = leak(schema);
         let writer = GenericDatumWriter::builder(schema)
@@ -209,6 +213,7 @@ impl DatumEncoder {
         Ok(DatumEncoder { schema, writer })
     }
 
+    /// One JSON value as a datum of the schema; an error names what does not fit.
     pub fn encode(&self, value: &Json) -> std::result::Result<Vec<u8>, String> {
         let avro = json_to_avro(value, self.schema)?;
         let mut out = Vec::with_capacity(64);
@@ -225,6 +230,7 @@ pub struct SchemaFileEncoder {
 }
 
 impl SchemaFileEncoder {
+    /// An encoder of values as datums of `schema` (see [`read_schema`]).
     pub fn new(schema: Schema) -> Result<Self> {
         Ok(SchemaFileEncoder {
             encoder: DatumEncoder::new(schema)?,
@@ -247,6 +253,7 @@ pub struct RegistryEncoder {
 }
 
 impl RegistryEncoder {
+    /// Registers `schema` under `subject` in `registry` now; a refusal is the error.
     pub fn new(registry: RegistrySettings, subject: String, schema: Schema) -> Result<Self> {
         // the full schema, not its Parsing Canonical Form: that drops field defaults, and the
         // registry's compatibility check needs them (a defaulted new field is BACKWARD compatible)

@@ -37,6 +37,7 @@ pub struct JsonFieldsDecoder {
 }
 
 impl JsonFieldsDecoder {
+    /// A decoder keeping only these top-level fields of each value.
     pub fn new(fields: Vec<String>) -> Self {
         JsonFieldsDecoder {
             found: vec![None; fields.len()],

@@ -4,22 +4,22 @@
 //! and the decode-error policy.
 
 pub mod avro;
-pub mod config;
+pub(crate) mod config;
 mod json;
 mod json_scan;
-pub mod json_schema;
-pub mod protobuf;
-pub mod registry;
-pub mod registry_wire;
-pub mod schema_config;
+pub(crate) mod json_schema;
+pub(crate) mod protobuf;
+pub(crate) mod registry;
+pub(crate) mod registry_wire;
+pub(crate) mod schema_config;
 
 use std::sync::Arc;
 
 use crate::error::Result;
 use crate::record::ValueFormat;
-pub use config::AvroConfig;
+pub(crate) use config::AvroConfig;
 pub use json::{JsonDecoder, JsonFieldsDecoder};
-pub use schema_config::WireSchema;
+pub(crate) use schema_config::WireSchema;
 
 /// What happens to a record whose value cannot be decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -65,6 +65,7 @@ impl From<&str> for DecodeError {
 
 /// Decodes record values of one format. One per reader: decoders may cache (Avro schemas).
 pub trait ValueDecoder: Send {
+    /// The format it decodes.
     fn format(&self) -> ValueFormat;
     /// The decoded value for structured formats, `None` for `bytes` and `string`.
     fn decode(&mut self, bytes: &[u8]) -> Result<Option<serde_json::Value>, DecodeError>;
@@ -75,6 +76,7 @@ pub trait ValueDecoder: Send {
 
 /// Encodes generated JSON values for a format that is not JSON itself (Avro).
 pub trait ValueEncoder: Send + Sync {
+    /// The encoded bytes of `value`, or why it does not fit the format.
     fn encode(&self, value: &serde_json::Value) -> std::result::Result<Vec<u8>, String>;
 }
 

@@ -45,12 +45,12 @@ pub struct KnownSplit {
 pub struct KafkaEnumeratorState {
     /// Whether the first discovery (with the configured starting offsets) happened; partitions
     /// discovered after it start at earliest.
-    pub initial_discovery_done: bool,
-    pub splits: Vec<KnownSplit>,
+    pub(crate) initial_discovery_done: bool,
+    pub(crate) splits: Vec<KnownSplit>,
     /// The settings the state was written with, to check a restore against (absent in state
     /// files written before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub settings: Option<SettingsFingerprint>,
+    pub(crate) settings: Option<SettingsFingerprint>,
 }
 
 /// What a restored state depends on: the subscription, the starting offsets, the format and the
@@ -115,7 +115,11 @@ pub struct KafkaSourceEnumerator {
 }
 
 impl KafkaSourceEnumerator {
-    pub fn new(settings: Arc<KafkaSourceSettings>, state: Option<KafkaEnumeratorState>, metrics: KafkaMetrics) -> Self {
+    pub(crate) fn new(
+        settings: Arc<KafkaSourceSettings>,
+        state: Option<KafkaEnumeratorState>,
+        metrics: KafkaMetrics,
+    ) -> Self {
         let restoring = state.is_some();
         let state = state.unwrap_or_default();
         let known: BTreeMap<SplitId, KnownSplit> = state.splits.into_iter().map(|k| (k.split.split_id(), k)).collect();

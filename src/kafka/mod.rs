@@ -1,26 +1,26 @@
 //! The Kafka source (Flink's `KafkaSource`): settings, the builder, and the `Source` that ties
 //! the partition-discovery enumerator, the split readers and the record emitter together.
 
-pub mod batch_queue;
+pub(crate) mod batch_queue;
 mod caught_up;
-pub mod client;
+pub(crate) mod client;
 mod committer;
-pub mod config;
+pub(crate) mod config;
 mod config_checks;
 mod config_offsets;
-pub mod consumer;
+pub(crate) mod consumer;
 mod describe;
 mod discovery;
-pub mod emitter;
-pub mod enumerator;
+pub(crate) mod emitter;
+pub(crate) mod enumerator;
 mod live_split;
-pub mod offsets;
-pub mod plan;
-pub mod plan_exact;
+pub(crate) mod offsets;
+pub(crate) mod plan;
+pub(crate) mod plan_exact;
 mod restore;
-pub mod split;
-pub mod split_reader;
-pub mod tls;
+pub(crate) mod split;
+pub(crate) mod split_reader;
+pub(crate) mod tls;
 mod topic_ids;
 
 use std::collections::BTreeMap;
@@ -38,8 +38,7 @@ use crate::format::DecodeErrorPolicy;
 use crate::metrics::KafkaMetrics;
 use crate::record::{Record, ValueFormat};
 
-pub use crate::core::RemoveSplits;
-pub use discovery::{instance_owns, reader_owner, Discovery};
+pub(crate) use crate::core::RemoveSplits;
 pub use enumerator::{KafkaEnumeratorState, KafkaSourceEnumerator};
 pub use offsets::{CommittedReset, StartingOffsets, StoppingOffsets, TopicPartition};
 pub use split::KafkaPartitionSplit;
@@ -50,7 +49,8 @@ mod tests;
 
 /// What to read.
 #[derive(Debug, Clone)]
-pub enum Subscription {
+pub(crate) enum Subscription {
+    /// These topics, every partition.
     Topics(Vec<String>),
     /// Topics whose whole name matches.
     Pattern(Regex),
@@ -85,7 +85,8 @@ impl std::fmt::Display for Subscription {
 }
 
 impl Subscription {
-    pub fn partitions(list: Vec<TopicPartition>) -> Self {
+    /// These partitions (their topics derived).
+    pub(crate) fn partitions(list: Vec<TopicPartition>) -> Self {
         let mut topics: Vec<String> = list.iter().map(|(t, _)| t.clone()).collect();
         topics.sort();
         topics.dedup();
@@ -93,36 +94,36 @@ impl Subscription {
     }
 
     /// A pattern that must match the whole topic name, as in Flink.
-    pub fn pattern(pattern: &str) -> std::result::Result<Self, regex::Error> {
+    pub(crate) fn pattern(pattern: &str) -> std::result::Result<Self, regex::Error> {
         Regex::new(&format!("^(?:{pattern})$")).map(Subscription::Pattern)
     }
 }
 
-pub use crate::core::Instance;
+pub(crate) use crate::core::Instance;
 
 /// Everything the enumerator and readers need to talk to Kafka.
 #[derive(Debug, Clone)]
-pub struct KafkaSourceSettings {
-    pub bootstrap_servers: String,
-    pub subscription: Subscription,
-    pub starting: StartingOffsets,
-    pub stopping: StoppingOffsets,
+pub(crate) struct KafkaSourceSettings {
+    pub(crate) bootstrap_servers: String,
+    pub(crate) subscription: Subscription,
+    pub(crate) starting: StartingOffsets,
+    pub(crate) stopping: StoppingOffsets,
     /// `None`: discover once, at start.
-    pub discovery_interval: Option<Duration>,
-    pub wait_for_topics: bool,
-    pub group_id: Option<String>,
+    pub(crate) discovery_interval: Option<Duration>,
+    pub(crate) wait_for_topics: bool,
+    pub(crate) group_id: Option<String>,
     /// librdkafka properties, passed through.
-    pub properties: BTreeMap<String, String>,
+    pub(crate) properties: BTreeMap<String, String>,
     /// Timeout of metadata and offset requests.
-    pub request_timeout: Duration,
-    pub instance: Instance,
+    pub(crate) request_timeout: Duration,
+    pub(crate) instance: Instance,
     /// librdkafka's `auto.offset.reset` for a position deleted by retention: `error` (default),
     /// `earliest` or `latest`.
-    pub offset_reset: String,
+    pub(crate) offset_reset: String,
 }
 
 impl KafkaSourceSettings {
-    pub fn new(bootstrap_servers: impl Into<String>, subscription: Subscription) -> Self {
+    pub(crate) fn new(bootstrap_servers: impl Into<String>, subscription: Subscription) -> Self {
         KafkaSourceSettings {
             bootstrap_servers: bootstrap_servers.into(),
             subscription,
@@ -143,39 +144,39 @@ pub use crate::format::DecoderFactory;
 
 /// The Kafka source.
 pub struct KafkaSource {
-    pub settings: Arc<KafkaSourceSettings>,
+    pub(crate) settings: Arc<KafkaSourceSettings>,
     /// The value format (recorded in the state, which a change of format would not fit).
-    pub format: ValueFormat,
-    pub decoder: DecoderFactory,
-    pub decode_errors: DecodeErrorPolicy,
-    pub eof: Option<Arc<dyn EofOnRecordEvaluator<Record>>>,
+    pub(crate) format: ValueFormat,
+    pub(crate) decoder: DecoderFactory,
+    pub(crate) decode_errors: DecodeErrorPolicy,
+    pub(crate) eof: Option<Arc<dyn EofOnRecordEvaluator<Record>>>,
     /// The end-of-stream expression as written (recorded in the state: a changed rule would not
     /// fit the splits it ended); `None` with an `eof` closure.
-    pub eof_text: Option<String>,
-    pub eof_emit_marker: bool,
+    pub(crate) eof_text: Option<String>,
+    pub(crate) eof_emit_marker: bool,
     /// What the end-of-stream evaluator reads (everything, for a closure).
-    pub eof_reads: emitter::Decoded,
+    pub(crate) eof_reads: emitter::Decoded,
     /// The filter (`source.where`): records it rejects are not emitted but advance the position.
-    pub filter: Option<Arc<crate::expr::RecordExpression>>,
-    pub fetcher_mode: FetcherMode,
-    pub queue_capacity: usize,
-    pub max_batch_records: usize,
+    pub(crate) filter: Option<Arc<crate::expr::RecordExpression>>,
+    pub(crate) fetcher_mode: FetcherMode,
+    pub(crate) queue_capacity: usize,
+    pub(crate) max_batch_records: usize,
     /// A fetch's batch stops growing at this many bytes (values, keys and the records' own
     /// size), so large records do not make large batches: the queue holds `queue_capacity` of them.
-    pub max_batch_bytes: usize,
+    pub(crate) max_batch_bytes: usize,
     /// Records keep their decoded value for the sink (false for sinks that never print it).
-    pub keep_decoded: bool,
+    pub(crate) keep_decoded: bool,
     /// Decodes keys (`key_format`); `None` leaves them as they are.
-    pub key_decoder: Option<DecoderFactory>,
+    pub(crate) key_decoder: Option<DecoderFactory>,
     /// The sink's check of each record (a topic template): a record failing it follows
     /// `decode_errors` like an undecodable one.
-    pub sink_check: Option<crate::connector::RecordCheck>,
+    pub(crate) sink_check: Option<crate::connector::RecordCheck>,
     /// Where its metrics go (no-op handles unless the daemon registered them).
-    pub metrics: KafkaMetrics,
+    pub(crate) metrics: KafkaMetrics,
     /// Pacing and a source-wide stop (inactive by default).
-    pub event_time: EventTimeOptions,
+    pub(crate) event_time: EventTimeOptions,
     /// The job's initial records/s and bytes/s limits (`source.max_rate`, `max_bytes_rate`).
-    pub rate_limits: (Option<f64>, Option<f64>),
+    pub(crate) rate_limits: (Option<f64>, Option<f64>),
 }
 
 impl KafkaSource {
@@ -211,27 +212,33 @@ pub struct KafkaSourceBuilder {
 impl KafkaSourceBuilder {
     /// Every connection, subscription and offsets setting at once (from a config file); the
     /// individual setters below are then ignored.
-    pub fn settings(mut self, settings: KafkaSourceSettings) -> Self {
+    pub(crate) fn settings(mut self, settings: KafkaSourceSettings) -> Self {
         self.settings = Some(settings);
         self
     }
+    /// The brokers to bootstrap from (`host:port,…`); required.
     pub fn bootstrap_servers(mut self, servers: impl Into<String>) -> Self {
         self.bootstrap_servers = Some(servers.into());
         self
     }
+    /// Read every partition of these topics.
     pub fn topics<I: IntoIterator<Item = S>, S: Into<String>>(mut self, topics: I) -> Self {
         self.subscription = Some(Subscription::Topics(topics.into_iter().map(Into::into).collect()));
         self
     }
+    /// Read every topic whose whole name matches this regular expression (as in Flink); an
+    /// invalid pattern is a config error naming `source.topic_pattern`.
     pub fn topic_pattern(mut self, pattern: &str) -> Result<Self> {
         self.subscription =
             Some(Subscription::pattern(pattern).map_err(|e| Error::config("source.topic_pattern", e.to_string()))?);
         Ok(self)
     }
+    /// Read exactly these partitions.
     pub fn partitions(mut self, partitions: Vec<TopicPartition>) -> Self {
         self.subscription = Some(Subscription::partitions(partitions));
         self
     }
+    /// Where each split starts (default: the earliest offset).
     pub fn starting_offsets(mut self, starting: StartingOffsets) -> Self {
         self.starting = Some(starting);
         self
@@ -241,18 +248,23 @@ impl KafkaSourceBuilder {
         self.stopping = Some(stopping);
         self
     }
+    /// Look for new partitions (and topics, with a pattern) this often; zero discovers once, at start.
     pub fn partition_discovery_interval(mut self, interval: Duration) -> Self {
         self.discovery_interval = (!interval.is_zero()).then_some(interval);
         self
     }
+    /// The consumer group whose committed offsets [`StartingOffsets::Committed`] reads and
+    /// checkpoints commit to.
     pub fn group_id(mut self, group: impl Into<String>) -> Self {
         self.group_id = Some(group.into());
         self
     }
+    /// A librdkafka property, passed through to every consumer (e.g. `security.protocol`).
     pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.properties.insert(key.into(), value.into());
         self
     }
+    /// How values are read (default: bytes).
     pub fn format(mut self, format: ValueFormat) -> Self {
         self.format = format;
         self
@@ -262,6 +274,7 @@ impl KafkaSourceBuilder {
         self.decoder = Some(factory);
         self
     }
+    /// What a record whose value cannot be decoded does (default: fail the job).
     pub fn decode_errors(mut self, policy: DecodeErrorPolicy) -> Self {
         self.decode_errors = policy;
         self
@@ -285,7 +298,7 @@ impl KafkaSourceBuilder {
     }
     /// Emit only the records this compiled filter matches (`source.where`); the others still
     /// advance the position, and are evaluated for the end of stream.
-    pub fn filter(mut self, filter: Arc<crate::expr::RecordExpression>) -> Self {
+    pub(crate) fn filter(mut self, filter: Arc<crate::expr::RecordExpression>) -> Self {
         self.filter = Some(filter);
         self
     }
@@ -296,19 +309,23 @@ impl KafkaSourceBuilder {
             .in_role("filter");
         Ok(self.filter(Arc::new(compiled)))
     }
+    /// Also emit the record that ended a split (Flink leaves it out; default: left out).
     pub fn eof_emit_marker(mut self, emit: bool) -> Self {
         self.eof_emit_marker = emit;
         self
     }
+    /// One split fetcher thread per reader or one per split.
     pub fn fetcher_mode(mut self, mode: FetcherMode) -> Self {
         self.fetcher_mode = mode;
         self
     }
+    /// Wait for subscribed topics that do not exist yet instead of failing at start.
     pub fn wait_for_topics(mut self, wait: bool) -> Self {
         self.wait_for_topics = wait;
         self
     }
 
+    /// The source; a config error names the missing or invalid setting.
     pub fn build(self) -> Result<KafkaSource> {
         let settings = match self.settings {
             Some(s) => s,
@@ -466,7 +483,7 @@ impl Source for KafkaSource {
 
 impl KafkaSource {
     /// The settings it reads with.
-    pub fn settings(&self) -> &KafkaSourceSettings {
+    pub(crate) fn settings(&self) -> &KafkaSourceSettings {
         &self.settings
     }
 }

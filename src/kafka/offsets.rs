@@ -42,7 +42,9 @@ pub type TopicPartition = (String, i32);
 /// Where a committed-offsets start goes when the group has no offset for a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommittedReset {
+    /// The partition's earliest offset.
     Earliest,
+    /// The partition's end.
     Latest,
     /// An error naming the partition.
     None,
@@ -51,10 +53,13 @@ pub enum CommittedReset {
 /// Where splits start (inclusive).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartingOffsets {
+    /// Each partition's earliest offset.
     Earliest,
+    /// Each partition's end: only records written from now on.
     Latest,
     /// The group's committed offsets (needs `group_id`), else `reset`.
     Committed {
+        /// Where a partition without a committed offset starts.
         reset: CommittedReset,
     },
     /// The first offset whose timestamp is at or after this (ms since the epoch); latest if none.
@@ -84,6 +89,7 @@ pub enum StoppingOffsets {
 }
 
 impl StoppingOffsets {
+    /// Whether splits stop at all.
     pub fn is_bounded(&self) -> bool {
         !matches!(self, StoppingOffsets::None)
     }

@@ -10,7 +10,9 @@ use crate::core::{SourceSplit, SplitId};
 /// One topic-partition and how far it has been read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KafkaPartitionSplit {
+    /// The topic.
     pub topic: String,
+    /// The partition.
     pub partition: i32,
     /// The next offset to read (inclusive); advanced as records are emitted.
     pub next_offset: i64,
@@ -24,6 +26,7 @@ pub struct KafkaPartitionSplit {
 }
 
 impl KafkaPartitionSplit {
+    /// A split of `topic`'s `partition` from `next_offset`, up to `stop_offset` if bounded.
     pub fn new(topic: impl Into<String>, partition: i32, next_offset: i64, stop_offset: Option<i64>) -> Self {
         KafkaPartitionSplit {
             topic: topic.into(),

@@ -63,7 +63,7 @@ pub struct KafkaPartitionSplitReader {
 }
 
 impl KafkaPartitionSplitReader {
-    pub fn new(
+    pub(crate) fn new(
         settings: &KafkaSourceSettings,
         reader_index: usize,
         limit: BatchLimit,

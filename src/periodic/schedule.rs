@@ -52,11 +52,6 @@ impl Schedule {
         self.initial_delay_ms + div_ceil(t - self.initial_delay_ms, self.period_ms) * self.period_ms
     }
 
-    /// The instant after `last` on this event's grid (`anchor` is a fixed-rate event's first fire).
-    pub fn after(&self, last: i64) -> i64 {
-        last + self.period_ms
-    }
-
     /// The first fire of a fresh event assigned at `now`.
     pub fn first(&self, now: i64) -> i64 {
         if self.wall_time {
@@ -119,7 +114,6 @@ mod tests {
         assert_eq!(s.first(60 * S), 61 * S);
         assert_eq!(s.first(61 * S), 61 * S);
         assert_eq!(s.first(61 * S + 1), 71 * S);
-        assert_eq!(s.after(71 * S), 81 * S);
     }
 
     #[test]
@@ -130,7 +124,6 @@ mod tests {
             period_ms: 300,
         };
         assert_eq!(s.first(10_000), 10_250);
-        assert_eq!(s.after(10_250), 10_550);
     }
 
     #[test]

@@ -98,8 +98,11 @@ pub(crate) fn trading_topic(kafka: &TestKafka, n: i64, start: i64) -> String {
     topic
 }
 
+/// As `replay --from` reads it: RFC 3339, UTC, milliseconds.
 fn rfc3339(ms: i64) -> String {
-    tidegate::oneliner::position::rfc3339(ms)
+    chrono::DateTime::from_timestamp_millis(ms)
+        .expect("a time in chrono's range")
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 #[test]

@@ -18,7 +18,8 @@ use crate::number_sequence::{
     split_range, NumberEmitter, NumberSequenceSource, NumberSequenceSplit, NumberSequenceSplitReader,
 };
 use crate::reader_base::SourceReaderBase;
-use crate::source::{Boundedness, ReaderContext, Source, SourceSplit, SplitId};
+use crate::source::{Boundedness, ReaderContext, Source};
+use crate::split::{SourceSplit, SplitId};
 
 /// What outlives the simulated processes: the log's end, which every discovery moves (records
 /// keep arriving).
