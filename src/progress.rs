@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use indicatif::{HumanCount, ProgressBar, ProgressState, ProgressStyle};
+use indicatif::{HumanCount, HumanDuration, ProgressBar, ProgressState, ProgressStyle};
 use tracing::info;
 
 use crate::core::JobStats;
@@ -21,18 +21,7 @@ impl Progress {
     pub fn start(stats: Arc<JobStats>, bounded: bool, enabled: bool) -> (Progress, tokio::task::JoinHandle<()>) {
         let bar = (enabled && bounded && std::io::stderr().is_terminal()).then(|| {
             let bar = ProgressBar::new(0);
-            bar.set_style(
-                ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} records ({rate}, ETA {eta}){msg}",
-                )
-                .map(|style| {
-                    // indicatif's {per_sec} prints four decimals (490,047.5071/s): whole records
-                    style.with_key("rate", |state: &ProgressState, w: &mut dyn std::fmt::Write| {
-                        let _ = write!(w, "{}/s", HumanCount(state.per_sec().round() as u64));
-                    })
-                })
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
+            bar.set_style(bar_style(false));
             bar
         });
         let shown = bar.clone();
@@ -55,13 +44,7 @@ impl Progress {
                     .and_then(|c| c.replayed_to())
                     .map(crate::core::event_time::format_millis);
                 match &shown {
-                    Some(bar) => {
-                        bar.set_length(expected.max(done));
-                        bar.set_position(done);
-                        if let Some(t) = &replayed {
-                            bar.set_message(format!(", event time {t}"));
-                        }
-                    }
+                    Some(bar) => show(bar, done, expected, replayed.as_deref()),
                     None if enabled && last_log.elapsed() >= Duration::from_secs(10) => {
                         let rate = (done - last_count) as f64 / last_log.elapsed().as_secs_f64();
                         let expected = (bounded && expected > 0).then_some(expected);
@@ -83,9 +66,88 @@ impl Progress {
         (Progress { bar }, task)
     }
 
+    /// Clear the bar (the end-of-run summary follows).
     pub fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
+    }
+}
+
+/// The bar's look: records done of the expected total, the rate and the time left; a paced
+/// replay's event time on a line of its own, so the bar keeps its width on a narrow terminal.
+fn bar_style(event_time: bool) -> ProgressStyle {
+    let template = if event_time {
+        "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} records ({rate}, ETA {eta})\n  event time {msg}"
+    } else {
+        "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} records ({rate}, ETA {eta})"
+    };
+    ProgressStyle::with_template(template)
+        .map(|style| {
+            style
+                // indicatif's {per_sec} prints four decimals (490,047.5071/s): whole records
+                .with_key("rate", |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{}/s", HumanCount(state.per_sec().round() as u64));
+                })
+                // indicatif's {eta} says 0s before anything is done: unknown until a rate is
+                // measured
+                .with_key("eta", |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                    if state.pos() == 0 || state.elapsed() < Duration::from_secs(1) {
+                        let _ = write!(w, "-");
+                    } else {
+                        let _ = write!(w, "{:#}", HumanDuration(state.eta()));
+                    }
+                })
+        })
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+}
+
+/// Show `done` of `expected` records, and the event time replayed to once there is one.
+fn show(bar: &ProgressBar, done: u64, expected: u64, replayed: Option<&str>) {
+    bar.set_length(expected.max(done));
+    bar.set_position(done);
+    if let Some(t) = replayed {
+        if bar.message().is_empty() {
+            bar.set_style(bar_style(true));
+        }
+        bar.set_message(t.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use indicatif::{InMemoryTerm, ProgressDrawTarget};
+
+    use super::*;
+
+    /// What `bar` shows on a 100-column terminal after `update`.
+    fn rendered(update: impl Fn(&ProgressBar)) -> Vec<String> {
+        let term = InMemoryTerm::new(4, 100);
+        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::term_like(Box::new(term.clone())));
+        bar.set_style(bar_style(false));
+        update(&bar);
+        bar.force_draw();
+        term.contents().lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn the_time_left_is_unknown_before_anything_is_done() {
+        let lines = rendered(|bar| show(bar, 0, 1_000_000, None));
+        assert!(lines[0].contains("0/1,000,000 records"), "{lines:?}");
+        assert!(lines[0].contains("ETA -)"), "{lines:?}");
+    }
+
+    #[test]
+    fn the_bar_keeps_its_width_with_the_event_time_shown() {
+        let half = |bar: &ProgressBar| show(bar, 500_000, 1_000_000, None);
+        let bar_width = |line: &str| line.chars().filter(|c| !c.is_ascii() && *c != '·').count();
+        let without = rendered(half);
+        let with = rendered(|bar| {
+            half(bar);
+            show(bar, 500_000, 1_000_000, Some("2026-11-30T14:30:00.000Z"));
+        });
+        assert!(bar_width(&without[0]) >= 10, "{without:?}");
+        assert_eq!(bar_width(&with[0]), bar_width(&without[0]), "{with:?}");
+        assert_eq!(with[1].trim(), "event time 2026-11-30T14:30:00.000Z", "{with:?}");
     }
 }
