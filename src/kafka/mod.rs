@@ -142,7 +142,28 @@ impl KafkaSourceSettings {
 
 pub use crate::format::DecoderFactory;
 
-/// The Kafka source.
+/// The Kafka source (Flink's `KafkaSource`): splits are topic-partitions, found by the
+/// partition-discovery enumerator and read by split readers over librdkafka, each up to its
+/// stopping offset or its end-of-stream record. Run it with a [`crate::core::Job`]:
+///
+/// ```no_run
+/// use tidegate::core::{CollectSink, Job, JobOptions};
+/// use tidegate::kafka::{KafkaSource, StoppingOffsets};
+/// use tidegate::record::ValueFormat;
+///
+/// // a trading day, up to its market-close record in each partition
+/// let source = KafkaSource::builder()
+///     .bootstrap_servers("127.0.0.1:9092")
+///     .topics(["trades"])
+///     .format(ValueFormat::Json)
+///     .bounded(StoppingOffsets::Latest)
+///     .eof_expression(r#"value.type == "MARKET_CLOSE""#)?
+///     .build()?;
+/// let (sink, records) = CollectSink::new();
+/// let report = Job::new(source, JobOptions::new("trading-day", 2)).run_blocking(Box::new(sink))?;
+/// println!("{} records, {} splits", report.records_written, report.splits.len());
+/// # Ok::<(), tidegate::Error>(())
+/// ```
 pub struct KafkaSource {
     pub(crate) settings: Arc<KafkaSourceSettings>,
     /// The value format (recorded in the state, which a change of format would not fit).
