@@ -39,8 +39,10 @@ def rdkafka_sys_source():
 
 
 def missing_packages():
-    return [p for p in BUILD_PACKAGES
-            if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode != 0]
+    """The BUILD_PACKAGES not installed; a compiler and make found on PATH count as build-essential."""
+    have_toolchain = shutil.which("cc") and shutil.which("make")
+    return [p for p in BUILD_PACKAGES if not (p == "build-essential" and have_toolchain)
+            and subprocess.run(["dpkg", "-s", p], capture_output=True).returncode != 0]
 
 
 def ensure_rdkafka_performance():
@@ -62,6 +64,7 @@ def build_rdkafka_performance(src, home, binary, info_path):
         if os.geteuid() != 0 or not shutil.which("apt-get"):
             sys.exit(f"bench: building rdkafka_performance needs {' '.join(missing_packages())} (apt-get install)")
         log("installing", *missing_packages())
+        subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
         subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends"] + missing_packages(),
                        check=True, capture_output=True)
     # mklove builds only in-tree (rdkafka-sys copies the sources into OUT_DIR for the same reason)
