@@ -22,6 +22,7 @@ CONFIGURE_FLAGS = ["--enable-ssl", "--disable-gssapi", "--disable-curl", "--enab
 # Debian packages the configure flags above need (headers and static/shared libraries)
 BUILD_PACKAGES = ["build-essential", "libssl-dev", "libzstd-dev", "zlib1g-dev"]
 NAME = "librdkafka-ceiling"
+TUNED = "librdkafka-ceiling-tuned"
 
 
 def log(*a):

@@ -42,7 +42,7 @@ COLOURS = {
     "kcat": "#a63603", "kcat-tuned": "#e6550d", "kcat-json": "#fd8d3c", "kcat-json-tuned": "#fdae6b",
     "kcat-produce": "#e6550d",
     "kafka-consumer-perf": "#006d2c", "kafka-producer-perf": "#006d2c", "kafka-producer-perf-matched": "#41ab5d",
-    bench_report.CEILING: "#252525",
+    bench_report.CEILING: "#252525", bench_report.CEILING + "-tuned": "#737373",
 }
 
 

@@ -14,7 +14,7 @@ RSS_BOUND_MIB = 64.0
 # the rows every run has (keep in step with consumer_runs, producer_runs and scaling_runs in
 # scripts/bench): a row missing from a smoke run is a broken tool, not a choice
 CONSUMER_ROWS = ["tidegate-null", "tidegate-json-eof", "tidegate-file", "tidegate-trading-day", "kcat",
-                 "kcat-tuned", "kcat-json", "kcat-json-tuned", "kafka-consumer-perf", CEILING]
+                 "kcat-tuned", "kcat-json", "kcat-json-tuned", "kafka-consumer-perf", CEILING, CEILING + "-tuned"]
 PRODUCER_ROWS = ["tidegate-datagen", "tidegate-datagen-exactly-once", "kafka-producer-perf",
                  "kafka-producer-perf-matched", "kcat-produce", CEILING]
 
@@ -72,9 +72,11 @@ class Verdicts:
 
 
 def ratio_target(v, summary, where, target, mine, theirs, threshold):
-    if not summary or mine not in summary or theirs not in summary:
-        missing = [n for n in (mine, theirs) if not summary or n not in summary]
-        return v.absent(target, f"no {' or '.join(missing)} row" + (f" in {where}" if summary else ""))
+    if not summary:
+        return v.absent(target, f"no {where} workload in the run")
+    if mine not in summary or theirs not in summary:
+        missing = [n for n in (mine, theirs) if n not in summary]
+        return v.absent(target, f"no {' or '.join(missing)} row in {where}")
     a, b = summary[mine]["records_per_s"][0], summary[theirs]["records_per_s"][0]
     ratio = a / b
     v.add("ok" if ratio >= threshold else "MISS", target, f"{ratio:.2f}× ({mine} {a:,.0f}/s, {theirs} {b:,.0f}/s)",
