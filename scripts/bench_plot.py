@@ -57,6 +57,8 @@ def human(x):
         return f"{x / 1e6:.2f}M"
     if x >= 1e3:
         return f"{x / 1e3:.0f}k"
+    if x == int(x):
+        return f"{x:.0f}"
     return f"{x:.2f}" if x < 10 else f"{x:.0f}"
 
 
@@ -134,6 +136,8 @@ def scaling_chart(plt, report, source, path):
         ax.yaxis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(lambda y, _: human(y)))
         ax.grid(alpha=0.3)
     axes[2].axhline(bench_report.RSS_BOUND_MIB, color="#cb181d", linewidth=0.8, linestyle="--")
+    axes[2].set_ylim(top=max(axes[2].get_ylim()[1], bench_report.RSS_BOUND_MIB * 1.1))
+    axes[2].set_ylabel("peak RSS MiB (dashed: tidegate's 64 MiB bound)")
     axes[0].legend(fontsize=8)
     records = bench_report.records_of(next(iter(next(iter(report["scaling"].values())).values())))
     fig.suptitle(f"scaling: the trading-day replay, 100 B records, {records:,} per topic — {source}", fontsize=10)
