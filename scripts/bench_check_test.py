@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Unit tests of `scripts/bench --check` (scripts/bench_report.py): synthetic results dicts that meet
-or miss issue 28's targets, and what --check says about them. No broker, no build:
+or miss issue 28's targets, and what --check says about them; and the parsing of rdkafka_performance's
+output the ceiling rows are counted by (scripts/bench_ceiling.py). No broker, no build:
   python3 scripts/bench_check_test.py
 """
 import contextlib
@@ -13,6 +14,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_ceiling  # noqa: E402
 import bench_report  # noqa: E402
 
 CEILING = bench_report.CEILING
@@ -167,6 +169,34 @@ class CheckSmoke(unittest.TestCase):
         misses = failed(r, smoke=True)
         self.assertEqual(len(misses), 1, misses)
         self.assertIn("65.0 MiB", misses[0])
+
+
+class CeilingOutput(unittest.TestCase):
+    """rdkafka_performance's summary lines (librdkafka 2.12.1), as the ceiling rows count them."""
+
+    def parse(self, text, fn):
+        with tempfile.NamedTemporaryFile("w", suffix=".out") as f:
+            f.write(text)
+            f.flush()
+            return fn(f.name)
+
+    def test_consumed_takes_the_final_summary(self):
+        text = ("% 0 messages (0 bytes) consumed in 0ms: 0 msgs/s (0.00 MB/s)\n"
+                "% 1200000 messages (120000000 bytes) consumed in 1000ms: 1200000 msgs/s (120.00 MB/s)\n"
+                "% Consumer reached end of t [0] message queue at offset 500000\n"
+                "% 2000000 messages (200000000 bytes) consumed in 750ms: 2666570 msgs/s (266.66 MB/s)\n")
+        self.assertEqual(self.parse(text, bench_ceiling.consumed), 2_000_000)
+        self.assertEqual(self.parse(text, bench_ceiling.own_rate),
+                         {"own_elapsed_ms": 750, "own_records_per_s": 2_666_570})
+        self.assertEqual(self.parse("% Consume error for topic\n", bench_ceiling.consumed), -1)
+
+    def test_delivered_counts_only_a_clean_summary(self):
+        ok = ("% 1000000 messages produced (100000000 bytes), 1000000 delivered (offset 999999, 0 failed) in "
+              "1804ms: 554166 msgs/s and 55.42 MB/s, 76 produce failures, 0 in queue, lz4 compression\n")
+        failed = ok.replace("1000000 delivered (offset 999999, 0 failed)", "999000 delivered (offset 998999, 1000 failed)")
+        self.assertEqual(self.parse(ok, bench_ceiling.delivered), 1_000_000)
+        self.assertEqual(self.parse(ok, bench_ceiling.own_rate)["own_records_per_s"], 554_166)
+        self.assertEqual(self.parse(failed, bench_ceiling.delivered), -1)
 
 
 if __name__ == "__main__":
