@@ -128,7 +128,12 @@ pub fn producer_config(settings: &KafkaSinkSettings) -> Result<rdkafka::config::
         // batch for throughput; the checkpoint's flush bounds the latency anyway
         ("linger.ms", "5"),
         ("compression.type", "lz4"),
-        ("queue.buffering.max.messages", "1000000"),
+        // what librdkafka holds before the broker has it, bounded in messages and in bytes so a
+        // generator faster than the broker waits instead of growing (with 1,000,000 messages and
+        // librdkafka's 1 GiB, 100-byte records peaked at 286 MiB, bench/results-20261202005946.json);
+        // 100,000 messages are still 150 ms of the fastest producing measured
+        ("queue.buffering.max.messages", "100000"),
+        ("queue.buffering.max.kbytes", "16384"),
     ];
     if settings.delivery == Delivery::ExactlyOnce {
         let id = settings.transactional_id.as_deref().ok_or_else(|| {
