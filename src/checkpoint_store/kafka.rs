@@ -297,20 +297,33 @@ fn admin_call(config: &KafkaStoreConfig, exists: bool) -> Result<()> {
             .map_err(|e| kafka(format!("creating {context}"), e))?;
         for r in results {
             match r {
-                Ok(_) => info!(topic, "checkpoint topic created (cleanup.policy=compact)"),
+                Ok(_) => {
+                    // created with TOPIC_CONFIG: compacted by construction (a describe right
+                    // after the creation may not list the topic's configs yet)
+                    info!(topic, "checkpoint topic created (cleanup.policy=compact)");
+                    return Ok(());
+                }
                 // another process created it meanwhile: checked below like any existing topic
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((_, code)) => return Err(Error::runtime(format!("creating {context}"), code)),
             }
         }
     }
-    let described = runtime
-        .block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options))
-        .map_err(|e| kafka(format!("describing {context}"), e))?;
-    let policy = match described.into_iter().next() {
-        Some(Ok(resource)) => resource.get("cleanup.policy").and_then(|e| e.value.clone()),
-        Some(Err(code)) => return Err(Error::runtime(format!("describing {context}"), code)),
-        None => None,
+    // a topic created a moment ago may be described without its configs: ask again, a while
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let policy = loop {
+        let described = runtime
+            .block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options))
+            .map_err(|e| kafka(format!("describing {context}"), e))?;
+        let policy = match described.into_iter().next() {
+            Some(Ok(resource)) => resource.get("cleanup.policy").and_then(|e| e.value.clone()),
+            Some(Err(code)) => return Err(Error::runtime(format!("describing {context}"), code)),
+            None => None,
+        };
+        if policy.is_some() || Instant::now() >= deadline {
+            break policy;
+        }
+        std::thread::sleep(Duration::from_millis(200));
     };
     match policy.as_deref() {
         Some("compact") => Ok(()),
