@@ -339,19 +339,32 @@ fn a_second_process_of_the_job_fences_the_first() {
     let name = kafka.unique_topic("store-fence-job");
     // no output: what is tested is the store's fencing, not a sink's
     let port = free_port();
-    let text = job(&kafka, &name, &topic, 2, "[sink]\ntype = \"null\"", &kafka_store(&state_topic));
+    let text = job(
+        &kafka,
+        &name,
+        &topic,
+        2,
+        "[sink]\ntype = \"null\"",
+        &kafka_store(&state_topic),
+    );
     let first_dir = JobDir::new();
     let first = Daemon::start(
         &first_dir.config(&format!("{text}\n[metrics]\nlisten = \"{port}\"\n")),
         &[],
     );
-    wait_until("the first process's records", MINUTE, || records_written(port).unwrap_or(0) >= 100);
+    wait_until("the first process's records", MINUTE, || {
+        records_written(port).unwrap_or(0) >= 100
+    });
 
     // the same job on another machine: it takes over the store's transactional id
     let second_dir = JobDir::new();
     let second = Daemon::start(&second_dir.config(&text), &[]);
     let (status, log) = first.wait(MINUTE);
-    assert_eq!(status.code(), Some(1), "the first process must stop once fenced:\n{log}");
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "the first process must stop once fenced:\n{log}"
+    );
     assert!(
         log.contains("fences the first") && log.contains(&format!("tidegate-state-{name}")),
         "the error says it was fenced, naming the transactional id:\n{log}"
@@ -361,5 +374,8 @@ fn a_second_process_of_the_job_fences_the_first() {
     let (code, shown, err) = state_show(&second_dir.path("job.toml"));
     assert_eq!(code, 0, "{err}");
     let shown: serde_json::Value = serde_json::from_str(&shown).expect("state show prints JSON");
-    assert_eq!(shown["end_of_input"], true, "the second process finished the job:\n{shown:#}");
+    assert_eq!(
+        shown["end_of_input"], true,
+        "the second process finished the job:\n{shown:#}"
+    );
 }
