@@ -17,7 +17,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::records::{assemble, checkpoint_key, is_owned, records_of};
 use super::KafkaStoreConfig;
@@ -67,6 +67,8 @@ impl KafkaCheckpointStore {
                 ("acks", "all"),
                 ("transaction.timeout.ms", "60000"),
                 ("client.id", "tidegate-state"),
+                // a checkpoint's records leave at once: nothing else would join them
+                ("linger.ms", "0"),
             ],
             &config.properties,
         )
@@ -105,6 +107,7 @@ impl KafkaCheckpointStore {
                 e,
             )
         };
+        let started = Instant::now();
         producer
             .begin_transaction()
             .map_err(|e| fail("beginning a transaction", e))?;
@@ -125,13 +128,29 @@ impl KafkaCheckpointStore {
                     }
                 }
             }
-            producer
-                .flush(TIMEOUT)
-                .map_err(|e| fail("flushing the state records", e))?;
+            // every record acknowledged (rust-rdkafka's flush polls in 100 ms steps: a checkpoint
+            // would take that long at least)
+            while producer.in_flight_count() > 0 {
+                if started.elapsed() > TIMEOUT {
+                    return Err(fail(
+                        "flushing the state records",
+                        KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut),
+                    ));
+                }
+                producer.poll(Duration::from_millis(2));
+            }
+            let flushed = started.elapsed();
             crate::core::failpoint::hit("kafka_store.before_commit");
             producer
                 .commit_transaction(TIMEOUT)
-                .map_err(|e| fail("committing the state records", e))
+                .map_err(|e| fail("committing the state records", e))?;
+            debug!(
+                records = records.len(),
+                flushed_ms = flushed.as_millis() as u64,
+                committed_ms = started.elapsed().as_millis() as u64,
+                "state records committed"
+            );
+            Ok(())
         })();
         if result.is_err() {
             if let Err(e) = producer.abort_transaction(TIMEOUT) {
