@@ -16,8 +16,8 @@ pub fn main() {
         Command::Validate { config, sets, connect } => crate::daemon::validate(&config, &sets, connect),
         Command::Plan(args) => crate::daemon::plan(args),
         Command::State {
-            command: StateCommand::Show { file },
-        } => crate::daemon::show_state(&file),
+            command: StateCommand::Show { file, config, sets },
+        } => crate::checkpoint_store::show(file.as_deref(), config.as_deref(), &sets),
         Command::ConfigReference => {
             let mut out = std::io::stdout().lock();
             // a closed pipe (`| head`) ends the output; it is not a failure
@@ -134,10 +134,19 @@ pub(crate) struct PlanArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum StateCommand {
-    /// Check a state file and print it.
+    /// Check a job's state and print it: a state file, or the job's store (`--config`: its
+    /// state file, or its records in the Kafka checkpoint topic, read without disturbing a
+    /// running job).
     Show {
         /// The state file.
-        file: PathBuf,
+        #[arg(required_unless_present = "config", conflicts_with = "config")]
+        file: Option<PathBuf>,
+        /// The job's TOML config: show the state of the store it configures.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Override a config key (repeatable), with --config.
+        #[arg(long = "set", value_name = "KEY.PATH=VALUE", requires = "config")]
+        sets: Vec<String>,
     },
 }
 

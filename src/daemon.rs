@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use crate::cli::{PlanArgs, RunArgs};
 use crate::config::{Config, LogFormat};
 use crate::connector::{JobFuture, SinkContext, SourceConfig, SourceConnector, SourceContext, SourceVisitor};
-use crate::core::{Job, JobOptions, JobReport, JobStats, Sink, Source, SourceSplit, StateStore};
+use crate::core::{CheckpointStore, Job, JobOptions, JobReport, JobStats, Sink, Source, SourceSplit};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::progress::Progress;
@@ -96,24 +96,30 @@ pub fn run(args: RunArgs) -> Result<()> {
 pub fn run_loaded(config: Config, state: Option<&Path>, reset_state: bool, no_progress: bool) -> Result<()> {
     init_logging(config.log.format);
     let state_path = state.map(Path::to_path_buf).or_else(|| config.checkpoint.path.clone());
-    let store = state_path.as_deref().map(StateStore::open).transpose()?;
-    // read (and check) the state before anything starts: a damaged file stops us here, untouched
+    let opened = crate::checkpoint_store::open(&config, state)?;
+    // read (and check) the state before anything starts: damaged state stops us here, untouched
     // (unless --reset-state, which ignores it)
-    let resuming = match &store {
-        Some(s) if !reset_state => s.load::<serde_json::Value>()?.is_some(),
+    let resuming = match &opened.store {
+        Some(s) if !reset_state => s.load()?.is_some(),
         _ => false,
     };
     // a first run that cannot start (a missing topic, no broker) stops before anything changes:
     // before a sink creates its topic or starts its file, and before --reset-state moves the
-    // old state aside
+    // old state aside (or, with the Kafka store, writes its tombstones)
     if !resuming {
         config.source.check_before_start()?;
     }
-    if let (Some(path), true) = (&state_path, reset_state) {
-        if let Some(aside) = move_aside(path)? {
-            warn!(state = %path.display(), moved_to = %aside.display(), "--reset-state: starting from scratch");
-        }
+    if reset_state {
+        opened.reset(|| {
+            if let Some(path) = &state_path {
+                if let Some(aside) = move_aside(path)? {
+                    warn!(state = %path.display(), moved_to = %aside.display(), "--reset-state: starting from scratch");
+                }
+            }
+            Ok(())
+        })?;
     }
+    let store = opened.store;
     let sink = sink_of(&config, resuming)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -162,7 +168,7 @@ pub fn sink_of(config: &Config, resuming: bool) -> Result<Box<dyn Sink<Record>>>
 
 async fn run_config(
     config: &Config,
-    store: Option<StateStore>,
+    store: Option<Arc<dyn CheckpointStore>>,
     sink: Box<dyn Sink<Record>>,
     no_progress: bool,
     resuming: bool,
@@ -210,7 +216,7 @@ async fn run_config(
 struct RunJob {
     sink: Box<dyn Sink<Record>>,
     options: JobOptions,
-    store: Option<StateStore>,
+    store: Option<Arc<dyn CheckpointStore>>,
     stats: Arc<JobStats>,
     stop: watch::Receiver<bool>,
     no_progress: bool,
@@ -261,7 +267,7 @@ impl RunJob {
             .with_stats(Arc::clone(&stats))
             .with_stop_signal(stop);
         if let Some(store) = store {
-            job = job.with_state(store);
+            job = job.with_store(store);
         }
         let (progress, progress_task) = Progress::start(Arc::clone(&stats), bounded, !no_progress);
         let result = job.run(sink).await;
@@ -290,9 +296,13 @@ pub fn validate(config: &Path, sets: &[String], connect: bool) -> Result<()> {
     } else {
         String::new()
     };
-    let state = match &c.checkpoint.path {
-        Some(p) => format!(" to {}", p.display()),
-        None => " (no state file: every run starts from scratch)".to_string(),
+    let state = match (&c.checkpoint.store, &c.checkpoint.path) {
+        (crate::checkpoint_store::StoreConfig::Kafka(k), _) => format!(
+            " to kafka topic {} at {} (keys {}/…, from {}.bootstrap_servers)",
+            k.topic, k.bootstrap_servers, k.owner, k.cluster_of
+        ),
+        (_, Some(p)) => format!(" to {}", p.display()),
+        (_, None) => " (no state file: every run starts from scratch)".to_string(),
     };
     lines.push(format!(
         "  job {}: {} reader{}{instance}, a checkpoint every {}{state}",
@@ -359,12 +369,20 @@ pub fn plan(args: PlanArgs) -> Result<()> {
     let source = kafka.build(&source_context(&config))?;
     let state_path = args.state.clone().or_else(|| config.checkpoint.path.clone());
     // only read: a running job may hold the state file's lock
-    let restored = match &state_path {
-        Some(path) => match crate::core::state::read_state::<serde_json::Value>(path)? {
+    let restored = match (&config.checkpoint.store, &state_path) {
+        // read only, as a running job's store is (its transactional id is not taken over)
+        (crate::checkpoint_store::StoreConfig::Kafka(k), _) => match crate::checkpoint_store::kafka::read_only(k)? {
+            Some(raw) => {
+                let location = PathBuf::from(format!("kafka topic {} at {}", k.topic, k.bootstrap_servers));
+                Some(crate::core::checkpoint_of(&source, &config.job.name, &location, raw)?)
+            }
+            None => None,
+        },
+        (_, Some(path)) => match crate::core::state::read_state::<serde_json::Value>(path)? {
             Some(raw) => Some(crate::core::checkpoint_of(&source, &config.job.name, path, raw)?),
             None => None,
         },
-        None => None,
+        (_, None) => None,
     };
     let checkpoint_id = restored.as_ref().map(|c| c.checkpoint_id);
     let may_resume_from_previous = restored.as_ref().is_some_and(|c| c.previous.is_some());

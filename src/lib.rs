@@ -8,6 +8,7 @@ pub use tidegate_core as core;
 pub mod error;
 
 pub use error::{Error, Result};
+pub(crate) mod checkpoint_store;
 pub mod cli;
 pub(crate) mod config;
 pub(crate) mod connector;

@@ -33,6 +33,8 @@ pub struct Config {
 pub struct CheckpointConfig {
     pub path: Option<PathBuf>,
     pub interval: Duration,
+    /// `checkpoint.store`: the state file, or a Kafka topic.
+    pub store: crate::checkpoint_store::StoreConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -281,7 +283,9 @@ pub fn validate(path: &Path, tree: Value) -> Result<Config> {
     let source = SourceConfig::validate(&kind, body, &job)?;
     let (kind, body) = tagged("sink", raw.sink, SinkConfig::TYPES)?;
     let sink = SinkConfig::validate(&kind, body)?;
+    let store = crate::checkpoint_store::validate(&raw.checkpoint, &job, &source, &sink)?;
     let checkpoint = CheckpointConfig {
+        store,
         path: raw.checkpoint.path.map(PathBuf::from),
         interval: duration_at("checkpoint.interval", &raw.checkpoint.interval)?,
     };

@@ -95,6 +95,22 @@ pub struct RawCheckpoint {
     /// Time between checkpoints; a restart after a crash replays at most this much.
     #[serde(default = "five_seconds")]
     pub interval: String,
+    /// Where checkpoints are kept: "file" (default: the state file at `checkpoint.path`) or
+    /// "kafka": records keyed by split in a compacted topic (`checkpoint.topic`), written in one
+    /// Kafka transaction per checkpoint, so a restart anywhere, with an empty working directory,
+    /// resumes exactly.
+    pub store: Option<String>,
+    /// With `store = "kafka"`: the compacted topic of the state records, shared by jobs (keys
+    /// start with `job.name`); created with `cleanup.policy=compact` when missing. Default
+    /// "tidegate-state".
+    pub topic: Option<String>,
+    /// With `store = "kafka"`: the cluster of the state topic. Default: the Kafka source's
+    /// `bootstrap_servers`, else the Kafka sink's.
+    pub bootstrap_servers: Option<String>,
+    /// With `store = "kafka"`: librdkafka properties of the store's clients (security, TLS,
+    /// SASL). Default: the connection properties (`security.*`, `sasl.*`, `ssl.*`, …) of the
+    /// source or sink whose `bootstrap_servers` it uses.
+    pub properties: Option<std::collections::BTreeMap<String, crate::connector::values::PropertyValue>>,
 }
 
 impl Default for RawCheckpoint {
@@ -102,6 +118,10 @@ impl Default for RawCheckpoint {
         RawCheckpoint {
             path: None,
             interval: five_seconds(),
+            store: None,
+            topic: None,
+            bootstrap_servers: None,
+            properties: None,
         }
     }
 }

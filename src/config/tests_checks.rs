@@ -134,3 +134,46 @@ fn validate_notes_an_expression_that_is_a_condition_only_on_some_data() {
         }
     }
 }
+
+/// `checkpoint.store = "kafka"` takes the source's cluster and its connection properties by
+/// default; its keys are refused with the file store; a mistake names its key.
+#[test]
+fn the_kafka_checkpoint_store_is_checked_and_defaults_to_the_source_cluster() {
+    use crate::checkpoint_store::StoreConfig;
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!("{BASE}\n[job]\nname = \"replay\"\n\n[checkpoint]\nstore = \"kafka\"\n",).replace(
+        "topics = [\"trades\"]",
+        "topics = [\"trades\"]\nproperties = { \"security.protocol\" = \"plaintext\", \"fetch.min.bytes\" = 1 }",
+    );
+    let c = load(&write(&dir, &text), &[]).unwrap();
+    let StoreConfig::Kafka(k) = c.checkpoint.store else {
+        panic!("not the Kafka store: {:?}", c.checkpoint.store)
+    };
+    assert_eq!(k.bootstrap_servers, "127.0.0.1:9092");
+    assert_eq!(k.cluster_of, "source");
+    assert_eq!(k.topic, crate::checkpoint_store::DEFAULT_TOPIC);
+    assert_eq!(k.transactional_id(), "tidegate-state-replay");
+    // connection properties only: a consumer's fetch setting means nothing to the store
+    assert_eq!(k.properties.keys().collect::<Vec<_>>(), vec!["security.protocol"]);
+
+    let cases: [(String, &[&str], &str); 4] = [
+        (BASE.to_string(), &["checkpoint.topic=t"], "checkpoint.topic"),
+        (BASE.to_string(), &["checkpoint.store=s3"], "checkpoint.store"),
+        (
+            BASE.to_string(),
+            &["checkpoint.store=kafka", "checkpoint.path=job.state"],
+            "checkpoint.path",
+        ),
+        (
+            "[source]\ntype = \"datagen\"\ncount = 1\n[source.fields]\nn = { sequence = {} }\n[sink]\ntype = \"null\"\n"
+                .to_string(),
+            &["checkpoint.store=kafka"],
+            "checkpoint.bootstrap_servers",
+        ),
+    ];
+    for (text, sets, key) in cases {
+        let e = error_of(&text, sets);
+        assert_eq!(key_of(&e), key, "{sets:?}: {e}");
+    }
+}

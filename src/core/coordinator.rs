@@ -22,8 +22,8 @@ use super::sink::SinkState;
 use super::sink_driver::SinkEvent;
 use super::source::{Instance, Source};
 use super::split::{SourceSplit, SplitId, SplitSnapshot};
-use super::state::StateStore;
 use super::stats::JobStats;
+use super::store::{CheckpointStore, StoredCheckpoint};
 use super::{rt, sim};
 use crate::error::{Error, Result};
 
@@ -37,7 +37,7 @@ pub(crate) struct Coordinator<S: Source> {
     pub(crate) ctx: EnumeratorContext<S::Split, CallResult<S>>,
     pub(crate) sink: mpsc::Sender<SinkMessage<S::Output>>,
     pub(crate) sink_events: mpsc::UnboundedReceiver<SinkEvent>,
-    pub(crate) store: Option<Arc<StateStore>>,
+    pub(crate) store: Option<Arc<dyn CheckpointStore>>,
     pub(crate) stats: Arc<JobStats>,
     pub(crate) finished_readers: HashMap<usize, Vec<SplitSnapshot<S::Split>>>,
     pub(crate) restored_finished: Vec<SplitSnapshot<S::Split>>,
@@ -324,9 +324,18 @@ impl<S: Source> Coordinator<S> {
         };
         if let Some(store) = &self.store {
             let store = Arc::clone(store);
-            let bytes = super::state::encode(&checkpoint)?;
+            let stored = StoredCheckpoint {
+                checkpoint_id: id,
+                value: serde_json::to_value(&checkpoint)
+                    .map_err(|e| Error::runtime("serializing the checkpoint", e))?,
+                split_ids: checkpoint
+                    .splits
+                    .iter()
+                    .map(|s| s.split.split_id().to_string())
+                    .collect(),
+            };
             sim::point("checkpoint.before_state").await;
-            let written = rt::unblock(move || store.write_encoded(&bytes)).await?;
+            let written = rt::unblock(move || store.write(&stored)).await?;
             if let Err(e) = written {
                 self.stats.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
                 return Err(e);

@@ -34,15 +34,15 @@ use super::sink::Sink;
 use super::sink_driver::{run_sink, SinkChannels};
 use super::source::{Instance, ReaderContext, Source};
 use super::split::SourceSplit;
-use super::state::StateStore;
 use super::stats::JobStats;
+use super::store::CheckpointStore;
 use crate::error::{Error, Result, StateError};
 
 /// A job: a source, a sink, options, and optionally a state file to restore from and write to.
 pub struct Job<S: Source> {
     source: Arc<S>,
     options: JobOptions,
-    store: Option<Arc<StateStore>>,
+    store: Option<Arc<dyn CheckpointStore>>,
     stats: Arc<JobStats>,
     stop: Option<watch::Receiver<bool>>,
 }
@@ -59,9 +59,15 @@ impl<S: Source> Job<S> {
         }
     }
 
-    /// Restore from and checkpoint to this state file.
-    pub fn with_state(mut self, store: StateStore) -> Self {
-        self.store = Some(Arc::new(store));
+    /// Restore from and checkpoint to this store (a state file, [`crate::StateStore`], or any
+    /// other [`CheckpointStore`]).
+    pub fn with_state(self, store: impl CheckpointStore + 'static) -> Self {
+        self.with_store(Arc::new(store))
+    }
+
+    /// Restore from and checkpoint to a shared store.
+    pub fn with_store(mut self, store: Arc<dyn CheckpointStore>) -> Self {
+        self.store = Some(store);
         self
     }
 
@@ -87,10 +93,10 @@ impl<S: Source> Job<S> {
         let Some(store) = &self.store else {
             return Ok(None);
         };
-        let Some(raw) = store.load::<serde_json::Value>()? else {
+        let Some(raw) = store.load()? else {
             return Ok(None);
         };
-        checkpoint_of(&*self.source, &self.options.name, store.path(), raw).map(Some)
+        checkpoint_of(&*self.source, &self.options.name, Path::new(&store.location()), raw).map(Some)
     }
 
     /// [`Job::run`] on a multi-threaded tokio runtime of its own, for a program without one.

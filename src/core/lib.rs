@@ -219,6 +219,7 @@ pub mod split_reader;
 pub mod state;
 pub mod stats;
 pub mod status;
+pub mod store;
 pub mod throttle;
 
 pub use checkpoint::{Checkpoint, JobReport};
@@ -240,6 +241,7 @@ pub use split_reader::{RecordsWithSplitIds, SplitReader, SplitsChange};
 pub use state::StateStore;
 pub use stats::JobStats;
 pub use status::SplitStatus;
+pub use store::{CheckpointStore, StoredCheckpoint};
 pub use throttle::{Admit, Throttle};
 
 #[cfg(test)]

@@ -218,6 +218,13 @@ impl ClientContext for TracingContext {
 
 impl ConsumerContext for TracingContext {}
 
+/// For producers whose deliveries are settled by a flush or a transaction's commit (the Kafka
+/// checkpoint store's), not one by one.
+impl rdkafka::producer::ProducerContext for TracingContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::message::DeliveryResult<'_>, _: ()) {}
+}
+
 /// `fetch_metadata` in short slices up to `timeout`, so a refused authentication or TLS
 /// handshake fails at once instead of after the whole timeout (librdkafka reports it only to the
 /// context).

@@ -51,7 +51,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::connector::{JobFuture, SourceVisitor};
-use crate::core::{Job, JobOptions, Sink, Source, SourceSplit, StateStore};
+use crate::core::{Job, JobOptions, Sink, Source, SourceSplit};
 use crate::error::{Error, Result};
 use crate::record::Record;
 
@@ -167,9 +167,14 @@ fn tempfile_in(dir: &Path, text: &str) -> Result<TempConfig> {
 
 async fn run_config_file(path: &Path) -> Result<JobSummary> {
     let config = crate::config::load(path, &[])?;
-    let store = config.checkpoint.path.as_ref().map(StateStore::open).transpose()?;
+    // the Kafka store's admin calls run a runtime of their own: not on this one's thread
+    let opened = config.clone();
+    let store = tokio::task::spawn_blocking(move || crate::checkpoint_store::open(&opened, None))
+        .await
+        .map_err(|e| crate::Error::runtime("opening the checkpoint store", e))??
+        .store;
     let resuming = match &store {
-        Some(s) => s.load::<serde_json::Value>()?.is_some(),
+        Some(s) => s.load()?.is_some(),
         None => false,
     };
     let sink = crate::daemon::sink_of(&config, resuming)?;
@@ -195,7 +200,7 @@ async fn run_config_file(path: &Path) -> Result<JobSummary> {
 struct RunToEnd {
     sink: Box<dyn Sink<Record>>,
     options: JobOptions,
-    store: Option<StateStore>,
+    store: Option<std::sync::Arc<dyn crate::core::CheckpointStore>>,
     summary: Arc<std::sync::Mutex<Option<JobSummary>>>,
 }
 
@@ -227,11 +232,11 @@ async fn run_source<S: Source<Output = Record>>(
     source: S,
     sink: Box<dyn Sink<Record>>,
     options: JobOptions,
-    store: Option<StateStore>,
+    store: Option<std::sync::Arc<dyn crate::core::CheckpointStore>>,
 ) -> Result<Ended> {
     let mut job = Job::new(source, options);
     if let Some(store) = store {
-        job = job.with_state(store);
+        job = job.with_store(store);
     }
     let report = job.run(sink).await?;
     let unfinished = report

@@ -149,6 +149,7 @@ impl Replay {
         let mut options = JobOptions::new("replay", self.parallelism);
         options.checkpoint_interval = Some(self.checkpoint_interval);
         options.max_duration = Some(self.timeout);
+        let store = store.map(|s| std::sync::Arc::new(s) as std::sync::Arc<dyn crate::core::CheckpointStore>);
         let ended = run_source(source, Box::new(sink), options, store).await?;
         let records = std::mem::take(&mut *collected.lock().unwrap_or_else(|p| p.into_inner()));
         if ended.stopped {

@@ -2,6 +2,7 @@
 //! crate and librdkafka are linked once.
 
 mod broker;
+mod checkpoint_store;
 mod cluster;
 mod common;
 mod containers;

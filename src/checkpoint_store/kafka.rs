@@ -1,0 +1,359 @@
+//! The Kafka checkpoint store: each checkpoint as records keyed by split in a compacted topic
+//! (see [`super::records`]), written in one Kafka transaction by a producer whose
+//! transactional id is the job's, so that a second process of the same job fences the first and
+//! a checkpoint interrupted by a crash is aborted (restore reads `read_committed`). All records go
+//! to partition 0, so a restore reads one partition to its end and keeps the latest value of
+//! each of the job's keys. Nothing is deleted: a split finished long ago is rewritten with every
+//! checkpoint, and compaction only drops values a later one of the same key supersedes.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tracing::{debug, info, warn};
+
+use super::records::{assemble, checkpoint_key, is_owned, records_of};
+use super::KafkaStoreConfig;
+use crate::core::{CheckpointStore, StateError, StoredCheckpoint};
+use crate::error::{kafka, Error, Result};
+use crate::kafka::client::{client_config, fetch_metadata, TracingContext};
+
+/// How long a call to the cluster may take (metadata, a transaction, reading the topic without
+/// progress).
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The settings of a topic the store creates: compacted; a segment rolls every hour so the
+/// cleaner can drop superseded values; a value stays at least a minute before it may be compacted.
+const TOPIC_CONFIG: &[(&str, &str)] = &[
+    ("cleanup.policy", "compact"),
+    ("segment.ms", "3600000"),
+    ("min.compaction.lag.ms", "60000"),
+    ("delete.retention.ms", "86400000"),
+];
+
+/// A job's checkpoints in a compacted Kafka topic.
+pub struct KafkaCheckpointStore {
+    config: KafkaStoreConfig,
+    producer: Mutex<BaseProducer<TracingContext>>,
+}
+
+impl std::fmt::Debug for KafkaCheckpointStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaCheckpointStore")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl KafkaCheckpointStore {
+    /// Reach the cluster, create the topic if missing (or check the existing one is compacted),
+    /// and take over the job's transactional id: a transaction a crashed process left open is
+    /// aborted, and an older process still running is fenced.
+    pub fn open(config: KafkaStoreConfig) -> Result<Self> {
+        let exists = topic_exists(&config)?;
+        admin_call(&config, exists)?;
+        let producer: BaseProducer<TracingContext> = client_config(
+            &config.bootstrap_servers,
+            &[
+                ("transactional.id", &config.transactional_id()),
+                ("enable.idempotence", "true"),
+                ("acks", "all"),
+                ("transaction.timeout.ms", "60000"),
+                ("client.id", "tidegate-state"),
+                // a checkpoint's records leave at once: nothing else would join them
+                ("linger.ms", "0"),
+            ],
+            &config.properties,
+        )
+        .create_with_context(TracingContext::new("state-store"))
+        .map_err(|e| kafka("creating the checkpoint store's producer", e))?;
+        producer.init_transactions(TIMEOUT).map_err(|e| {
+            kafka(
+                format!(
+                    "initialising the checkpoint store's transactions (transactional.id {}) at {}",
+                    config.transactional_id(),
+                    config.bootstrap_servers
+                ),
+                e,
+            )
+        })?;
+        info!(topic = %config.topic, bootstrap = %config.bootstrap_servers, owner = %config.owner, "checkpoint store: Kafka");
+        Ok(KafkaCheckpointStore {
+            config,
+            producer: Mutex::new(producer),
+        })
+    }
+
+    /// Write `records` (`None`: a tombstone) in one transaction, or none of them.
+    fn transaction(&self, records: &[(String, Option<Vec<u8>>)]) -> Result<()> {
+        let c = &self.config;
+        let producer = self.producer.lock().unwrap_or_else(|p| p.into_inner());
+        let fail = |what: &str, e: KafkaError| {
+            kafka(
+                format!(
+                    "{what} in checkpoint topic {} at {} (transactional.id {}; a second process of job {} fences the first)",
+                    c.topic,
+                    c.bootstrap_servers,
+                    c.transactional_id(),
+                    c.job
+                ),
+                e,
+            )
+        };
+        let started = Instant::now();
+        producer
+            .begin_transaction()
+            .map_err(|e| fail("beginning a transaction", e))?;
+        let result = (|| {
+            for (key, value) in records {
+                let mut record = BaseRecord::<str, [u8]>::to(&c.topic).partition(0).key(key.as_str());
+                if let Some(v) = value {
+                    record = record.payload(v.as_slice());
+                }
+                loop {
+                    match producer.send(record) {
+                        Ok(()) => break,
+                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                            producer.poll(Duration::from_millis(50));
+                            record = r;
+                        }
+                        Err((e, _)) => return Err(fail(&format!("writing key {key}"), e)),
+                    }
+                }
+            }
+            // every record acknowledged (rust-rdkafka's flush polls in 100 ms steps: a checkpoint
+            // would take that long at least)
+            while producer.in_flight_count() > 0 {
+                if started.elapsed() > TIMEOUT {
+                    return Err(fail(
+                        "flushing the state records",
+                        KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut),
+                    ));
+                }
+                producer.poll(Duration::from_millis(2));
+            }
+            let flushed = started.elapsed();
+            crate::core::failpoint::hit("kafka_store.before_commit");
+            producer
+                .commit_transaction(TIMEOUT)
+                .map_err(|e| fail("committing the state records", e))?;
+            debug!(
+                records = records.len(),
+                flushed_ms = flushed.as_millis() as u64,
+                committed_ms = started.elapsed().as_millis() as u64,
+                "state records committed"
+            );
+            Ok(())
+        })();
+        if result.is_err() {
+            if let Err(e) = producer.abort_transaction(TIMEOUT) {
+                warn!(topic = %c.topic, error = %e, "aborting the checkpoint store's transaction failed; the broker aborts it after transaction.timeout.ms");
+            }
+        }
+        result
+    }
+
+    /// `--reset-state`: a tombstone for each of this job's keys, in one transaction (other jobs'
+    /// records are untouched).
+    pub fn reset(&self) -> Result<()> {
+        let live: Vec<(String, Option<Vec<u8>>)> = scan(&self.config)?
+            .into_iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(k, _)| (k, None))
+            .collect();
+        if !live.is_empty() {
+            self.transaction(&live)?;
+            warn!(topic = %self.config.topic, owner = %self.config.owner, keys = live.len(), "--reset-state: the job's state records replaced by tombstones; starting from scratch");
+        }
+        Ok(())
+    }
+}
+
+impl CheckpointStore for KafkaCheckpointStore {
+    fn location(&self) -> String {
+        format!(
+            "kafka topic {} at {}, keys {}/…",
+            self.config.topic, self.config.bootstrap_servers, self.config.owner
+        )
+    }
+
+    fn load(&self) -> Result<Option<serde_json::Value>> {
+        let latest = scan(&self.config)?;
+        assemble(&self.config.owner, &self.config.job, &latest).map_err(|(key, e)| state_error(&self.config, &key, e))
+    }
+
+    fn write(&self, checkpoint: &StoredCheckpoint) -> Result<()> {
+        let records = records_of(&self.config.owner, &self.config.job, checkpoint)
+            .map_err(|e| state_error(&self.config, &checkpoint_key(&self.config.owner), e))?;
+        let records: Vec<(String, Option<Vec<u8>>)> = records.into_iter().map(|(k, v)| (k, Some(v))).collect();
+        self.transaction(&records)
+    }
+}
+
+/// Whether the topic exists; an unreachable cluster is an error naming its address.
+fn topic_exists(config: &KafkaStoreConfig) -> Result<bool> {
+    let reader = reader(config, &config.owner)?;
+    let what = format!(
+        "reaching the checkpoint store's cluster at {} ({}.bootstrap_servers)",
+        config.bootstrap_servers, config.cluster_of
+    );
+    let metadata = fetch_metadata(&reader, None, TIMEOUT, &config.properties, &what)?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .any(|t| t.name() == config.topic && t.error().is_none() && !t.partitions().is_empty()))
+}
+
+/// The job's last checkpoint, read without taking over its transactional id (`state show`,
+/// `plan`: a running job is not fenced); `None` when the topic or the job's records are missing.
+pub fn read_only(config: &KafkaStoreConfig) -> Result<Option<serde_json::Value>> {
+    if !topic_exists(config)? {
+        return Ok(None);
+    }
+    let latest = scan(config)?;
+    assemble(&config.owner, &config.job, &latest).map_err(|(key, e)| state_error(config, &key, e))
+}
+
+fn state_error(config: &KafkaStoreConfig, key: &str, source: StateError) -> Error {
+    Error::State {
+        path: PathBuf::from(format!(
+            "kafka topic {} at {}, key {key}",
+            config.topic, config.bootstrap_servers
+        )),
+        source,
+    }
+}
+
+/// The latest value of each of the job's keys (`None`: a tombstone), read to the end of the
+/// topic, committed records only.
+fn scan(c: &KafkaStoreConfig) -> Result<BTreeMap<String, Option<Vec<u8>>>> {
+    let consumer = reader(c, &c.owner)?;
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(&c.topic, 0, Offset::Beginning)
+        .and_then(|_| consumer.assign(&assignment))
+        .map_err(|e| {
+            kafka(
+                format!("reading checkpoint topic {} at {}", c.topic, c.bootstrap_servers),
+                e,
+            )
+        })?;
+    let mut latest = BTreeMap::new();
+    let mut progress = Instant::now();
+    loop {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                progress = Instant::now();
+                if let Some(Ok(key)) = m.key_view::<str>() {
+                    if is_owned(&c.owner, key) {
+                        latest.insert(key.to_string(), m.payload().map(<[u8]>::to_vec));
+                    }
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(latest),
+            Some(Err(e)) => {
+                return Err(kafka(
+                    format!("reading checkpoint topic {} at {}", c.topic, c.bootstrap_servers),
+                    e,
+                ))
+            }
+            None if progress.elapsed() > TIMEOUT => {
+                return Err(Error::runtime(
+                    format!("reading checkpoint topic {} at {}", c.topic, c.bootstrap_servers),
+                    format!("the end of partition 0 was not reached after {TIMEOUT:?} without a record"),
+                ))
+            }
+            None => {}
+        }
+    }
+}
+
+/// A consumer of the state topic: committed records only, an event at the partition's end.
+fn reader(config: &KafkaStoreConfig, owner: &str) -> Result<BaseConsumer<TracingContext>> {
+    client_config(
+        &config.bootstrap_servers,
+        &[
+            ("group.id", &format!("tidegate-state-reader-{owner}")),
+            ("enable.auto.commit", "false"),
+            ("enable.partition.eof", "true"),
+            ("isolation.level", "read_committed"),
+            ("client.id", "tidegate-state-reader"),
+        ],
+        &config.properties,
+    )
+    .create_with_context(TracingContext::new("state-reader"))
+    .map_err(|e| kafka("creating the checkpoint store's reader", e))
+}
+
+/// Create the topic (`exists == false`), or check the existing one is compacted only.
+fn admin_call(config: &KafkaStoreConfig, exists: bool) -> Result<()> {
+    let topic = config.topic.as_str();
+    let context = format!("checkpoint topic {topic} at {}", config.bootstrap_servers);
+    let admin: AdminClient<TracingContext> = client_config(&config.bootstrap_servers, &[], &config.properties)
+        .create_with_context(TracingContext::new("state-admin"))
+        .map_err(|e| kafka("creating the checkpoint store's admin client", e))?;
+    let options = AdminOptions::new()
+        .operation_timeout(Some(TIMEOUT))
+        .request_timeout(Some(TIMEOUT));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("starting a runtime for the admin client", e))?;
+    if !exists {
+        let mut new_topic = NewTopic::new(topic, 1, TopicReplication::Fixed(-1));
+        for (k, v) in TOPIC_CONFIG {
+            new_topic = new_topic.set(k, v);
+        }
+        let results = runtime
+            .block_on(admin.create_topics([&new_topic], &options))
+            .map_err(|e| kafka(format!("creating {context}"), e))?;
+        for r in results {
+            match r {
+                Ok(_) => {
+                    // created with TOPIC_CONFIG: compacted by construction (a describe right
+                    // after the creation may not list the topic's configs yet)
+                    info!(topic, "checkpoint topic created (cleanup.policy=compact)");
+                    return Ok(());
+                }
+                // another process created it meanwhile: checked below like any existing topic
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((_, code)) => return Err(Error::runtime(format!("creating {context}"), code)),
+            }
+        }
+    }
+    // a topic created a moment ago may be described without its configs: ask again, a while
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let policy = loop {
+        let described = runtime
+            .block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options))
+            .map_err(|e| kafka(format!("describing {context}"), e))?;
+        let policy = match described.into_iter().next() {
+            Some(Ok(resource)) => resource.get("cleanup.policy").and_then(|e| e.value.clone()),
+            Some(Err(code)) => return Err(Error::runtime(format!("describing {context}"), code)),
+            None => None,
+        };
+        if policy.is_some() || Instant::now() >= deadline {
+            break policy;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    match policy.as_deref() {
+        Some("compact") => Ok(()),
+        other => Err(Error::config(
+            "checkpoint.topic",
+            format!(
+                "{context} has cleanup.policy={}: the checkpoint store needs a compacted topic \
+                 (cleanup.policy=compact, without delete, or retention would remove a job's state); \
+                 choose another topic or change its policy",
+                other.unwrap_or("unknown")
+            ),
+        )),
+    }
+}

@@ -1,0 +1,220 @@
+//! Where a job keeps its checkpoints (`checkpoint.store`): the state file (`"file"`, the default,
+//! [`crate::core::StateStore`]) or records keyed by split in a compacted Kafka topic (`"kafka"`,
+//! [`kafka::KafkaCheckpointStore`]). This module validates the choice and opens the store.
+
+pub mod kafka;
+pub mod records;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::config::raw::RawCheckpoint;
+use crate::config::Config;
+use crate::connector::{JobConfig, SinkConfig, SourceConfig};
+use crate::core::{CheckpointStore, StateStore};
+use crate::error::{Error, Result};
+
+/// The default `checkpoint.topic`.
+pub const DEFAULT_TOPIC: &str = "tidegate-state";
+
+/// `checkpoint.store`, validated.
+#[derive(Debug, Clone)]
+pub enum StoreConfig {
+    /// The state file at `checkpoint.path` (or `--state`); none: no state kept.
+    File,
+    /// A compacted Kafka topic.
+    Kafka(KafkaStoreConfig),
+}
+
+/// The Kafka store's settings.
+#[derive(Debug, Clone)]
+pub struct KafkaStoreConfig {
+    /// The cluster (`checkpoint.bootstrap_servers`, or the source's or sink's).
+    pub bootstrap_servers: String,
+    /// Which section the cluster comes from, for messages (`checkpoint`, `source`, `sink`).
+    pub cluster_of: &'static str,
+    /// The compacted topic.
+    pub topic: String,
+    /// librdkafka properties of the store's clients.
+    pub properties: BTreeMap<String, String>,
+    /// `job.name`.
+    pub job: String,
+    /// The key prefix of this job's records: the job's name, with the instance when the job runs
+    /// as several (`<job>#<index>`).
+    pub owner: String,
+}
+
+impl KafkaStoreConfig {
+    /// The transactional id of the store's producer: one per job (and instance), so a second
+    /// process of the same job fences the first.
+    pub fn transactional_id(&self) -> String {
+        format!("tidegate-state-{}", self.owner)
+    }
+}
+
+/// Validate `[checkpoint]`'s store keys against the job, source and sink they serve.
+pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sink: &SinkConfig) -> Result<StoreConfig> {
+    let kafka_only = [
+        ("checkpoint.topic", raw.topic.is_some()),
+        ("checkpoint.bootstrap_servers", raw.bootstrap_servers.is_some()),
+        ("checkpoint.properties", raw.properties.is_some()),
+    ];
+    match raw.store.as_deref().unwrap_or("file") {
+        "file" => {
+            if let Some((key, _)) = kafka_only.iter().find(|(_, set)| *set) {
+                return Err(Error::config(*key, "only used with checkpoint.store = \"kafka\""));
+            }
+            Ok(StoreConfig::File)
+        }
+        "kafka" => {
+            if raw.path.is_some() {
+                return Err(Error::config(
+                    "checkpoint.path",
+                    "not used with checkpoint.store = \"kafka\" (the state is in checkpoint.topic): remove it",
+                ));
+            }
+            if job.name.contains('/') {
+                return Err(Error::config(
+                    "job.name",
+                    "must not contain '/' with checkpoint.store = \"kafka\" (it starts the keys of the job's state records)",
+                ));
+            }
+            let source_cluster = match source {
+                SourceConfig::Kafka(k) => Some((&k.settings.bootstrap_servers, &k.settings.properties)),
+                _ => None,
+            };
+            let sink_cluster = match sink {
+                SinkConfig::Kafka(k) => Some((&k.settings.bootstrap_servers, &k.settings.properties)),
+                _ => None,
+            };
+            let inherited = source_cluster
+                .map(|c| ("source", c))
+                .or(sink_cluster.map(|c| ("sink", c)));
+            let (bootstrap_servers, cluster_of, inherited_properties) = match (&raw.bootstrap_servers, inherited) {
+                (Some(b), _) => (b.clone(), "checkpoint", BTreeMap::new()),
+                (None, Some((section, (b, p)))) => (b.clone(), section, crate::kafka::client::connection_properties(p)),
+                (None, None) => {
+                    return Err(Error::config(
+                        "checkpoint.bootstrap_servers",
+                        "required with checkpoint.store = \"kafka\" when neither the source nor the sink is Kafka",
+                    ))
+                }
+            };
+            if bootstrap_servers.trim().is_empty() {
+                return Err(Error::config("checkpoint.bootstrap_servers", "must not be empty"));
+            }
+            let properties = match &raw.properties {
+                Some(p) => crate::connector::values::properties("checkpoint", p.clone())?,
+                None => inherited_properties,
+            };
+            let topic = raw.topic.clone().unwrap_or_else(|| DEFAULT_TOPIC.into());
+            if topic.trim().is_empty() {
+                return Err(Error::config("checkpoint.topic", "must not be empty"));
+            }
+            let owner = if job.instance.count > 1 {
+                format!("{}#{}", job.name, job.instance.index)
+            } else {
+                job.name.clone()
+            };
+            Ok(StoreConfig::Kafka(KafkaStoreConfig {
+                bootstrap_servers,
+                cluster_of,
+                topic,
+                properties,
+                job: job.name.clone(),
+                owner,
+            }))
+        }
+        other => Err(Error::config(
+            "checkpoint.store",
+            format!("unknown store {other:?}; one of file, kafka"),
+        )),
+    }
+}
+
+/// An open store of the job's checkpoints, and how `--reset-state` clears it.
+pub struct OpenStore {
+    /// The store (`None`: a file store without a path keeps no state).
+    pub store: Option<Arc<dyn CheckpointStore>>,
+    kafka: Option<Arc<kafka::KafkaCheckpointStore>>,
+}
+
+impl OpenStore {
+    /// `--reset-state`: the state file moved aside by `move_aside`; the Kafka store's records of
+    /// this job replaced by tombstones, in one transaction.
+    pub fn reset(&self, move_aside: impl FnOnce() -> Result<()>) -> Result<()> {
+        match &self.kafka {
+            Some(k) => k.reset(),
+            None => move_aside(),
+        }
+    }
+}
+
+/// Open the configured store; `state` (`--state`) overrides `checkpoint.path`.
+pub fn open(config: &Config, state: Option<&Path>) -> Result<OpenStore> {
+    match &config.checkpoint.store {
+        StoreConfig::File => {
+            let path = state.map(Path::to_path_buf).or_else(|| config.checkpoint.path.clone());
+            let store = path.map(StateStore::open).transpose()?;
+            Ok(OpenStore {
+                store: store.map(|s| Arc::new(s) as Arc<dyn CheckpointStore>),
+                kafka: None,
+            })
+        }
+        StoreConfig::Kafka(k) => {
+            if let Some(path) = state {
+                return Err(Error::config(
+                    "--state",
+                    format!(
+                        "names a state file ({}), but this job keeps its checkpoints in Kafka (checkpoint.store = \"kafka\", topic {})",
+                        path.display(),
+                        k.topic
+                    ),
+                ));
+            }
+            let store = Arc::new(kafka::KafkaCheckpointStore::open(k.clone())?);
+            Ok(OpenStore {
+                store: Some(Arc::clone(&store) as Arc<dyn CheckpointStore>),
+                kafka: Some(store),
+            })
+        }
+    }
+}
+
+/// `tidegate state show FILE`, or `tidegate state show --config JOB` (the configured store).
+pub fn show(file: Option<&Path>, config: Option<&Path>, sets: &[String]) -> Result<()> {
+    let config = match (file, config) {
+        (Some(file), _) => return crate::daemon::show_state(file),
+        (None, Some(config)) => crate::config::load(config, sets)?,
+        (None, None) => return Err(Error::config("state show", "give a state file or --config")),
+    };
+    let (location, state) = match &config.checkpoint.store {
+        StoreConfig::File => match &config.checkpoint.path {
+            Some(path) => return crate::daemon::show_state(path),
+            None => {
+                return Err(Error::config(
+                    "checkpoint.path",
+                    "the job keeps no state (no checkpoint.path, checkpoint.store = \"file\")",
+                ))
+            }
+        },
+        StoreConfig::Kafka(k) => (
+            format!("kafka topic {} at {}, job {}", k.topic, k.bootstrap_servers, k.owner),
+            kafka::read_only(k)?,
+        ),
+    };
+    let Some(state) = state else {
+        return Err(Error::State {
+            path: location.into(),
+            source: crate::error::StateError::Unreadable(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no checkpoint of this job in the topic",
+            )),
+        });
+    };
+    let text = serde_json::to_string_pretty(&state).unwrap_or_default();
+    // a closed pipe (`state show | head`) ends the output; it is not a failure
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), format!("{text}\n").as_bytes());
+    Ok(())
+}

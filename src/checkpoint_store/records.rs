@@ -1,0 +1,270 @@
+//! The records of the Kafka checkpoint store: keys (`<owner>/checkpoint`, `<owner>/enumerator`,
+//! `<owner>/split/<split id>`), values (a JSON envelope with a format, a version, the job, the
+//! checkpoint id and a CRC32 of the payload), a checkpoint cut into records, and the records read
+//! back assembled into the checkpoint JSON the state file would hold. Pure: no Kafka here.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::core::{StateError, StoredCheckpoint};
+
+/// The `format` of every state record.
+pub const RECORD_FORMAT: &str = "tidegate-state-record";
+/// The record version this build reads and writes.
+pub const RECORD_VERSION: u64 = 1;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Envelope {
+    format: String,
+    version: u64,
+    job: String,
+    checkpoint_id: u64,
+    crc32: u32,
+    payload: Value,
+}
+
+/// The key of the record of one part of `owner`'s checkpoint.
+pub fn checkpoint_key(owner: &str) -> String {
+    format!("{owner}/checkpoint")
+}
+
+fn enumerator_key(owner: &str) -> String {
+    format!("{owner}/enumerator")
+}
+
+fn split_key(owner: &str, split_id: &str) -> String {
+    format!("{owner}/split/{split_id}")
+}
+
+/// Whether `key` is one of `owner`'s records (another job's keys, even ones that start with
+/// this job's name, are not).
+pub fn is_owned(owner: &str, key: &str) -> bool {
+    key.strip_prefix(owner)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .is_some_and(|rest| rest == "checkpoint" || rest == "enumerator" || rest.starts_with("split/"))
+}
+
+fn crc(payload: &Value) -> u32 {
+    // serde_json writes a `Value`'s objects in key order: the same payload, the same bytes
+    crc32fast::hash(&serde_json::to_vec(payload).unwrap_or_default())
+}
+
+fn encode(job: &str, checkpoint_id: u64, payload: Value) -> Result<Vec<u8>, StateError> {
+    let envelope = Envelope {
+        format: RECORD_FORMAT.into(),
+        version: RECORD_VERSION,
+        job: job.into(),
+        checkpoint_id,
+        crc32: crc(&payload),
+        payload,
+    };
+    serde_json::to_vec(&envelope).map_err(|e| StateError::Malformed(e.to_string()))
+}
+
+fn decode(job: &str, bytes: &[u8]) -> Result<Envelope, StateError> {
+    if bytes.is_empty() {
+        return Err(StateError::Empty);
+    }
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|_| StateError::NotAStateFile("the value is not a tidegate state record (not JSON)".into()))?;
+    let format = value.get("format").and_then(Value::as_str).unwrap_or("none");
+    if format != RECORD_FORMAT {
+        return Err(StateError::NotAStateFile(format!(
+            "format is {format:?}, not {RECORD_FORMAT:?}"
+        )));
+    }
+    let envelope: Envelope = serde_json::from_value(value).map_err(|e| StateError::Malformed(e.to_string()))?;
+    if envelope.version != RECORD_VERSION {
+        return Err(StateError::UnknownVersion {
+            found: envelope.version,
+            supported: RECORD_VERSION,
+        });
+    }
+    let actual = crc(&envelope.payload);
+    if actual != envelope.crc32 {
+        return Err(StateError::ChecksumMismatch {
+            expected: envelope.crc32,
+            actual,
+        });
+    }
+    if envelope.job != job {
+        return Err(StateError::JobMismatch {
+            expected: job.into(),
+            found: envelope.job,
+        });
+    }
+    Ok(envelope)
+}
+
+/// `checkpoint` as `(key, value)` records: one per split, the enumerator's, and the job's (every
+/// other field of the checkpoint, with the ids of its splits), last.
+pub fn records_of(owner: &str, job: &str, checkpoint: &StoredCheckpoint) -> Result<Vec<(String, Vec<u8>)>, StateError> {
+    let id = checkpoint.checkpoint_id;
+    let Value::Object(mut fields) = checkpoint.value.clone() else {
+        return Err(StateError::Malformed("a checkpoint is not a JSON object".into()));
+    };
+    let splits = match fields.remove("splits") {
+        Some(Value::Array(splits)) => splits,
+        _ => return Err(StateError::Malformed("a checkpoint without a `splits` list".into())),
+    };
+    if splits.len() != checkpoint.split_ids.len() {
+        return Err(StateError::Malformed(format!(
+            "{} splits but {} split ids",
+            splits.len(),
+            checkpoint.split_ids.len()
+        )));
+    }
+    let enumerator = fields.remove("enumerator").unwrap_or(Value::Null);
+    let mut records = Vec::with_capacity(splits.len() + 2);
+    for (split, split_id) in splits.into_iter().zip(&checkpoint.split_ids) {
+        records.push((split_key(owner, split_id), encode(job, id, split)?));
+    }
+    records.push((enumerator_key(owner), encode(job, id, enumerator)?));
+    fields.insert("split_ids".into(), Value::from(checkpoint.split_ids.clone()));
+    records.push((checkpoint_key(owner), encode(job, id, Value::Object(fields))?));
+    Ok(records)
+}
+
+/// The checkpoint JSON from the latest record of each of `owner`'s keys (`None`: a tombstone);
+/// `None` when there is no job record. An error names the key it is about.
+pub fn assemble(
+    owner: &str,
+    job: &str,
+    latest: &BTreeMap<String, Option<Vec<u8>>>,
+) -> Result<Option<Value>, (String, StateError)> {
+    let read = |key: &str| -> Result<Option<Envelope>, (String, StateError)> {
+        match latest.get(key) {
+            Some(Some(bytes)) => decode(job, bytes).map(Some).map_err(|e| (key.to_string(), e)),
+            _ => Ok(None),
+        }
+    };
+    // every live record of this job must be sound, including ones the last checkpoint no longer
+    // names: damage is reported, never stepped around
+    for (key, value) in latest {
+        if let Some(bytes) = value {
+            decode(job, bytes).map_err(|e| (key.clone(), e))?;
+        }
+    }
+    let key = checkpoint_key(owner);
+    let Some(head) = read(&key)? else {
+        return Ok(None);
+    };
+    let id = head.checkpoint_id;
+    let Value::Object(mut fields) = head.payload else {
+        return Err((key, StateError::Malformed("the job record is not a JSON object".into())));
+    };
+    let split_ids: Vec<String> = match fields.remove("split_ids") {
+        Some(ids) => serde_json::from_value(ids).map_err(|e| (key.clone(), StateError::Malformed(e.to_string())))?,
+        None => return Err((key, StateError::Malformed("the job record lists no splits".into()))),
+    };
+    // written in one transaction with the job record: a part of another checkpoint means the
+    // topic was written by something else
+    let part = |key: String| -> Result<Value, (String, StateError)> {
+        match read(&key)? {
+            Some(e) if e.checkpoint_id == id => Ok(e.payload),
+            Some(e) => Err((
+                key,
+                StateError::Malformed(format!(
+                    "holds checkpoint {}, the job record checkpoint {id} (not written by one transaction)",
+                    e.checkpoint_id
+                )),
+            )),
+            None => Err((key, StateError::Truncated(format!("missing from checkpoint {id}")))),
+        }
+    };
+    let enumerator = part(enumerator_key(owner))?;
+    let splits = split_ids
+        .iter()
+        .map(|s| part(split_key(owner, s)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut checkpoint = Map::new();
+    checkpoint.extend(fields);
+    checkpoint.insert("enumerator".into(), enumerator);
+    checkpoint.insert("splits".into(), Value::Array(splits));
+    Ok(Some(Value::Object(checkpoint)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn checkpoint(id: u64, splits: &[(&str, u64)]) -> StoredCheckpoint {
+        StoredCheckpoint {
+            checkpoint_id: id,
+            value: json!({
+                "job": "j", "source": "kafka", "checkpoint_id": id, "enumerator": {"seen": id},
+                "splits": splits.iter().map(|(_, n)| json!({"next": n})).collect::<Vec<_>>(),
+            }),
+            split_ids: splits.iter().map(|(s, _)| s.to_string()).collect(),
+        }
+    }
+
+    fn latest(records: impl IntoIterator<Item = (String, Vec<u8>)>) -> BTreeMap<String, Option<Vec<u8>>> {
+        records.into_iter().map(|(k, v)| (k, Some(v))).collect()
+    }
+
+    #[test]
+    fn a_checkpoint_comes_back_whole_and_stale_splits_stay_out() {
+        let first = checkpoint(1, &[("t-0", 5), ("t-1", 7)]);
+        let second = checkpoint(2, &[("t-1", 9)]);
+        let mut topic = latest(records_of("j", "j", &first).unwrap());
+        topic.extend(latest(records_of("j", "j", &second).unwrap()));
+        assert_eq!(assemble("j", "j", &topic).unwrap(), Some(second.value.clone()));
+        assert!(
+            topic.contains_key("j/split/t-0"),
+            "the old split's record is still there"
+        );
+        assert_eq!(assemble("other", "other", &BTreeMap::new()).unwrap(), None);
+    }
+
+    #[test]
+    fn damage_and_foreign_records_name_their_key() {
+        let records = records_of("j", "j", &checkpoint(1, &[("t-0", 5)])).unwrap();
+        let mut topic = latest(records.clone());
+        topic.insert("j/split/t-0".into(), Some(b"garbage".to_vec()));
+        let (key, e) = assemble("j", "j", &topic).unwrap_err();
+        assert_eq!(key, "j/split/t-0");
+        assert!(matches!(e, StateError::NotAStateFile(_)), "{e}");
+
+        let mut topic = latest(records.clone());
+        let damaged = String::from_utf8(topic["j/enumerator"].clone().unwrap())
+            .unwrap()
+            .replace("\"seen\":1", "\"seen\":2");
+        topic.insert("j/enumerator".into(), Some(damaged.into_bytes()));
+        assert!(matches!(
+            assemble("j", "j", &topic).unwrap_err().1,
+            StateError::ChecksumMismatch { .. }
+        ));
+
+        let mut topic = latest(records);
+        topic.insert(
+            "j/enumerator".into(),
+            Some(records_of("j", "k", &checkpoint(1, &[])).unwrap()[0].1.clone()),
+        );
+        assert!(matches!(
+            assemble("j", "j", &topic).unwrap_err().1,
+            StateError::JobMismatch { .. }
+        ));
+    }
+
+    #[test]
+    fn a_part_of_another_checkpoint_is_refused() {
+        let mut topic = latest(records_of("j", "j", &checkpoint(1, &[("t-0", 5)])).unwrap());
+        let newer = records_of("j", "j", &checkpoint(2, &[("t-0", 6)])).unwrap();
+        topic.insert(newer[2].0.clone(), Some(newer[2].1.clone()));
+        let (key, e) = assemble("j", "j", &topic).unwrap_err();
+        assert_eq!(key, "j/enumerator");
+        assert!(matches!(e, StateError::Malformed(_)), "{e}");
+    }
+
+    #[test]
+    fn keys_of_other_jobs_are_not_owned() {
+        assert!(is_owned("j", "j/checkpoint"));
+        assert!(is_owned("j", "j/split/t-0"));
+        assert!(!is_owned("j", "j2/checkpoint"));
+        assert!(!is_owned("j", "j/x/checkpoint"));
+    }
+}

@@ -1,0 +1,46 @@
+//! Where a job's checkpoints are kept: the [`CheckpointStore`] trait the job and the coordinator
+//! write through (the state file, [`crate::StateStore`], is one; the tidegate crate adds a store
+//! in a compacted Kafka topic), and [`StoredCheckpoint`], a checkpoint as a store receives it.
+
+use crate::error::Result;
+
+/// A completed checkpoint handed to a store: its id, its JSON (a [`crate::Checkpoint`]), and the
+/// id of each split in `value["splits"]`, in the same order (a store keyed by split needs them;
+/// a split's JSON does not carry its id in a form the store could read).
+#[derive(Debug, Clone)]
+pub struct StoredCheckpoint {
+    /// The checkpoint's number.
+    pub checkpoint_id: u64,
+    /// The checkpoint's JSON.
+    pub value: serde_json::Value,
+    /// `split_ids[i]` is the id of `value["splits"][i]`.
+    pub split_ids: Vec<String>,
+}
+
+/// A store of the job's last checkpoint. `write` is atomic: after a crash at any point, `load`
+/// returns either the checkpoint written before or the new one, whole.
+pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
+    /// Where the checkpoints are (a path, a topic at an address), for messages and `state show`.
+    fn location(&self) -> String;
+
+    /// The last checkpoint written, as the JSON of a [`crate::Checkpoint`]; `None` when there is
+    /// none yet. Damaged or foreign state is an [`crate::Error::State`] (exit 3), left as it is.
+    fn load(&self) -> Result<Option<serde_json::Value>>;
+
+    /// Replace the last checkpoint with `checkpoint`, atomically.
+    fn write(&self, checkpoint: &StoredCheckpoint) -> Result<()>;
+}
+
+impl CheckpointStore for crate::StateStore {
+    fn location(&self) -> String {
+        self.path().display().to_string()
+    }
+
+    fn load(&self) -> Result<Option<serde_json::Value>> {
+        crate::StateStore::load(self)
+    }
+
+    fn write(&self, checkpoint: &StoredCheckpoint) -> Result<()> {
+        self.write_encoded(&crate::state::encode(&checkpoint.value)?)
+    }
+}

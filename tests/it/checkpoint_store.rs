@@ -1,0 +1,381 @@
+//! The Kafka checkpoint store (`checkpoint.store = "kafka"`) against the real broker: a replay
+//! stopped by SIGTERM resumes from a fresh, empty directory with every record once; the file
+//! store and the Kafka store write byte-identical output; a corrupt state record stops the job
+//! with exit 3 and nothing written; a crash inside the store's transaction leaves the checkpoint
+//! before as the one restored. Needs the binary built with `failpoints` (scripts/test does).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use crate::common::{wait_until, TestKafka, TestRecord};
+use crate::daemon_util::*;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// `n` records `value-<i>` spread over `partitions` partitions of a new topic.
+fn source_topic(kafka: &TestKafka, prefix: &str, partitions: i32, n: usize) -> String {
+    let topic = kafka.create_topic(prefix, partitions);
+    let records: Vec<TestRecord> = (0..n)
+        .map(|i| {
+            TestRecord::to((i % partitions as usize) as i32, format!("value-{i}")).at(1_790_000_000_000 + i as i64)
+        })
+        .collect();
+    kafka.produce(&topic, &records);
+    topic
+}
+
+/// A bounded replay of `topic` (to the end offsets at start) at `max_rate` records/s, into
+/// `sink`, with checkpoints every 200 ms in `[checkpoint]` (`store` lines).
+fn job(kafka: &TestKafka, name: &str, topic: &str, parallelism: usize, sink: &str, store: &str) -> String {
+    format!(
+        r#"
+[job]
+name = "{name}"
+parallelism = {parallelism}
+
+[source]
+type = "kafka"
+bootstrap_servers = "{bootstrap}"
+topics = ["{topic}"]
+format = "string"
+stopping_offsets = "latest"
+max_rate = 300
+
+{sink}
+
+[checkpoint]
+interval = "200ms"
+{store}
+"#,
+        bootstrap = kafka.bootstrap
+    )
+}
+
+fn kafka_store(state_topic: &str) -> String {
+    format!("store = \"kafka\"\ntopic = \"{state_topic}\"")
+}
+
+/// `tidegate state show --config` of a job: exit code, stdout, stderr.
+fn state_show(config: &Path) -> (i32, String, String) {
+    let out = Command::new(binary())
+        .args(["state", "show", "--config"])
+        .arg(config)
+        .output()
+        .expect("run tidegate state show");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every record of the state topic, aborted transactions included (`read_uncommitted`), as
+/// (key, value) pairs.
+fn state_records_uncommitted(kafka: &TestKafka, topic: &str) -> Vec<(String, String)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &kafka.bootstrap)
+        .set("group.id", "tidegate-test-state-reader")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_uncommitted")
+        .set("enable.partition.eof", "true")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .expect("partition");
+    consumer.assign(&tpl).expect("assign");
+    let deadline = std::time::Instant::now() + MINUTE;
+    let mut out = Vec::new();
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "reading {topic} did not reach its end"
+        );
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => out.push((
+                String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+                String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+            )),
+            Some(Err(KafkaError::PartitionEOF(_))) => return out,
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+            None => {}
+        }
+    }
+}
+
+/// How many times each value is in a JSON-lines output file.
+fn value_counts(path: &Path) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for line in read_jsonl(path) {
+        *counts
+            .entry(line["value"].as_str().expect("a string value").to_string())
+            .or_default() += 1;
+    }
+    counts
+}
+
+fn assert_each_once(counts: &BTreeMap<String, usize>, n: usize, what: &str) {
+    let missing: Vec<String> = (0..n)
+        .map(|i| format!("value-{i}"))
+        .filter(|v| !counts.contains_key(v))
+        .take(5)
+        .collect();
+    let repeated: Vec<(&String, &usize)> = counts.iter().filter(|(_, c)| **c > 1).take(5).collect();
+    assert!(missing.is_empty(), "{what}: missing {missing:?}…");
+    assert!(repeated.is_empty(), "{what}: repeated {repeated:?}…");
+    assert_eq!(counts.len(), n, "{what}: unexpected records");
+}
+
+#[test]
+fn a_replay_stopped_by_sigterm_resumes_from_an_empty_directory_exactly_once() {
+    let kafka = TestKafka::get();
+    let n = 600;
+    let topic = source_topic(&kafka, "store-src", 2, n);
+    let out_topic = kafka.create_topic("store-out", 1);
+    let state_topic = kafka.unique_topic("store-state");
+    let name = kafka.unique_topic("store-job");
+    let sink = format!(
+        "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{out_topic}\"\ndelivery = \"exactly_once\"",
+        kafka.bootstrap
+    );
+    let text = job(&kafka, &name, &topic, 2, &sink, &kafka_store(&state_topic));
+    let port = free_port();
+    let first_dir = JobDir::new();
+    let config = first_dir.config(&format!("{text}\n[metrics]\nlisten = \"{port}\"\n"));
+    let daemon = Daemon::start(&config, &[]);
+    wait_until("200 records written", MINUTE, || {
+        records_written(port).unwrap_or(0) >= 200
+    });
+    daemon.signal(libc::SIGTERM);
+    let (status, log) = daemon.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "the stopped run:\n{log}");
+    let first = kafka.read_all(&out_topic).len();
+    assert!(
+        first < n,
+        "the first run was meant to stop mid-way, it wrote {first} of {n}"
+    );
+
+    // another machine: nothing of the first directory
+    let second_dir = JobDir::new();
+    let config = second_dir.config(&text);
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "the resumed run:\n{log}");
+    assert!(
+        log.contains("resuming=true"),
+        "the second run did not resume from the Kafka store:\n{log}"
+    );
+    let mut counts = BTreeMap::new();
+    for r in kafka.read_all(&out_topic) {
+        let v = String::from_utf8(r.value.expect("a value")).expect("UTF-8");
+        *counts.entry(v).or_insert(0usize) += 1;
+    }
+    assert_each_once(
+        &counts,
+        n,
+        &format!("stopped after {first}, resumed from an empty directory"),
+    );
+}
+
+#[test]
+fn the_file_store_and_the_kafka_store_write_identical_output() {
+    let kafka = TestKafka::get();
+    let n = 400;
+    // one partition, one reader: the output's order is the topic's, whatever the timing
+    let topic = source_topic(&kafka, "store-same", 1, n);
+    let name = kafka.unique_topic("store-same-job");
+    let file_dir = JobDir::new();
+    let config = file_dir.config(&job(&kafka, &name, &topic, 1, FILE_SINK, "path = \"{dir}/job.state\""));
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "the file store's run:\n{log}");
+
+    // the Kafka store's run is killed mid-way (records past its last checkpoint in the file,
+    // cut back on restore to the length the Kafka store holds) and resumed
+    let kafka_dir = JobDir::new();
+    let state_topic = kafka.unique_topic("store-same-state");
+    let config = kafka_dir.config(&job(&kafka, &name, &topic, 1, FILE_SINK, &kafka_store(&state_topic)));
+    let out = kafka_dir.path("out.jsonl");
+    let daemon = Daemon::start(&config, &[]);
+    wait_until("100 records written", MINUTE, || line_count(&out) >= 100);
+    let log = daemon.kill9();
+    assert!(
+        line_count(&out) < n,
+        "the Kafka store's first run was meant to be killed mid-way:\n{log}"
+    );
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "the Kafka store's resumed run:\n{log}");
+
+    let with_file = std::fs::read(file_dir.path("out.jsonl")).expect("the file store's output");
+    let with_kafka = std::fs::read(&out).expect("the Kafka store's output");
+    assert_each_once(&value_counts(&out), n, "the Kafka store's output");
+    assert!(
+        with_file == with_kafka,
+        "the outputs differ: {} bytes with the file store, {} with the Kafka store",
+        with_file.len(),
+        with_kafka.len()
+    );
+}
+
+#[test]
+fn a_corrupt_state_record_stops_the_job_with_exit_3_and_nothing_written() {
+    let kafka = TestKafka::get();
+    let topic = source_topic(&kafka, "store-corrupt", 2, 100);
+    let state_topic = kafka.unique_topic("store-corrupt-state");
+    let name = kafka.unique_topic("store-corrupt-job");
+    let dir = JobDir::new();
+    let config = dir.config(&job(&kafka, &name, &topic, 2, FILE_SINK, &kafka_store(&state_topic)));
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "the first run:\n{log}");
+
+    // garbage under the job's key, outside any transaction
+    let key = format!("{name}/checkpoint");
+    kafka.produce(
+        &state_topic,
+        &[TestRecord::to(0, "\u{1}garbage, not JSON").key(key.clone())],
+    );
+    let ends = kafka.end_offsets(&state_topic);
+    let output = std::fs::read(dir.path("out.jsonl")).expect("output");
+
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 3, "a corrupt state record must stop the job with exit 3:\n{log}");
+    assert!(
+        log.contains(&format!("key {key}")) && log.contains("not a tidegate state"),
+        "the error names the key and the damage:\n{log}"
+    );
+    assert_eq!(
+        kafka.end_offsets(&state_topic),
+        ends,
+        "the state topic was written to:\n{log}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path("out.jsonl")).expect("output"),
+        output,
+        "the output changed"
+    );
+
+    let (code, _, err) = state_show(&config);
+    assert_eq!(code, 3, "state show of a corrupt record:\n{err}");
+    assert!(err.contains(&key), "{err}");
+}
+
+#[test]
+fn a_crash_inside_the_store_transaction_restores_the_checkpoint_before() {
+    let kafka = TestKafka::get();
+    let n = 600;
+    let topic = source_topic(&kafka, "store-crash", 2, n);
+    let state_topic = kafka.unique_topic("store-crash-state");
+    let name = kafka.unique_topic("store-crash-job");
+    let dir = JobDir::new();
+    let config = dir.config(&job(&kafka, &name, &topic, 2, FILE_SINK, &kafka_store(&state_topic)));
+    let point = "kafka_store.before_commit";
+    let crashed = Command::new(binary())
+        .args(["run", "--no-progress", "--config"])
+        .arg(&config)
+        .env("TIDEGATE_FAILPOINT", format!("{point}:3"))
+        .output()
+        .expect("run tidegate");
+    let log = String::from_utf8_lossy(&crashed.stderr);
+    assert!(
+        log.contains(&format!("failpoint {point} reached")) && crashed.status.code().is_none(),
+        "the daemon did not crash in checkpoint 3's transaction ({:?}):\n{log}",
+        crashed.status
+    );
+    // checkpoint 3's records reached the broker, in a transaction that never committed
+    let job_key = format!("{name}/checkpoint");
+    let written: Vec<u64> = state_records_uncommitted(&kafka, &state_topic)
+        .into_iter()
+        .filter(|(k, _)| *k == job_key)
+        .filter_map(|(_, v)| serde_json::from_str::<serde_json::Value>(&v).ok()?["checkpoint_id"].as_u64())
+        .collect();
+    assert_eq!(written, vec![1, 2, 3], "the job records sent, committed or not:\n{log}");
+
+    let (code, shown, err) = state_show(&config);
+    assert_eq!(code, 0, "state show after the crash:\n{err}");
+    let shown: serde_json::Value = serde_json::from_str(&shown).expect("state show prints JSON");
+    assert_eq!(
+        shown["checkpoint_id"], 2,
+        "the aborted checkpoint 3 must not be restored:\n{shown:#}"
+    );
+
+    let (code, restart) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "the restart:\n{restart}");
+    assert_each_once(
+        &value_counts(&dir.path("out.jsonl")),
+        n,
+        &format!("crashed in checkpoint 3's transaction\n--- the crashed run:\n{log}\n--- the restart:\n{restart}"),
+    );
+}
+
+#[test]
+fn a_state_topic_that_is_not_compacted_is_a_config_error() {
+    let kafka = TestKafka::get();
+    let topic = source_topic(&kafka, "store-policy", 1, 10);
+    // the broker's default policy: delete
+    let state_topic = kafka.create_topic("store-policy-state", 1);
+    let dir = JobDir::new();
+    let name = kafka.unique_topic("store-policy-job");
+    let config = dir.config(&job(&kafka, &name, &topic, 1, FILE_SINK, &kafka_store(&state_topic)));
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 2, "{log}");
+    assert!(
+        log.contains("checkpoint.topic") && log.contains("cleanup.policy=delete"),
+        "the error names the key and the policy:\n{log}"
+    );
+    assert!(!dir.path("out.jsonl").exists(), "the job started:\n{log}");
+}
+
+#[test]
+fn a_second_process_of_the_job_fences_the_first() {
+    let kafka = TestKafka::get();
+    let n = 3000;
+    let topic = source_topic(&kafka, "store-fence", 2, n);
+    let state_topic = kafka.unique_topic("store-fence-state");
+    let name = kafka.unique_topic("store-fence-job");
+    // no output: what is tested is the store's fencing, not a sink's
+    let port = free_port();
+    let text = job(
+        &kafka,
+        &name,
+        &topic,
+        2,
+        "[sink]\ntype = \"null\"",
+        &kafka_store(&state_topic),
+    );
+    let first_dir = JobDir::new();
+    let first = Daemon::start(
+        &first_dir.config(&format!("{text}\n[metrics]\nlisten = \"{port}\"\n")),
+        &[],
+    );
+    wait_until("the first process's records", MINUTE, || {
+        records_written(port).unwrap_or(0) >= 100
+    });
+
+    // the same job on another machine: it takes over the store's transactional id
+    let second_dir = JobDir::new();
+    let second = Daemon::start(&second_dir.config(&text), &[]);
+    let (status, log) = first.wait(MINUTE);
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "the first process must stop once fenced:\n{log}"
+    );
+    assert!(
+        log.contains("fences the first") && log.contains(&format!("tidegate-state-{name}")),
+        "the error says it was fenced, naming the transactional id:\n{log}"
+    );
+    let (status, log) = second.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "the second process:\n{log}");
+    let (code, shown, err) = state_show(&second_dir.path("job.toml"));
+    assert_eq!(code, 0, "{err}");
+    let shown: serde_json::Value = serde_json::from_str(&shown).expect("state show prints JSON");
+    assert_eq!(
+        shown["end_of_input"], true,
+        "the second process finished the job:\n{shown:#}"
+    );
+}
