@@ -38,9 +38,24 @@ impl FileSink {
             .create(true)
             .read(true)
             .write(true)
-            .truncate(!append)
+            .truncate(false)
             .open(path)
             .map_err(|e| Error::io(ctx("opening"), e))?;
+        // one writer per file, held while the sink lives: a second process (a second start on
+        // this host) is refused before it truncates or repairs anything. The state file's lock
+        // covers this only with the file store; a Kafka checkpoint store fences only at the next
+        // checkpoint, after the first process's lines reached the file.
+        // SAFETY: flock on a file descriptor we own; no memory is shared with the call.
+        let rc = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            return Err(Error::runtime(
+                format!("opening {}", path.display()),
+                "in use by another tidegate process (a second start of this job?)",
+            ));
+        }
+        if !append {
+            file.set_len(0).map_err(|e| Error::io(ctx("truncating"), e))?;
+        }
         if append {
             drop_torn_line(&mut file).map_err(|e| Error::io(ctx("repairing the end of"), e))?;
             file.seek(SeekFrom::End(0))
@@ -404,6 +419,34 @@ mod tests {
         assert_eq!(lines.len(), 3, "{text}");
         assert_eq!(lines[..2], ["{\"a\":1}", "{\"a\":2}"]);
         assert!(lines[2].contains("\"offset\":3"));
+    }
+
+    /// Two processes writing one file (a second start on the same host, with a state store that
+    /// is not a locked local file) would interleave their lines: the second is refused, before it
+    /// truncates anything.
+    #[test]
+    fn a_file_another_sink_writes_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        let mut first = FileSink::open(&path, false, None).unwrap();
+        first
+            .write(vec![Record {
+                offset: Some(1),
+                ..Record::default()
+            }])
+            .unwrap();
+        first.prepare_commit(1).unwrap();
+        let written = std::fs::read(&path).unwrap();
+        for append in [false, true] {
+            let Err(e) = FileSink::open(&path, append, None) else {
+                panic!("a second sink opened {} (append {append})", path.display());
+            };
+            assert!(e.to_string().contains("in use by another tidegate process"), "{e}");
+            assert!(e.to_string().contains("out.jsonl"), "{e}");
+            assert_eq!(std::fs::read(&path).unwrap(), written);
+        }
+        drop(first);
+        FileSink::open(&path, true, None).expect("free once the first sink is gone");
     }
 
     #[test]
