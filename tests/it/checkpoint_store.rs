@@ -379,3 +379,65 @@ fn a_second_process_of_the_job_fences_the_first() {
         "the second process finished the job:\n{shown:#}"
     );
 }
+
+/// The id of the last "checkpoint complete" line of a daemon's log (0: none).
+fn last_checkpoint(log: &str) -> u64 {
+    log.lines()
+        .filter(|l| l.contains("checkpoint complete"))
+        .filter_map(|l| l.split("checkpoint=").nth(1)?.split(' ').next()?.parse().ok())
+        .last()
+        .unwrap_or(0)
+}
+
+#[test]
+fn an_open_foreign_transaction_on_the_state_topic_delays_the_restore_until_it_ends() {
+    let kafka = TestKafka::get();
+    let n = 3000;
+    let topic = source_topic(&kafka, "store-lso", 2, n);
+    let state_topic = kafka.unique_topic("store-lso-state");
+    let name = kafka.unique_topic("store-lso-job");
+    let dir = JobDir::new();
+    let config = dir.config(&job(&kafka, &name, &topic, 2, FILE_SINK, &kafka_store(&state_topic)));
+    let first = Daemon::start(&config, &[]);
+    wait_until("the first run's checkpoints", MINUTE, || {
+        last_checkpoint(&first.log_text()) >= 2
+    });
+    // another producer (another job, another instance) opens a transaction on the state topic
+    let foreign = kafka.transactional_producer();
+    foreign.begin();
+    foreign.send_and_flush(
+        &state_topic,
+        &[TestRecord::to(0, "{}").key("another-job/checkpoint")],
+    );
+    let before = last_checkpoint(&first.log_text());
+    // checkpoints committed after the foreign transaction began, then a stop
+    wait_until("checkpoints after the foreign transaction began", MINUTE, || {
+        last_checkpoint(&first.log_text()) >= before + 3
+    });
+    first.signal(libc::SIGTERM);
+    let (status, log) = first.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "the first run:\n{log}");
+    let latest = last_checkpoint(&log);
+    assert!(
+        !log.contains("finished after"),
+        "the first run ended before the stop; the test needs a longer input:\n{log}"
+    );
+
+    let second = Daemon::start(&config, &[]);
+    wait_until("the restart waiting for the open transaction", MINUTE, || {
+        let log = second.log_text();
+        assert!(
+            !log.contains("restoring from"),
+            "the restart restored while a transaction held the state topic back:\n{log}"
+        );
+        log.contains("open transaction")
+    });
+    foreign.abort();
+    let (status, log) = second.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "the restart:\n{log}");
+    assert!(
+        log.contains(&format!("checkpoint={latest} ")) && log.contains("restoring from"),
+        "the restart must restore the latest checkpoint, {latest}:\n{log}"
+    );
+    assert_each_once(&value_counts(&dir.path("out.jsonl")), n, "after the restart");
+}
