@@ -25,9 +25,13 @@ use crate::core::{CheckpointStore, StateError, StoredCheckpoint};
 use crate::error::{kafka, Error, Result};
 use crate::kafka::client::{client_config, fetch_metadata, TracingContext};
 
-/// How long a call to the cluster may take (metadata, a transaction, reading the topic without
-/// progress).
+/// How long a call to the cluster may take (metadata, a transaction, watermarks).
 const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a restore waits for another producer's open transaction on the state topic to end:
+/// longer than the transaction timeout of tidegate's producers (60 s, the store's and the Kafka
+/// sink's default), so a crashed process's transaction is aborted by the broker meanwhile.
+const RESTORE_WAIT: Duration = Duration::from_secs(150);
 
 /// The settings of a topic the store creates: compacted; a segment rolls every hour so the
 /// cleaner can drop superseded values; a value stays at least a minute before it may be compacted.
@@ -42,6 +46,10 @@ const TOPIC_CONFIG: &[(&str, &str)] = &[
 pub struct KafkaCheckpointStore {
     config: KafkaStoreConfig,
     producer: Mutex<BaseProducer<TracingContext>>,
+    /// The checkpoint the first [`CheckpointStore::load`] found, until the next write or reset:
+    /// the daemon's look before the sink starts and the job's restore see the same one (a
+    /// second scan could find a checkpoint the first missed, after the sink had started afresh).
+    loaded: Mutex<Option<Option<serde_json::Value>>>,
 }
 
 impl std::fmt::Debug for KafkaCheckpointStore {
@@ -88,6 +96,7 @@ impl KafkaCheckpointStore {
         Ok(KafkaCheckpointStore {
             config,
             producer: Mutex::new(producer),
+            loaded: Mutex::new(None),
         })
     }
 
@@ -163,6 +172,7 @@ impl KafkaCheckpointStore {
     /// `--reset-state`: a tombstone for each of this job's keys, in one transaction (other jobs'
     /// records are untouched).
     pub fn reset(&self) -> Result<()> {
+        *self.loaded.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let live: Vec<(String, Option<Vec<u8>>)> = scan(&self.config)?
             .into_iter()
             .filter(|(_, v)| v.is_some())
@@ -184,12 +194,22 @@ impl CheckpointStore for KafkaCheckpointStore {
         )
     }
 
+    /// The first call scans the topic; later ones return what it found until a write or a
+    /// reset (one restore, one answer).
     fn load(&self) -> Result<Option<serde_json::Value>> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(found) = loaded.as_ref() {
+            return Ok(found.clone());
+        }
         let latest = scan(&self.config)?;
-        assemble(&self.config.owner, &self.config.job, &latest).map_err(|(key, e)| state_error(&self.config, &key, e))
+        let found = assemble(&self.config.owner, &self.config.job, &latest)
+            .map_err(|(key, e)| state_error(&self.config, &key, e))?;
+        *loaded = Some(found.clone());
+        Ok(found)
     }
 
     fn write(&self, checkpoint: &StoredCheckpoint) -> Result<()> {
+        *self.loaded.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let records = records_of(&self.config.owner, &self.config.job, checkpoint)
             .map_err(|e| state_error(&self.config, &checkpoint_key(&self.config.owner), e))?;
         let records: Vec<(String, Option<Vec<u8>>)> = records.into_iter().map(|(k, v)| (k, Some(v))).collect();
@@ -199,7 +219,7 @@ impl CheckpointStore for KafkaCheckpointStore {
 
 /// Whether the topic exists; an unreachable cluster is an error naming its address.
 fn topic_exists(config: &KafkaStoreConfig) -> Result<bool> {
-    let reader = reader(config, &config.owner)?;
+    let reader = reader(config, &config.owner, "read_committed")?;
     let what = format!(
         "reaching the checkpoint store's cluster at {} ({}.bootstrap_servers)",
         config.bootstrap_servers, config.cluster_of
@@ -231,59 +251,113 @@ fn state_error(config: &KafkaStoreConfig, key: &str, source: StateError) -> Erro
     }
 }
 
-/// The latest value of each of the job's keys (`None`: a tombstone), read to the end of the
-/// topic, committed records only.
+/// The latest value of each of the job's keys (`None`: a tombstone), committed records only,
+/// read up to the partition's high watermark as it was when the scan began. A `read_committed`
+/// consumer's end of partition is the last stable offset: another producer's open transaction
+/// (another job or instance on the shared topic, a crashed process whose transaction has not
+/// timed out) holds it back, and stopping there could miss this job's latest checkpoint. So the
+/// scan waits, at most [`RESTORE_WAIT`], until its position reaches the high watermark.
 fn scan(c: &KafkaStoreConfig) -> Result<BTreeMap<String, Option<Vec<u8>>>> {
-    let consumer = reader(c, &c.owner)?;
+    let context = || format!("reading checkpoint topic {} at {}", c.topic, c.bootstrap_servers);
+    let high = high_watermark(c)?;
+    let mut latest = BTreeMap::new();
+    if high <= 0 {
+        return Ok(latest);
+    }
+    let consumer = reader(c, &c.owner, "read_committed")?;
     let mut assignment = TopicPartitionList::new();
     assignment
         .add_partition_offset(&c.topic, 0, Offset::Beginning)
         .and_then(|_| consumer.assign(&assignment))
-        .map_err(|e| {
-            kafka(
-                format!("reading checkpoint topic {} at {}", c.topic, c.bootstrap_servers),
-                e,
-            )
-        })?;
-    let mut latest = BTreeMap::new();
-    let mut progress = Instant::now();
+        .map_err(|e| kafka(context(), e))?;
+    let started = Instant::now();
+    let mut waiting = false;
     loop {
-        match consumer.poll(Duration::from_millis(200)) {
+        let mut at_end = false;
+        match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
-                progress = Instant::now();
                 if let Some(Ok(key)) = m.key_view::<str>() {
                     if is_owned(&c.owner, key) {
                         latest.insert(key.to_string(), m.payload().map(<[u8]>::to_vec));
                     }
                 }
             }
-            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(latest),
-            Some(Err(e)) => {
-                return Err(kafka(
-                    format!("reading checkpoint topic {} at {}", c.topic, c.bootstrap_servers),
-                    e,
-                ))
-            }
-            None if progress.elapsed() > TIMEOUT => {
-                return Err(Error::runtime(
-                    format!("reading checkpoint topic {} at {}", c.topic, c.bootstrap_servers),
-                    format!("the end of partition 0 was not reached after {TIMEOUT:?} without a record"),
-                ))
-            }
+            Some(Err(KafkaError::PartitionEOF(_))) => at_end = true,
+            Some(Err(e)) => return Err(kafka(context(), e)),
             None => {}
+        }
+        let position = match consumer
+            .position()
+            .map_err(|e| kafka(context(), e))?
+            .find_partition(&c.topic, 0)
+        {
+            Some(p) => match p.offset() {
+                Offset::Offset(o) => o,
+                _ => 0,
+            },
+            None => 0,
+        };
+        if position >= high {
+            if waiting {
+                info!(topic = %c.topic, offset = high, waited_ms = started.elapsed().as_millis() as u64, "checkpoint topic read to its end");
+            }
+            return Ok(latest);
+        }
+        if at_end && !waiting {
+            // the end of the committed records, before the high watermark: an open transaction
+            let (_, stable) = consumer
+                .fetch_watermarks(&c.topic, 0, TIMEOUT)
+                .map_err(|e| kafka(context(), e))?;
+            warn!(
+                topic = %c.topic,
+                offset = stable,
+                high_watermark = high,
+                wait_s = RESTORE_WAIT.as_secs(),
+                "an open transaction holds the checkpoint topic at offset {stable}; waiting for it to end before restoring"
+            );
+            waiting = true;
+        }
+        if started.elapsed() > RESTORE_WAIT {
+            return Err(Error::runtime(
+                context(),
+                format!(
+                    "committed records end at offset {position} of partition 0, the log at {high}: a transaction \
+                     left open there (another job or instance on this topic, or a stuck producer) did not end \
+                     within {RESTORE_WAIT:?}; end or abort it (a crashed producer's transaction ends after its \
+                     transaction.timeout.ms), or give this job its own checkpoint.topic, then start again"
+                ),
+            ));
         }
     }
 }
 
-/// A consumer of the state topic: committed records only, an event at the partition's end.
-fn reader(config: &KafkaStoreConfig, owner: &str) -> Result<BaseConsumer<TracingContext>> {
+/// The end of partition 0 of the state topic, uncommitted records included: what a scan must
+/// read up to (a `read_committed` client's watermarks stop at the last stable offset).
+fn high_watermark(c: &KafkaStoreConfig) -> Result<i64> {
+    let (_, high) = reader(c, &c.owner, "read_uncommitted")?
+        .fetch_watermarks(&c.topic, 0, TIMEOUT)
+        .map_err(|e| {
+            kafka(
+                format!(
+                    "reading the end of checkpoint topic {} at {}",
+                    c.topic, c.bootstrap_servers
+                ),
+                e,
+            )
+        })?;
+    Ok(high)
+}
+
+/// A consumer of the state topic at `isolation` (`read_committed`: committed records only), an
+/// event at the partition's end.
+fn reader(config: &KafkaStoreConfig, owner: &str, isolation: &str) -> Result<BaseConsumer<TracingContext>> {
     client_config(
         &config.bootstrap_servers,
         &[
             ("group.id", &format!("tidegate-state-reader-{owner}")),
             ("enable.auto.commit", "false"),
             ("enable.partition.eof", "true"),
-            ("isolation.level", "read_committed"),
+            ("isolation.level", isolation),
             ("client.id", "tidegate-state-reader"),
         ],
         &config.properties,

@@ -405,10 +405,7 @@ fn an_open_foreign_transaction_on_the_state_topic_delays_the_restore_until_it_en
     // another producer (another job, another instance) opens a transaction on the state topic
     let foreign = kafka.transactional_producer();
     foreign.begin();
-    foreign.send_and_flush(
-        &state_topic,
-        &[TestRecord::to(0, "{}").key("another-job/checkpoint")],
-    );
+    foreign.send_and_flush(&state_topic, &[TestRecord::to(0, "{}").key("another-job/checkpoint")]);
     let before = last_checkpoint(&first.log_text());
     // checkpoints committed after the foreign transaction began, then a stop
     wait_until("checkpoints after the foreign transaction began", MINUTE, || {
