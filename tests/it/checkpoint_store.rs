@@ -438,3 +438,28 @@ fn an_open_foreign_transaction_on_the_state_topic_delays_the_restore_until_it_en
     );
     assert_each_once(&value_counts(&dir.path("out.jsonl")), n, "after the restart");
 }
+
+#[test]
+fn a_changed_instance_count_is_refused_naming_job_instance() {
+    let kafka = TestKafka::get();
+    let n = 50;
+    let topic = source_topic(&kafka, "store-inst", 2, n);
+    let state_topic = kafka.unique_topic("store-inst-state");
+    let name = kafka.unique_topic("store-inst-job");
+    let dir = JobDir::new();
+    let config = dir.config(&job(&kafka, &name, &topic, 2, FILE_SINK, &kafka_store(&state_topic)));
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "the first run, one instance:\n{log}");
+
+    // the same job as two instances: its state is under `<job>`, not `<job>#0`
+    let two = "job.instance={\"index\":0,\"count\":2}";
+    let (code, log) = run(&config, &["--set", two], MINUTE);
+    assert_eq!(code, 2, "a changed job.instance must be refused, not start afresh:\n{log}");
+    assert!(
+        log.contains("job.instance") && log.contains(&format!("{name}/checkpoint")),
+        "the error names the key and the state found:\n{log}"
+    );
+    // --reset-state starts this instance over, as it says
+    let (code, log) = run(&config, &["--set", two, "--reset-state"], MINUTE);
+    assert_eq!(code, 0, "--reset-state:\n{log}");
+}
