@@ -6,20 +6,18 @@
 //! each of the job's keys. Nothing is deleted: a split finished long ago is rewritten with every
 //! checkpoint, and compaction only drops values a later one of the same key supersedes.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{Message, Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
-use super::records::{assemble, checkpoint_key, is_owned, records_of};
+use super::records::{assemble, checkpoint_key, records_of};
+use super::scan::{reader, scan};
 use super::KafkaStoreConfig;
 use crate::core::{CheckpointStore, StateError, StoredCheckpoint};
 use crate::error::{kafka, Error, Result};
@@ -27,11 +25,6 @@ use crate::kafka::client::{client_config, fetch_metadata, TracingContext};
 
 /// How long a call to the cluster may take (metadata, a transaction, watermarks).
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How long a restore waits for another producer's open transaction on the state topic to end:
-/// longer than the transaction timeout of tidegate's producers (60 s, the store's and the Kafka
-/// sink's default), so a crashed process's transaction is aborted by the broker meanwhile.
-const RESTORE_WAIT: Duration = Duration::from_secs(150);
 
 /// The settings of a topic the store creates: compacted; a segment rolls every hour so the
 /// cleaner can drop superseded values; a value stays at least a minute before it may be compacted.
@@ -50,6 +43,8 @@ pub struct KafkaCheckpointStore {
     /// the daemon's look before the sink starts and the job's restore see the same one (a
     /// second scan could find a checkpoint the first missed, after the sink had started afresh).
     loaded: Mutex<Option<Option<serde_json::Value>>>,
+    /// `--reset-state` ran: the job starts over, whatever other owners of its name hold.
+    reset: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for KafkaCheckpointStore {
@@ -97,6 +92,7 @@ impl KafkaCheckpointStore {
             config,
             producer: Mutex::new(producer),
             loaded: Mutex::new(None),
+            reset: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -173,7 +169,9 @@ impl KafkaCheckpointStore {
     /// records are untouched).
     pub fn reset(&self) -> Result<()> {
         *self.loaded.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.reset.store(true, std::sync::atomic::Ordering::Relaxed);
         let live: Vec<(String, Option<Vec<u8>>)> = scan(&self.config)?
+            .latest
             .into_iter()
             .filter(|(_, v)| v.is_some())
             .map(|(k, _)| (k, None))
@@ -201,9 +199,12 @@ impl CheckpointStore for KafkaCheckpointStore {
         if let Some(found) = loaded.as_ref() {
             return Ok(found.clone());
         }
-        let latest = scan(&self.config)?;
-        let found = assemble(&self.config.owner, &self.config.job, &latest)
+        let scan = scan(&self.config)?;
+        let found = assemble(&self.config.owner, &self.config.job, &scan.latest)
             .map_err(|(key, e)| state_error(&self.config, &key, e))?;
+        if found.is_none() && !scan.others.is_empty() && !self.reset.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(instance_changed(&self.config, &scan.others));
+        }
         *loaded = Some(found.clone());
         Ok(found)
     }
@@ -237,8 +238,26 @@ pub fn read_only(config: &KafkaStoreConfig) -> Result<Option<serde_json::Value>>
     if !topic_exists(config)? {
         return Ok(None);
     }
-    let latest = scan(config)?;
+    let latest = scan(config)?.latest;
     assemble(&config.owner, &config.job, &latest).map_err(|(key, e)| state_error(config, &key, e))
+}
+
+/// The job's state is under another owner: `job.instance` changed (between one instance and
+/// several, or in number), like the state file's instance check.
+fn instance_changed(c: &KafkaStoreConfig, others: &[String]) -> Error {
+    let keys: Vec<String> = others.iter().map(|o| checkpoint_key(o)).collect();
+    Error::config(
+        "job.instance",
+        format!(
+            "changed since the job's state was written: checkpoint topic {} holds this job's checkpoints under {} \
+             but none under {}: each instance's state covers its own share of the work (its partitions, its \
+             generated ranges), and a new share would read moved partitions from their start or overlap another's \
+             ranges; finish the job with the settings that wrote the state, or start over with --reset-state",
+            c.topic,
+            keys.join(", "),
+            checkpoint_key(&c.owner)
+        ),
+    )
 }
 
 fn state_error(config: &KafkaStoreConfig, key: &str, source: StateError) -> Error {
@@ -249,121 +268,6 @@ fn state_error(config: &KafkaStoreConfig, key: &str, source: StateError) -> Erro
         )),
         source,
     }
-}
-
-/// The latest value of each of the job's keys (`None`: a tombstone), committed records only,
-/// read up to the partition's high watermark as it was when the scan began. A `read_committed`
-/// consumer's end of partition is the last stable offset: another producer's open transaction
-/// (another job or instance on the shared topic, a crashed process whose transaction has not
-/// timed out) holds it back, and stopping there could miss this job's latest checkpoint. So the
-/// scan waits, at most [`RESTORE_WAIT`], until its position reaches the high watermark.
-fn scan(c: &KafkaStoreConfig) -> Result<BTreeMap<String, Option<Vec<u8>>>> {
-    let context = || format!("reading checkpoint topic {} at {}", c.topic, c.bootstrap_servers);
-    let high = high_watermark(c)?;
-    let mut latest = BTreeMap::new();
-    if high <= 0 {
-        return Ok(latest);
-    }
-    let consumer = reader(c, &c.owner, "read_committed")?;
-    let mut assignment = TopicPartitionList::new();
-    assignment
-        .add_partition_offset(&c.topic, 0, Offset::Beginning)
-        .and_then(|_| consumer.assign(&assignment))
-        .map_err(|e| kafka(context(), e))?;
-    let started = Instant::now();
-    let mut waiting = false;
-    loop {
-        let mut at_end = false;
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(m)) => {
-                if let Some(Ok(key)) = m.key_view::<str>() {
-                    if is_owned(&c.owner, key) {
-                        latest.insert(key.to_string(), m.payload().map(<[u8]>::to_vec));
-                    }
-                }
-            }
-            Some(Err(KafkaError::PartitionEOF(_))) => at_end = true,
-            Some(Err(e)) => return Err(kafka(context(), e)),
-            None => {}
-        }
-        let position = match consumer
-            .position()
-            .map_err(|e| kafka(context(), e))?
-            .find_partition(&c.topic, 0)
-        {
-            Some(p) => match p.offset() {
-                Offset::Offset(o) => o,
-                _ => 0,
-            },
-            None => 0,
-        };
-        if position >= high {
-            if waiting {
-                info!(topic = %c.topic, offset = high, waited_ms = started.elapsed().as_millis() as u64, "checkpoint topic read to its end");
-            }
-            return Ok(latest);
-        }
-        if at_end && !waiting {
-            // the end of the committed records, before the high watermark: an open transaction
-            let (_, stable) = consumer
-                .fetch_watermarks(&c.topic, 0, TIMEOUT)
-                .map_err(|e| kafka(context(), e))?;
-            warn!(
-                topic = %c.topic,
-                offset = stable,
-                high_watermark = high,
-                wait_s = RESTORE_WAIT.as_secs(),
-                "an open transaction holds the checkpoint topic at offset {stable}; waiting for it to end before restoring"
-            );
-            waiting = true;
-        }
-        if started.elapsed() > RESTORE_WAIT {
-            return Err(Error::runtime(
-                context(),
-                format!(
-                    "committed records end at offset {position} of partition 0, the log at {high}: a transaction \
-                     left open there (another job or instance on this topic, or a stuck producer) did not end \
-                     within {RESTORE_WAIT:?}; end or abort it (a crashed producer's transaction ends after its \
-                     transaction.timeout.ms), or give this job its own checkpoint.topic, then start again"
-                ),
-            ));
-        }
-    }
-}
-
-/// The end of partition 0 of the state topic, uncommitted records included: what a scan must
-/// read up to (a `read_committed` client's watermarks stop at the last stable offset).
-fn high_watermark(c: &KafkaStoreConfig) -> Result<i64> {
-    let (_, high) = reader(c, &c.owner, "read_uncommitted")?
-        .fetch_watermarks(&c.topic, 0, TIMEOUT)
-        .map_err(|e| {
-            kafka(
-                format!(
-                    "reading the end of checkpoint topic {} at {}",
-                    c.topic, c.bootstrap_servers
-                ),
-                e,
-            )
-        })?;
-    Ok(high)
-}
-
-/// A consumer of the state topic at `isolation` (`read_committed`: committed records only), an
-/// event at the partition's end.
-fn reader(config: &KafkaStoreConfig, owner: &str, isolation: &str) -> Result<BaseConsumer<TracingContext>> {
-    client_config(
-        &config.bootstrap_servers,
-        &[
-            ("group.id", &format!("tidegate-state-reader-{owner}")),
-            ("enable.auto.commit", "false"),
-            ("enable.partition.eof", "true"),
-            ("isolation.level", isolation),
-            ("client.id", "tidegate-state-reader"),
-        ],
-        &config.properties,
-    )
-    .create_with_context(TracingContext::new("state-reader"))
-    .map_err(|e| kafka("creating the checkpoint store's reader", e))
 }
 
 /// Create the topic (`exists == false`), or check the existing one is compacted only.

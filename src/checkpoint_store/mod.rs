@@ -4,6 +4,7 @@
 
 pub mod kafka;
 pub mod records;
+mod scan;
 
 use std::collections::BTreeMap;
 use std::path::Path;

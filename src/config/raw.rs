@@ -101,8 +101,10 @@ pub struct RawCheckpoint {
     /// resumes exactly.
     pub store: Option<String>,
     /// With `store = "kafka"`: the compacted topic of the state records, shared by jobs (keys
-    /// start with `job.name`); created with `cleanup.policy=compact` when missing. Default
-    /// "tidegate-state".
+    /// start with `job.name`, and `#<index>` with several `job.instance`s); created with
+    /// `cleanup.policy=compact` when missing. A changed `job.instance` count is refused (exit 2);
+    /// a renamed job cannot be told from a new one: it finds no state and starts from scratch,
+    /// its old records left under the old name. Default "tidegate-state".
     pub topic: Option<String>,
     /// With `store = "kafka"`: the cluster of the state topic. Default: the Kafka source's
     /// `bootstrap_servers`, else the Kafka sink's.

@@ -454,7 +454,10 @@ fn a_changed_instance_count_is_refused_naming_job_instance() {
     // the same job as two instances: its state is under `<job>`, not `<job>#0`
     let two = "job.instance={\"index\":0,\"count\":2}";
     let (code, log) = run(&config, &["--set", two], MINUTE);
-    assert_eq!(code, 2, "a changed job.instance must be refused, not start afresh:\n{log}");
+    assert_eq!(
+        code, 2,
+        "a changed job.instance must be refused, not start afresh:\n{log}"
+    );
     assert!(
         log.contains("job.instance") && log.contains(&format!("{name}/checkpoint")),
         "the error names the key and the state found:\n{log}"
