@@ -177,3 +177,14 @@ fn the_kafka_checkpoint_store_is_checked_and_defaults_to_the_source_cluster() {
         assert_eq!(key_of(&e), key, "{sets:?}: {e}");
     }
 }
+
+/// The settings the Kafka store's reading and transactions rely on are not the user's to change.
+#[test]
+fn the_kafka_checkpoint_store_refuses_properties_it_sets() {
+    let _env = env_lock();
+    for key in ["isolation.level", "enable.partition.eof", "transactional.id", "enable.idempotence", "acks"] {
+        let set = format!("checkpoint.properties={{\"{key}\":\"x\"}}");
+        let e = error_of(BASE, &["checkpoint.store=kafka", &set]);
+        assert_eq!(key_of(&e), format!("checkpoint.properties.\"{key}\""), "{e}");
+    }
+}
