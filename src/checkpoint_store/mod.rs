@@ -19,6 +19,16 @@ use crate::error::{Error, Result};
 /// The default `checkpoint.topic`.
 pub const DEFAULT_TOPIC: &str = "tidegate-state";
 
+/// librdkafka properties the Kafka store sets itself: how it reads (committed records, an event at
+/// the partition's end) and how it writes (one transaction per checkpoint, every replica).
+const RESERVED_PROPERTIES: &[&str] = &[
+    "isolation.level",
+    "enable.partition.eof",
+    "transactional.id",
+    "enable.idempotence",
+    "acks",
+];
+
 /// `checkpoint.store`, validated.
 #[derive(Debug, Clone)]
 pub enum StoreConfig {
@@ -109,6 +119,12 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
                 Some(p) => crate::connector::values::properties("checkpoint", p.clone())?,
                 None => inherited_properties,
             };
+            if let Some(key) = RESERVED_PROPERTIES.iter().find(|k| properties.contains_key(**k)) {
+                return Err(Error::config(
+                    format!("checkpoint.properties.\"{key}\""),
+                    "is set by the Kafka checkpoint store (its restore and its transactions rely on it); remove it",
+                ));
+            }
             let topic = raw.topic.clone().unwrap_or_else(|| DEFAULT_TOPIC.into());
             if topic.trim().is_empty() {
                 return Err(Error::config("checkpoint.topic", "must not be empty"));

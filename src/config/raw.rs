@@ -111,7 +111,9 @@ pub struct RawCheckpoint {
     pub bootstrap_servers: Option<String>,
     /// With `store = "kafka"`: librdkafka properties of the store's clients (security, TLS,
     /// SASL). Default: the connection properties (`security.*`, `sasl.*`, `ssl.*`, …) of the
-    /// source or sink whose `bootstrap_servers` it uses.
+    /// source or sink whose `bootstrap_servers` it uses. The store sets `isolation.level`,
+    /// `enable.partition.eof`, `transactional.id`, `enable.idempotence` and `acks` itself: they
+    /// are refused here.
     pub properties: Option<std::collections::BTreeMap<String, crate::connector::values::PropertyValue>>,
 }
 
