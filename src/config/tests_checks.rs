@@ -188,3 +188,24 @@ fn the_kafka_checkpoint_store_refuses_properties_it_sets() {
         assert_eq!(key_of(&e), format!("checkpoint.properties.\"{key}\""), "{e}");
     }
 }
+
+/// The store's transactional id is in a namespace no exactly-once sink's can reach (a sink's is
+/// `tidegate-<job.name>`, any name), and a job name cannot pose as another job's instance.
+#[test]
+fn the_kafka_store_transactional_id_cannot_be_a_sink_s() {
+    use crate::checkpoint_store::StoreConfig;
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, BASE);
+    let store = load(&path, &["checkpoint.store=kafka".into(), "job.name=x".into()]).unwrap();
+    let StoreConfig::Kafka(k) = store.checkpoint.store else {
+        panic!("not the Kafka store: {:?}", store.checkpoint.store)
+    };
+    let sink_job = load(&path, &["job.name=state-x".into()]).unwrap().job;
+    let sink_id = crate::sink::kafka::config::transactional_id(&sink_job);
+    assert_ne!(k.transactional_id(), sink_id, "job x's store and job state-x's sink");
+    assert!(!k.transactional_id().starts_with("tidegate-"), "{}", k.transactional_id());
+
+    let e = error_of(BASE, &["checkpoint.store=kafka", "job.name=a#0"]);
+    assert_eq!(key_of(&e), "job.name", "{e}");
+}
