@@ -58,9 +58,10 @@ pub struct KafkaStoreConfig {
 
 impl KafkaStoreConfig {
     /// The transactional id of the store's producer: one per job (and instance), so a second
-    /// process of the same job fences the first.
+    /// process of the same job fences the first. `tidegate.state.<owner>`: an exactly-once
+    /// sink's id is `tidegate-<job.name>…`, whatever the name, so the two never meet.
     pub fn transactional_id(&self) -> String {
-        format!("tidegate-state-{}", self.owner)
+        format!("tidegate.state.{}", self.owner)
     }
 }
 
@@ -85,10 +86,13 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
                     "not used with checkpoint.store = \"kafka\" (the state is in checkpoint.topic): remove it",
                 ));
             }
-            if job.name.contains('/') {
+            if let Some(c) = job.name.chars().find(|c| matches!(c, '/' | '#')) {
                 return Err(Error::config(
                     "job.name",
-                    "must not contain '/' with checkpoint.store = \"kafka\" (it starts the keys of the job's state records)",
+                    format!(
+                        "must not contain '{c}' with checkpoint.store = \"kafka\" (the name starts the keys of the \
+                         job's state records, '#' marks an instance and '/' ends the name)"
+                    ),
                 ));
             }
             let source_cluster = match source {

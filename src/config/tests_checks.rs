@@ -153,7 +153,7 @@ fn the_kafka_checkpoint_store_is_checked_and_defaults_to_the_source_cluster() {
     assert_eq!(k.bootstrap_servers, "127.0.0.1:9092");
     assert_eq!(k.cluster_of, "source");
     assert_eq!(k.topic, crate::checkpoint_store::DEFAULT_TOPIC);
-    assert_eq!(k.transactional_id(), "tidegate-state-replay");
+    assert_eq!(k.transactional_id(), "tidegate.state.replay");
     // connection properties only: a consumer's fetch setting means nothing to the store
     assert_eq!(k.properties.keys().collect::<Vec<_>>(), vec!["security.protocol"]);
 

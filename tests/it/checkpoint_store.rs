@@ -366,7 +366,7 @@ fn a_second_process_of_the_job_fences_the_first() {
         "the first process must stop once fenced:\n{log}"
     );
     assert!(
-        log.contains("fences the first") && log.contains(&format!("tidegate-state-{name}")),
+        log.contains("fences the first") && log.contains(&format!("tidegate.state.{name}")),
         "the error says it was fenced, naming the transactional id:\n{log}"
     );
     let (status, log) = second.wait(MINUTE);
