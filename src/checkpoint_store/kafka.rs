@@ -100,18 +100,7 @@ impl KafkaCheckpointStore {
     fn transaction(&self, records: &[(String, Option<Vec<u8>>)]) -> Result<()> {
         let c = &self.config;
         let producer = self.producer.lock().unwrap_or_else(|p| p.into_inner());
-        let fail = |what: &str, e: KafkaError| {
-            kafka(
-                format!(
-                    "{what} in checkpoint topic {} at {} (transactional.id {}; a second process of job {} fences the first)",
-                    c.topic,
-                    c.bootstrap_servers,
-                    c.transactional_id(),
-                    c.job
-                ),
-                e,
-            )
-        };
+        let fail = |what: &str, e: KafkaError| store_error(c, what, e);
         let started = Instant::now();
         producer
             .begin_transaction()
@@ -216,6 +205,20 @@ impl CheckpointStore for KafkaCheckpointStore {
         let records: Vec<(String, Option<Vec<u8>>)> = records.into_iter().map(|(k, v)| (k, Some(v))).collect();
         self.transaction(&records)
     }
+}
+
+/// A failed step of the store's transaction, in context.
+fn store_error(c: &KafkaStoreConfig, what: &str, e: KafkaError) -> Error {
+    kafka(
+        format!(
+            "{what} in checkpoint topic {} at {} (transactional.id {}; a second process of job {} fences the first)",
+            c.topic,
+            c.bootstrap_servers,
+            c.transactional_id(),
+            c.job
+        ),
+        e,
+    )
 }
 
 /// Whether the topic exists; an unreachable cluster is an error naming its address.
@@ -333,5 +336,32 @@ fn admin_call(config: &KafkaStoreConfig, exists: bool) -> Result<()> {
                 other.unwrap_or("unknown")
             ),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode;
+
+    use super::{store_error, KafkaStoreConfig};
+
+    #[test]
+    fn only_a_fencing_error_says_another_process_took_over() {
+        let c = KafkaStoreConfig {
+            bootstrap_servers: "127.0.0.1:1".into(),
+            cluster_of: "checkpoint",
+            topic: "state".into(),
+            properties: BTreeMap::new(),
+            job: "j".into(),
+            owner: "j".into(),
+        };
+        let fenced = store_error(&c, "writing", KafkaError::MessageProduction(RDKafkaErrorCode::ProducerFenced));
+        assert!(fenced.to_string().contains("fences the first"), "{fenced}");
+        let other = store_error(&c, "writing", KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge));
+        assert!(!other.to_string().contains("fences"), "{other}");
+        assert!(other.to_string().contains("transactional.id tidegate.state.j"), "{other}");
     }
 }
