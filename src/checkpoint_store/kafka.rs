@@ -105,6 +105,7 @@ impl KafkaCheckpointStore {
         producer
             .begin_transaction()
             .map_err(|e| fail("beginning a transaction", e))?;
+        let mut committing = false;
         let result = (|| {
             for (key, value) in records {
                 let mut record = BaseRecord::<str, [u8]>::to(&c.topic).partition(0).key(key.as_str());
@@ -135,9 +136,14 @@ impl KafkaCheckpointStore {
             }
             let flushed = started.elapsed();
             crate::core::failpoint::hit("kafka_store.before_commit");
-            producer
-                .commit_transaction(TIMEOUT)
-                .map_err(|e| fail("committing the state records", e))?;
+            committing = true;
+            producer.commit_transaction(TIMEOUT).map_err(|e| {
+                fail(
+                    "committing the state records (whether they were committed is unknown: the next start \
+                     restores whichever checkpoint the topic holds, and the sink's recovery follows it)",
+                    e,
+                )
+            })?;
             debug!(
                 records = records.len(),
                 flushed_ms = flushed.as_millis() as u64,
@@ -148,7 +154,11 @@ impl KafkaCheckpointStore {
         })();
         if result.is_err() {
             if let Err(e) = producer.abort_transaction(TIMEOUT) {
-                warn!(topic = %c.topic, error = %e, "aborting the checkpoint store's transaction failed; the broker aborts it after transaction.timeout.ms");
+                if committing {
+                    warn!(topic = %c.topic, error = %e, "aborting the checkpoint store's transaction after a failed commit failed too: whether the checkpoint was committed is unknown; the next start settles it (it restores whichever checkpoint is committed, and the sink's recovery follows it)");
+                } else {
+                    warn!(topic = %c.topic, error = %e, "aborting the checkpoint store's transaction failed; the broker aborts it after transaction.timeout.ms, or the next start of the job does");
+                }
             }
         }
         result
@@ -208,14 +218,22 @@ impl CheckpointStore for KafkaCheckpointStore {
 }
 
 /// A failed step of the store's transaction, in context.
+/// A fencing error (another producer took over the transactional id) says so.
 fn store_error(c: &KafkaStoreConfig, what: &str, e: KafkaError) -> Error {
+    let fenced = if e.rdkafka_error_code().is_some_and(crate::sink::kafka::is_fencing) {
+        format!(
+            "; another process of job {} took over the store's transactional id: a second process fences the first",
+            c.job
+        )
+    } else {
+        String::new()
+    };
     kafka(
         format!(
-            "{what} in checkpoint topic {} at {} (transactional.id {}; a second process of job {} fences the first)",
+            "{what} in checkpoint topic {} at {} (transactional.id {}{fenced})",
             c.topic,
             c.bootstrap_servers,
             c.transactional_id(),
-            c.job
         ),
         e,
     )
@@ -358,10 +376,21 @@ mod tests {
             job: "j".into(),
             owner: "j".into(),
         };
-        let fenced = store_error(&c, "writing", KafkaError::MessageProduction(RDKafkaErrorCode::ProducerFenced));
+        let fenced = store_error(
+            &c,
+            "writing",
+            KafkaError::MessageProduction(RDKafkaErrorCode::ProducerFenced),
+        );
         assert!(fenced.to_string().contains("fences the first"), "{fenced}");
-        let other = store_error(&c, "writing", KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge));
+        let other = store_error(
+            &c,
+            "writing",
+            KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
+        );
         assert!(!other.to_string().contains("fences"), "{other}");
-        assert!(other.to_string().contains("transactional.id tidegate.state.j"), "{other}");
+        assert!(
+            other.to_string().contains("transactional.id tidegate.state.j"),
+            "{other}"
+        );
     }
 }

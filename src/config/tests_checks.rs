@@ -182,7 +182,13 @@ fn the_kafka_checkpoint_store_is_checked_and_defaults_to_the_source_cluster() {
 #[test]
 fn the_kafka_checkpoint_store_refuses_properties_it_sets() {
     let _env = env_lock();
-    for key in ["isolation.level", "enable.partition.eof", "transactional.id", "enable.idempotence", "acks"] {
+    for key in [
+        "isolation.level",
+        "enable.partition.eof",
+        "transactional.id",
+        "enable.idempotence",
+        "acks",
+    ] {
         let set = format!("checkpoint.properties={{\"{key}\":\"x\"}}");
         let e = error_of(BASE, &["checkpoint.store=kafka", &set]);
         assert_eq!(key_of(&e), format!("checkpoint.properties.\"{key}\""), "{e}");
@@ -204,7 +210,11 @@ fn the_kafka_store_transactional_id_cannot_be_a_sink_s() {
     let sink_job = load(&path, &["job.name=state-x".into()]).unwrap().job;
     let sink_id = crate::sink::kafka::config::transactional_id(&sink_job);
     assert_ne!(k.transactional_id(), sink_id, "job x's store and job state-x's sink");
-    assert!(!k.transactional_id().starts_with("tidegate-"), "{}", k.transactional_id());
+    assert!(
+        !k.transactional_id().starts_with("tidegate-"),
+        "{}",
+        k.transactional_id()
+    );
 
     let e = error_of(BASE, &["checkpoint.store=kafka", "job.name=a#0"]);
     assert_eq!(key_of(&e), "job.name", "{e}");
