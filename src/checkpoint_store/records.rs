@@ -261,6 +261,28 @@ mod tests {
     }
 
     #[test]
+    fn the_checksum_covers_the_key_the_job_and_the_checkpoint_id() {
+        let records = records_of("j", "j", &checkpoint(1, &[("t-0", 5), ("t-1", 7)])).unwrap();
+        // split t-0's record under t-1's key: sound alone, the wrong split's position
+        let mut topic = latest(records.clone());
+        topic.insert("j/split/t-1".into(), topic["j/split/t-0"].clone());
+        let (key, e) = assemble("j", "j", &topic).unwrap_err();
+        assert_eq!(key, "j/split/t-1");
+        assert!(matches!(e, StateError::ChecksumMismatch { .. }), "{e}");
+
+        // an edited checkpoint id in every record
+        let topic: BTreeMap<String, Option<Vec<u8>>> = records
+            .into_iter()
+            .map(|(k, v)| {
+                let edited = String::from_utf8(v).unwrap().replace("\"checkpoint_id\":1", "\"checkpoint_id\":2");
+                (k, Some(edited.into_bytes()))
+            })
+            .collect();
+        let (_, e) = assemble("j", "j", &topic).unwrap_err();
+        assert!(matches!(e, StateError::ChecksumMismatch { .. }), "{e}");
+    }
+
+    #[test]
     fn keys_of_other_jobs_are_not_owned() {
         assert!(is_owned("j", "j/checkpoint"));
         assert!(is_owned("j", "j/split/t-0"));
