@@ -383,9 +383,9 @@ fn a_second_process_of_the_job_fences_the_first() {
 /// The id of the last "checkpoint complete" line of a daemon's log (0: none).
 fn last_checkpoint(log: &str) -> u64 {
     log.lines()
+        .rev()
         .filter(|l| l.contains("checkpoint complete"))
-        .filter_map(|l| l.split("checkpoint=").nth(1)?.split(' ').next()?.parse().ok())
-        .last()
+        .find_map(|l| l.split("checkpoint=").nth(1)?.split(' ').next()?.parse().ok())
         .unwrap_or(0)
 }
 
