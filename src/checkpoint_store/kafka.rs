@@ -2,8 +2,9 @@
 //! (see [`super::records`]), written in one Kafka transaction by a producer whose
 //! transactional id is the job's, so that a second process of the same job fences the first and
 //! a checkpoint interrupted by a crash is aborted (restore reads `read_committed`). All records go
-//! to partition 0, so a restore reads one partition to its end and keeps the latest value of
-//! each of the job's keys. Nothing is deleted: a split finished long ago is rewritten with every
+//! to partition 0, so a restore reads one partition to its end (the high watermark, waiting out
+//! other producers' open transactions: see [`super::scan`]) and keeps the latest value of each
+//! of the job's keys. Nothing is deleted: a split finished long ago is rewritten with every
 //! checkpoint, and compaction only drops values a later one of the same key supersedes.
 
 use std::path::PathBuf;

@@ -2,7 +2,9 @@
 //! stopped by SIGTERM resumes from a fresh, empty directory with every record once; the file
 //! store and the Kafka store write byte-identical output; a corrupt state record stops the job
 //! with exit 3 and nothing written; a crash inside the store's transaction leaves the checkpoint
-//! before as the one restored. Needs the binary built with `failpoints` (scripts/test does).
+//! before as the one restored; a restart waits out another producer's open transaction on the
+//! state topic and restores the latest checkpoint; a changed job.instance count is refused.
+//! Needs the binary built with `failpoints` (scripts/test does).
 
 use std::collections::BTreeMap;
 use std::path::Path;
