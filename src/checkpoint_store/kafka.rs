@@ -2,31 +2,29 @@
 //! (see [`super::records`]), written in one Kafka transaction by a producer whose
 //! transactional id is the job's, so that a second process of the same job fences the first and
 //! a checkpoint interrupted by a crash is aborted (restore reads `read_committed`). All records go
-//! to partition 0, so a restore reads one partition to its end and keeps the latest value of
-//! each of the job's keys. Nothing is deleted: a split finished long ago is rewritten with every
+//! to partition 0, so a restore reads one partition to its end (the high watermark, waiting out
+//! other producers' open transactions: see [`super::scan`]) and keeps the latest value of each
+//! of the job's keys. Nothing is deleted: a split finished long ago is rewritten with every
 //! checkpoint, and compaction only drops values a later one of the same key supersedes.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{Message, Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
-use super::records::{assemble, checkpoint_key, is_owned, records_of};
+use super::records::{assemble, checkpoint_key, records_of};
+use super::scan::{reader, scan};
 use super::KafkaStoreConfig;
 use crate::core::{CheckpointStore, StateError, StoredCheckpoint};
 use crate::error::{kafka, Error, Result};
 use crate::kafka::client::{client_config, fetch_metadata, TracingContext};
 
-/// How long a call to the cluster may take (metadata, a transaction, reading the topic without
-/// progress).
+/// How long a call to the cluster may take (metadata, a transaction, watermarks).
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The settings of a topic the store creates: compacted; a segment rolls every hour so the
@@ -42,6 +40,12 @@ const TOPIC_CONFIG: &[(&str, &str)] = &[
 pub struct KafkaCheckpointStore {
     config: KafkaStoreConfig,
     producer: Mutex<BaseProducer<TracingContext>>,
+    /// The checkpoint the first [`CheckpointStore::load`] found, until the next write or reset:
+    /// the daemon's look before the sink starts and the job's restore see the same one (a
+    /// second scan could find a checkpoint the first missed, after the sink had started afresh).
+    loaded: Mutex<Option<Option<serde_json::Value>>>,
+    /// `--reset-state` ran: the job starts over, whatever other owners of its name hold.
+    reset: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for KafkaCheckpointStore {
@@ -88,6 +92,8 @@ impl KafkaCheckpointStore {
         Ok(KafkaCheckpointStore {
             config,
             producer: Mutex::new(producer),
+            loaded: Mutex::new(None),
+            reset: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -95,22 +101,12 @@ impl KafkaCheckpointStore {
     fn transaction(&self, records: &[(String, Option<Vec<u8>>)]) -> Result<()> {
         let c = &self.config;
         let producer = self.producer.lock().unwrap_or_else(|p| p.into_inner());
-        let fail = |what: &str, e: KafkaError| {
-            kafka(
-                format!(
-                    "{what} in checkpoint topic {} at {} (transactional.id {}; a second process of job {} fences the first)",
-                    c.topic,
-                    c.bootstrap_servers,
-                    c.transactional_id(),
-                    c.job
-                ),
-                e,
-            )
-        };
+        let fail = |what: &str, e: KafkaError| store_error(c, what, e);
         let started = Instant::now();
         producer
             .begin_transaction()
             .map_err(|e| fail("beginning a transaction", e))?;
+        let mut committing = false;
         let result = (|| {
             for (key, value) in records {
                 let mut record = BaseRecord::<str, [u8]>::to(&c.topic).partition(0).key(key.as_str());
@@ -141,9 +137,14 @@ impl KafkaCheckpointStore {
             }
             let flushed = started.elapsed();
             crate::core::failpoint::hit("kafka_store.before_commit");
-            producer
-                .commit_transaction(TIMEOUT)
-                .map_err(|e| fail("committing the state records", e))?;
+            committing = true;
+            producer.commit_transaction(TIMEOUT).map_err(|e| {
+                fail(
+                    "committing the state records (whether they were committed is unknown: the next start \
+                     restores whichever checkpoint the topic holds, and the sink's recovery follows it)",
+                    e,
+                )
+            })?;
             debug!(
                 records = records.len(),
                 flushed_ms = flushed.as_millis() as u64,
@@ -154,7 +155,11 @@ impl KafkaCheckpointStore {
         })();
         if result.is_err() {
             if let Err(e) = producer.abort_transaction(TIMEOUT) {
-                warn!(topic = %c.topic, error = %e, "aborting the checkpoint store's transaction failed; the broker aborts it after transaction.timeout.ms");
+                if committing {
+                    warn!(topic = %c.topic, error = %e, "aborting the checkpoint store's transaction after a failed commit failed too: whether the checkpoint was committed is unknown; the next start settles it (it restores whichever checkpoint is committed, and the sink's recovery follows it)");
+                } else {
+                    warn!(topic = %c.topic, error = %e, "aborting the checkpoint store's transaction failed; the broker aborts it after transaction.timeout.ms, or the next start of the job does");
+                }
             }
         }
         result
@@ -163,7 +168,10 @@ impl KafkaCheckpointStore {
     /// `--reset-state`: a tombstone for each of this job's keys, in one transaction (other jobs'
     /// records are untouched).
     pub fn reset(&self) -> Result<()> {
+        *self.loaded.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.reset.store(true, std::sync::atomic::Ordering::Relaxed);
         let live: Vec<(String, Option<Vec<u8>>)> = scan(&self.config)?
+            .latest
             .into_iter()
             .filter(|(_, v)| v.is_some())
             .map(|(k, _)| (k, None))
@@ -184,12 +192,25 @@ impl CheckpointStore for KafkaCheckpointStore {
         )
     }
 
+    /// The first call scans the topic; later ones return what it found until a write or a
+    /// reset (one restore, one answer).
     fn load(&self) -> Result<Option<serde_json::Value>> {
-        let latest = scan(&self.config)?;
-        assemble(&self.config.owner, &self.config.job, &latest).map_err(|(key, e)| state_error(&self.config, &key, e))
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(found) = loaded.as_ref() {
+            return Ok(found.clone());
+        }
+        let scan = scan(&self.config)?;
+        let found = assemble(&self.config.owner, &self.config.job, &scan.latest)
+            .map_err(|(key, e)| state_error(&self.config, &key, e))?;
+        if found.is_none() && !scan.others.is_empty() && !self.reset.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(instance_changed(&self.config, &scan.others));
+        }
+        *loaded = Some(found.clone());
+        Ok(found)
     }
 
     fn write(&self, checkpoint: &StoredCheckpoint) -> Result<()> {
+        *self.loaded.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let records = records_of(&self.config.owner, &self.config.job, checkpoint)
             .map_err(|e| state_error(&self.config, &checkpoint_key(&self.config.owner), e))?;
         let records: Vec<(String, Option<Vec<u8>>)> = records.into_iter().map(|(k, v)| (k, Some(v))).collect();
@@ -197,9 +218,31 @@ impl CheckpointStore for KafkaCheckpointStore {
     }
 }
 
+/// A failed step of the store's transaction, in context.
+/// A fencing error (another producer took over the transactional id) says so.
+fn store_error(c: &KafkaStoreConfig, what: &str, e: KafkaError) -> Error {
+    let fenced = if e.rdkafka_error_code().is_some_and(crate::sink::kafka::is_fencing) {
+        format!(
+            "; another process of job {} took over the store's transactional id: a second process fences the first",
+            c.job
+        )
+    } else {
+        String::new()
+    };
+    kafka(
+        format!(
+            "{what} in checkpoint topic {} at {} (transactional.id {}{fenced})",
+            c.topic,
+            c.bootstrap_servers,
+            c.transactional_id(),
+        ),
+        e,
+    )
+}
+
 /// Whether the topic exists; an unreachable cluster is an error naming its address.
 fn topic_exists(config: &KafkaStoreConfig) -> Result<bool> {
-    let reader = reader(config, &config.owner)?;
+    let reader = reader(config, &config.owner, "read_committed")?;
     let what = format!(
         "reaching the checkpoint store's cluster at {} ({}.bootstrap_servers)",
         config.bootstrap_servers, config.cluster_of
@@ -217,8 +260,26 @@ pub fn read_only(config: &KafkaStoreConfig) -> Result<Option<serde_json::Value>>
     if !topic_exists(config)? {
         return Ok(None);
     }
-    let latest = scan(config)?;
+    let latest = scan(config)?.latest;
     assemble(&config.owner, &config.job, &latest).map_err(|(key, e)| state_error(config, &key, e))
+}
+
+/// The job's state is under another owner: `job.instance` changed (between one instance and
+/// several, or in number), like the state file's instance check.
+fn instance_changed(c: &KafkaStoreConfig, others: &[String]) -> Error {
+    let keys: Vec<String> = others.iter().map(|o| checkpoint_key(o)).collect();
+    Error::config(
+        "job.instance",
+        format!(
+            "changed since the job's state was written: checkpoint topic {} holds this job's checkpoints under {} \
+             but none under {}: each instance's state covers its own share of the work (its partitions, its \
+             generated ranges), and a new share would read moved partitions from their start or overlap another's \
+             ranges; finish the job with the settings that wrote the state, or start over with --reset-state",
+            c.topic,
+            keys.join(", "),
+            checkpoint_key(&c.owner)
+        ),
+    )
 }
 
 fn state_error(config: &KafkaStoreConfig, key: &str, source: StateError) -> Error {
@@ -229,67 +290,6 @@ fn state_error(config: &KafkaStoreConfig, key: &str, source: StateError) -> Erro
         )),
         source,
     }
-}
-
-/// The latest value of each of the job's keys (`None`: a tombstone), read to the end of the
-/// topic, committed records only.
-fn scan(c: &KafkaStoreConfig) -> Result<BTreeMap<String, Option<Vec<u8>>>> {
-    let consumer = reader(c, &c.owner)?;
-    let mut assignment = TopicPartitionList::new();
-    assignment
-        .add_partition_offset(&c.topic, 0, Offset::Beginning)
-        .and_then(|_| consumer.assign(&assignment))
-        .map_err(|e| {
-            kafka(
-                format!("reading checkpoint topic {} at {}", c.topic, c.bootstrap_servers),
-                e,
-            )
-        })?;
-    let mut latest = BTreeMap::new();
-    let mut progress = Instant::now();
-    loop {
-        match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => {
-                progress = Instant::now();
-                if let Some(Ok(key)) = m.key_view::<str>() {
-                    if is_owned(&c.owner, key) {
-                        latest.insert(key.to_string(), m.payload().map(<[u8]>::to_vec));
-                    }
-                }
-            }
-            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(latest),
-            Some(Err(e)) => {
-                return Err(kafka(
-                    format!("reading checkpoint topic {} at {}", c.topic, c.bootstrap_servers),
-                    e,
-                ))
-            }
-            None if progress.elapsed() > TIMEOUT => {
-                return Err(Error::runtime(
-                    format!("reading checkpoint topic {} at {}", c.topic, c.bootstrap_servers),
-                    format!("the end of partition 0 was not reached after {TIMEOUT:?} without a record"),
-                ))
-            }
-            None => {}
-        }
-    }
-}
-
-/// A consumer of the state topic: committed records only, an event at the partition's end.
-fn reader(config: &KafkaStoreConfig, owner: &str) -> Result<BaseConsumer<TracingContext>> {
-    client_config(
-        &config.bootstrap_servers,
-        &[
-            ("group.id", &format!("tidegate-state-reader-{owner}")),
-            ("enable.auto.commit", "false"),
-            ("enable.partition.eof", "true"),
-            ("isolation.level", "read_committed"),
-            ("client.id", "tidegate-state-reader"),
-        ],
-        &config.properties,
-    )
-    .create_with_context(TracingContext::new("state-reader"))
-    .map_err(|e| kafka("creating the checkpoint store's reader", e))
 }
 
 /// Create the topic (`exists == false`), or check the existing one is compacted only.
@@ -355,5 +355,43 @@ fn admin_call(config: &KafkaStoreConfig, exists: bool) -> Result<()> {
                 other.unwrap_or("unknown")
             ),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode;
+
+    use super::{store_error, KafkaStoreConfig};
+
+    #[test]
+    fn only_a_fencing_error_says_another_process_took_over() {
+        let c = KafkaStoreConfig {
+            bootstrap_servers: "127.0.0.1:1".into(),
+            cluster_of: "checkpoint",
+            topic: "state".into(),
+            properties: BTreeMap::new(),
+            job: "j".into(),
+            owner: "j".into(),
+        };
+        let fenced = store_error(
+            &c,
+            "writing",
+            KafkaError::MessageProduction(RDKafkaErrorCode::ProducerFenced),
+        );
+        assert!(fenced.to_string().contains("fences the first"), "{fenced}");
+        let other = store_error(
+            &c,
+            "writing",
+            KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
+        );
+        assert!(!other.to_string().contains("fences"), "{other}");
+        assert!(
+            other.to_string().contains("transactional.id tidegate.state.j"),
+            "{other}"
+        );
     }
 }

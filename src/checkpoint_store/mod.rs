@@ -4,6 +4,7 @@
 
 pub mod kafka;
 pub mod records;
+mod scan;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,6 +18,16 @@ use crate::error::{Error, Result};
 
 /// The default `checkpoint.topic`.
 pub const DEFAULT_TOPIC: &str = "tidegate-state";
+
+/// librdkafka properties the Kafka store sets itself: how it reads (committed records, an event at
+/// the partition's end) and how it writes (one transaction per checkpoint, every replica).
+const RESERVED_PROPERTIES: &[&str] = &[
+    "isolation.level",
+    "enable.partition.eof",
+    "transactional.id",
+    "enable.idempotence",
+    "acks",
+];
 
 /// `checkpoint.store`, validated.
 #[derive(Debug, Clone)]
@@ -47,9 +58,10 @@ pub struct KafkaStoreConfig {
 
 impl KafkaStoreConfig {
     /// The transactional id of the store's producer: one per job (and instance), so a second
-    /// process of the same job fences the first.
+    /// process of the same job fences the first. `tidegate.state.<owner>`: an exactly-once
+    /// sink's id is `tidegate-<job.name>…`, whatever the name, so the two never meet.
     pub fn transactional_id(&self) -> String {
-        format!("tidegate-state-{}", self.owner)
+        format!("tidegate.state.{}", self.owner)
     }
 }
 
@@ -74,10 +86,13 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
                     "not used with checkpoint.store = \"kafka\" (the state is in checkpoint.topic): remove it",
                 ));
             }
-            if job.name.contains('/') {
+            if let Some(c) = job.name.chars().find(|c| matches!(c, '/' | '#')) {
                 return Err(Error::config(
                     "job.name",
-                    "must not contain '/' with checkpoint.store = \"kafka\" (it starts the keys of the job's state records)",
+                    format!(
+                        "must not contain '{c}' with checkpoint.store = \"kafka\" (the name starts the keys of the \
+                         job's state records, '#' marks an instance and '/' ends the name)"
+                    ),
                 ));
             }
             let source_cluster = match source {
@@ -108,6 +123,12 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
                 Some(p) => crate::connector::values::properties("checkpoint", p.clone())?,
                 None => inherited_properties,
             };
+            if let Some(key) = RESERVED_PROPERTIES.iter().find(|k| properties.contains_key(**k)) {
+                return Err(Error::config(
+                    format!("checkpoint.properties.\"{key}\""),
+                    "is set by the Kafka checkpoint store (its restore and its transactions rely on it); remove it",
+                ));
+            }
             let topic = raw.topic.clone().unwrap_or_else(|| DEFAULT_TOPIC.into());
             if topic.trim().is_empty() {
                 return Err(Error::config("checkpoint.topic", "must not be empty"));

@@ -1,6 +1,6 @@
 //! The records of the Kafka checkpoint store: keys (`<owner>/checkpoint`, `<owner>/enumerator`,
 //! `<owner>/split/<split id>`), values (a JSON envelope with a format, a version, the job, the
-//! checkpoint id and a CRC32 of the payload), a checkpoint cut into records, and the records read
+//! checkpoint id and a CRC32 of the key, job, checkpoint id and payload), a checkpoint cut into records, and the records read
 //! back assembled into the checkpoint JSON the state file would hold. Pure: no Kafka here.
 
 use std::collections::BTreeMap;
@@ -46,24 +46,38 @@ pub fn is_owned(owner: &str, key: &str) -> bool {
         .is_some_and(|rest| rest == "checkpoint" || rest == "enumerator" || rest.starts_with("split/"))
 }
 
-fn crc(payload: &Value) -> u32 {
+/// The CRC32 of a record: its key, job, checkpoint id and payload (a record moved to another key
+/// or edited in any of them fails it).
+fn crc(key: &str, job: &str, checkpoint_id: u64, payload: &Value) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    for part in [
+        key.as_bytes(),
+        b"\0",
+        job.as_bytes(),
+        b"\0",
+        checkpoint_id.to_string().as_bytes(),
+        b"\0",
+    ] {
+        hasher.update(part);
+    }
     // serde_json writes a `Value`'s objects in key order: the same payload, the same bytes
-    crc32fast::hash(&serde_json::to_vec(payload).unwrap_or_default())
+    hasher.update(&serde_json::to_vec(payload).unwrap_or_default());
+    hasher.finalize()
 }
 
-fn encode(job: &str, checkpoint_id: u64, payload: Value) -> Result<Vec<u8>, StateError> {
+fn encode(key: &str, job: &str, checkpoint_id: u64, payload: Value) -> Result<Vec<u8>, StateError> {
     let envelope = Envelope {
         format: RECORD_FORMAT.into(),
         version: RECORD_VERSION,
         job: job.into(),
         checkpoint_id,
-        crc32: crc(&payload),
+        crc32: crc(key, job, checkpoint_id, &payload),
         payload,
     };
     serde_json::to_vec(&envelope).map_err(|e| StateError::Malformed(e.to_string()))
 }
 
-fn decode(job: &str, bytes: &[u8]) -> Result<Envelope, StateError> {
+fn decode(key: &str, job: &str, bytes: &[u8]) -> Result<Envelope, StateError> {
     if bytes.is_empty() {
         return Err(StateError::Empty);
     }
@@ -82,7 +96,7 @@ fn decode(job: &str, bytes: &[u8]) -> Result<Envelope, StateError> {
             supported: RECORD_VERSION,
         });
     }
-    let actual = crc(&envelope.payload);
+    let actual = crc(key, &envelope.job, envelope.checkpoint_id, &envelope.payload);
     if actual != envelope.crc32 {
         return Err(StateError::ChecksumMismatch {
             expected: envelope.crc32,
@@ -119,11 +133,15 @@ pub fn records_of(owner: &str, job: &str, checkpoint: &StoredCheckpoint) -> Resu
     let enumerator = fields.remove("enumerator").unwrap_or(Value::Null);
     let mut records = Vec::with_capacity(splits.len() + 2);
     for (split, split_id) in splits.into_iter().zip(&checkpoint.split_ids) {
-        records.push((split_key(owner, split_id), encode(job, id, split)?));
+        let key = split_key(owner, split_id);
+        let value = encode(&key, job, id, split)?;
+        records.push((key, value));
     }
-    records.push((enumerator_key(owner), encode(job, id, enumerator)?));
+    let key = enumerator_key(owner);
+    records.push((key.clone(), encode(&key, job, id, enumerator)?));
     fields.insert("split_ids".into(), Value::from(checkpoint.split_ids.clone()));
-    records.push((checkpoint_key(owner), encode(job, id, Value::Object(fields))?));
+    let key = checkpoint_key(owner);
+    records.push((key.clone(), encode(&key, job, id, Value::Object(fields))?));
     Ok(records)
 }
 
@@ -136,7 +154,7 @@ pub fn assemble(
 ) -> Result<Option<Value>, (String, StateError)> {
     let read = |key: &str| -> Result<Option<Envelope>, (String, StateError)> {
         match latest.get(key) {
-            Some(Some(bytes)) => decode(job, bytes).map(Some).map_err(|e| (key.to_string(), e)),
+            Some(Some(bytes)) => decode(key, job, bytes).map(Some).map_err(|e| (key.to_string(), e)),
             _ => Ok(None),
         }
     };
@@ -144,7 +162,7 @@ pub fn assemble(
     // names: damage is reported, never stepped around
     for (key, value) in latest {
         if let Some(bytes) = value {
-            decode(job, bytes).map_err(|e| (key.clone(), e))?;
+            decode(key, job, bytes).map_err(|e| (key.clone(), e))?;
         }
     }
     let key = checkpoint_key(owner);
@@ -258,6 +276,30 @@ mod tests {
         let (key, e) = assemble("j", "j", &topic).unwrap_err();
         assert_eq!(key, "j/enumerator");
         assert!(matches!(e, StateError::Malformed(_)), "{e}");
+    }
+
+    #[test]
+    fn the_checksum_covers_the_key_the_job_and_the_checkpoint_id() {
+        let records = records_of("j", "j", &checkpoint(1, &[("t-0", 5), ("t-1", 7)])).unwrap();
+        // split t-0's record under t-1's key: sound alone, the wrong split's position
+        let mut topic = latest(records.clone());
+        topic.insert("j/split/t-1".into(), topic["j/split/t-0"].clone());
+        let (key, e) = assemble("j", "j", &topic).unwrap_err();
+        assert_eq!(key, "j/split/t-1");
+        assert!(matches!(e, StateError::ChecksumMismatch { .. }), "{e}");
+
+        // an edited checkpoint id in every record
+        let topic: BTreeMap<String, Option<Vec<u8>>> = records
+            .into_iter()
+            .map(|(k, v)| {
+                let edited = String::from_utf8(v)
+                    .unwrap()
+                    .replace("\"checkpoint_id\":1", "\"checkpoint_id\":2");
+                (k, Some(edited.into_bytes()))
+            })
+            .collect();
+        let (_, e) = assemble("j", "j", &topic).unwrap_err();
+        assert!(matches!(e, StateError::ChecksumMismatch { .. }), "{e}");
     }
 
     #[test]

@@ -101,15 +101,19 @@ pub struct RawCheckpoint {
     /// resumes exactly.
     pub store: Option<String>,
     /// With `store = "kafka"`: the compacted topic of the state records, shared by jobs (keys
-    /// start with `job.name`); created with `cleanup.policy=compact` when missing. Default
-    /// "tidegate-state".
+    /// start with `job.name`, and `#<index>` with several `job.instance`s); created with
+    /// `cleanup.policy=compact` when missing. A changed `job.instance` count is refused (exit 2);
+    /// a renamed job cannot be told from a new one: it finds no state and starts from scratch,
+    /// its old records left under the old name. Default "tidegate-state".
     pub topic: Option<String>,
     /// With `store = "kafka"`: the cluster of the state topic. Default: the Kafka source's
     /// `bootstrap_servers`, else the Kafka sink's.
     pub bootstrap_servers: Option<String>,
     /// With `store = "kafka"`: librdkafka properties of the store's clients (security, TLS,
     /// SASL). Default: the connection properties (`security.*`, `sasl.*`, `ssl.*`, …) of the
-    /// source or sink whose `bootstrap_servers` it uses.
+    /// source or sink whose `bootstrap_servers` it uses. The store sets `isolation.level`,
+    /// `enable.partition.eof`, `transactional.id`, `enable.idempotence` and `acks` itself: they
+    /// are refused here.
     pub properties: Option<std::collections::BTreeMap<String, crate::connector::values::PropertyValue>>,
 }
 

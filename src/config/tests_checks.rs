@@ -153,7 +153,7 @@ fn the_kafka_checkpoint_store_is_checked_and_defaults_to_the_source_cluster() {
     assert_eq!(k.bootstrap_servers, "127.0.0.1:9092");
     assert_eq!(k.cluster_of, "source");
     assert_eq!(k.topic, crate::checkpoint_store::DEFAULT_TOPIC);
-    assert_eq!(k.transactional_id(), "tidegate-state-replay");
+    assert_eq!(k.transactional_id(), "tidegate.state.replay");
     // connection properties only: a consumer's fetch setting means nothing to the store
     assert_eq!(k.properties.keys().collect::<Vec<_>>(), vec!["security.protocol"]);
 
@@ -176,4 +176,46 @@ fn the_kafka_checkpoint_store_is_checked_and_defaults_to_the_source_cluster() {
         let e = error_of(&text, sets);
         assert_eq!(key_of(&e), key, "{sets:?}: {e}");
     }
+}
+
+/// The settings the Kafka store's reading and transactions rely on are not the user's to change.
+#[test]
+fn the_kafka_checkpoint_store_refuses_properties_it_sets() {
+    let _env = env_lock();
+    for key in [
+        "isolation.level",
+        "enable.partition.eof",
+        "transactional.id",
+        "enable.idempotence",
+        "acks",
+    ] {
+        let set = format!("checkpoint.properties={{\"{key}\":\"x\"}}");
+        let e = error_of(BASE, &["checkpoint.store=kafka", &set]);
+        assert_eq!(key_of(&e), format!("checkpoint.properties.\"{key}\""), "{e}");
+    }
+}
+
+/// The store's transactional id is in a namespace no exactly-once sink's can reach (a sink's is
+/// `tidegate-<job.name>`, any name), and a job name cannot pose as another job's instance.
+#[test]
+fn the_kafka_store_transactional_id_cannot_be_a_sink_s() {
+    use crate::checkpoint_store::StoreConfig;
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, BASE);
+    let store = load(&path, &["checkpoint.store=kafka".into(), "job.name=x".into()]).unwrap();
+    let StoreConfig::Kafka(k) = store.checkpoint.store else {
+        panic!("not the Kafka store: {:?}", store.checkpoint.store)
+    };
+    let sink_job = load(&path, &["job.name=state-x".into()]).unwrap().job;
+    let sink_id = crate::sink::kafka::config::transactional_id(&sink_job);
+    assert_ne!(k.transactional_id(), sink_id, "job x's store and job state-x's sink");
+    assert!(
+        !k.transactional_id().starts_with("tidegate-"),
+        "{}",
+        k.transactional_id()
+    );
+
+    let e = error_of(BASE, &["checkpoint.store=kafka", "job.name=a#0"]);
+    assert_eq!(key_of(&e), "job.name", "{e}");
 }

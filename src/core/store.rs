@@ -25,6 +25,8 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
 
     /// The last checkpoint written, as the JSON of a [`crate::Checkpoint`]; `None` when there is
     /// none yet. Damaged or foreign state is an [`crate::Error::State`] (exit 3), left as it is.
+    /// A program may look before the job starts and the job loads again: until the next
+    /// `write`, a store should give the same answer both times (the Kafka store keeps its first).
     fn load(&self) -> Result<Option<serde_json::Value>>;
 
     /// Replace the last checkpoint with `checkpoint`, atomically.

@@ -2,7 +2,9 @@
 //! stopped by SIGTERM resumes from a fresh, empty directory with every record once; the file
 //! store and the Kafka store write byte-identical output; a corrupt state record stops the job
 //! with exit 3 and nothing written; a crash inside the store's transaction leaves the checkpoint
-//! before as the one restored. Needs the binary built with `failpoints` (scripts/test does).
+//! before as the one restored; a restart waits out another producer's open transaction on the
+//! state topic and restores the latest checkpoint; a changed job.instance count is refused.
+//! Needs the binary built with `failpoints` (scripts/test does).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -366,7 +368,7 @@ fn a_second_process_of_the_job_fences_the_first() {
         "the first process must stop once fenced:\n{log}"
     );
     assert!(
-        log.contains("fences the first") && log.contains(&format!("tidegate-state-{name}")),
+        log.contains("fences the first") && log.contains(&format!("tidegate.state.{name}")),
         "the error says it was fenced, naming the transactional id:\n{log}"
     );
     let (status, log) = second.wait(MINUTE);
@@ -378,4 +380,91 @@ fn a_second_process_of_the_job_fences_the_first() {
         shown["end_of_input"], true,
         "the second process finished the job:\n{shown:#}"
     );
+}
+
+/// The id of the last "checkpoint complete" line of a daemon's log (0: none).
+fn last_checkpoint(log: &str) -> u64 {
+    log.lines()
+        .rev()
+        .filter(|l| l.contains("checkpoint complete"))
+        .find_map(|l| l.split("checkpoint=").nth(1)?.split(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn an_open_foreign_transaction_on_the_state_topic_delays_the_restore_until_it_ends() {
+    let kafka = TestKafka::get();
+    let n = 3000;
+    let topic = source_topic(&kafka, "store-lso", 2, n);
+    let state_topic = kafka.unique_topic("store-lso-state");
+    let name = kafka.unique_topic("store-lso-job");
+    let dir = JobDir::new();
+    let config = dir.config(&job(&kafka, &name, &topic, 2, FILE_SINK, &kafka_store(&state_topic)));
+    let first = Daemon::start(&config, &[]);
+    wait_until("the first run's checkpoints", MINUTE, || {
+        last_checkpoint(&first.log_text()) >= 2
+    });
+    // another producer (another job, another instance) opens a transaction on the state topic
+    let foreign = kafka.transactional_producer();
+    foreign.begin();
+    foreign.send_and_flush(&state_topic, &[TestRecord::to(0, "{}").key("another-job/checkpoint")]);
+    let before = last_checkpoint(&first.log_text());
+    // checkpoints committed after the foreign transaction began, then a stop
+    wait_until("checkpoints after the foreign transaction began", MINUTE, || {
+        last_checkpoint(&first.log_text()) >= before + 3
+    });
+    first.signal(libc::SIGTERM);
+    let (status, log) = first.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "the first run:\n{log}");
+    let latest = last_checkpoint(&log);
+    assert!(
+        !log.contains("finished after"),
+        "the first run ended before the stop; the test needs a longer input:\n{log}"
+    );
+
+    let second = Daemon::start(&config, &[]);
+    wait_until("the restart waiting for the open transaction", MINUTE, || {
+        let log = second.log_text();
+        assert!(
+            !log.contains("restoring from"),
+            "the restart restored while a transaction held the state topic back:\n{log}"
+        );
+        log.contains("open transaction")
+    });
+    foreign.abort();
+    let (status, log) = second.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "the restart:\n{log}");
+    assert!(
+        log.contains(&format!("checkpoint={latest} ")) && log.contains("restoring from"),
+        "the restart must restore the latest checkpoint, {latest}:\n{log}"
+    );
+    assert_each_once(&value_counts(&dir.path("out.jsonl")), n, "after the restart");
+}
+
+#[test]
+fn a_changed_instance_count_is_refused_naming_job_instance() {
+    let kafka = TestKafka::get();
+    let n = 50;
+    let topic = source_topic(&kafka, "store-inst", 2, n);
+    let state_topic = kafka.unique_topic("store-inst-state");
+    let name = kafka.unique_topic("store-inst-job");
+    let dir = JobDir::new();
+    let config = dir.config(&job(&kafka, &name, &topic, 2, FILE_SINK, &kafka_store(&state_topic)));
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "the first run, one instance:\n{log}");
+
+    // the same job as two instances: its state is under `<job>`, not `<job>#0`
+    let two = "job.instance={\"index\":0,\"count\":2}";
+    let (code, log) = run(&config, &["--set", two], MINUTE);
+    assert_eq!(
+        code, 2,
+        "a changed job.instance must be refused, not start afresh:\n{log}"
+    );
+    assert!(
+        log.contains("job.instance") && log.contains(&format!("{name}/checkpoint")),
+        "the error names the key and the state found:\n{log}"
+    );
+    // --reset-state starts this instance over, as it says
+    let (code, log) = run(&config, &["--set", two, "--reset-state"], MINUTE);
+    assert_eq!(code, 0, "--reset-state:\n{log}");
 }

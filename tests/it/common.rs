@@ -384,6 +384,10 @@ impl TransactionalProducer {
     pub fn commit(&self) {
         self.0.commit_transaction(Duration::from_secs(30)).expect("commit");
     }
+
+    pub fn abort(&self) {
+        self.0.abort_transaction(Duration::from_secs(30)).expect("abort");
+    }
 }
 
 fn send(producer: &ThreadedProducer<DefaultProducerContext>, topic: &str, r: &TestRecord) {

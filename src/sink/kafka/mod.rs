@@ -8,6 +8,7 @@ pub mod config;
 pub mod routing;
 mod targets;
 mod transaction;
+pub(crate) use transaction::is_fencing;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::kafka::client::{client_config, connection_properties, TracingContext};
 
 /// Whether a librdkafka error code says another producer took over the transactional id.
-pub(super) fn is_fencing(code: RDKafkaErrorCode) -> bool {
+pub(crate) fn is_fencing(code: RDKafkaErrorCode) -> bool {
     matches!(
         code,
         RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch
