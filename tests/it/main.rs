@@ -1,6 +1,7 @@
 //! Integration tests against a real Apache Kafka broker (see `common`): one test binary, so the
 //! crate and librdkafka are linked once.
 
+mod allocator;
 mod broker;
 mod checkpoint_store;
 mod cluster;
