@@ -17,7 +17,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use tracing::{debug, info, warn};
 
-use super::records::{assemble, checkpoint_key, records_of};
+use super::records::{assemble, checkpoint_key, records_of, written_by};
 use super::scan::{reader, scan};
 use super::KafkaStoreConfig;
 use crate::core::{CheckpointStore, StateError, StoredCheckpoint};
@@ -202,8 +202,21 @@ impl CheckpointStore for KafkaCheckpointStore {
         let scan = scan(&self.config)?;
         let found = assemble(&self.config.owner, &self.config.job, &scan.latest)
             .map_err(|(key, e)| state_error(&self.config, &key, e))?;
-        if found.is_none() && !scan.others.is_empty() && !self.reset.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(instance_changed(&self.config, &scan.others));
+        if found.is_none() && !self.reset.load(std::sync::atomic::Ordering::Relaxed) {
+            // other instances' checkpoints: siblings started at the same time as this one (the
+            // same count) are no change; a count that differs, or a record that does not say, is
+            let changed: Vec<String> = scan
+                .others
+                .iter()
+                .filter(|(owner, bytes)| {
+                    written_by(&checkpoint_key(owner), &self.config.job, bytes).map(|i| i.count)
+                        != Some(self.config.instances)
+                })
+                .map(|(owner, _)| owner.clone())
+                .collect();
+            if !changed.is_empty() {
+                return Err(instance_changed(&self.config, &changed));
+            }
         }
         *loaded = Some(found.clone());
         Ok(found)
@@ -375,6 +388,7 @@ mod tests {
             topic: "state".into(),
             properties: BTreeMap::new(),
             job: "j".into(),
+            instances: 1,
             owner: "j".into(),
         };
         let fenced = store_error(

@@ -51,6 +51,8 @@ pub struct KafkaStoreConfig {
     pub properties: BTreeMap<String, String>,
     /// `job.name`.
     pub job: String,
+    /// `job.instance.count`: the other instances of the same count are this one's siblings.
+    pub instances: usize,
     /// The key prefix of this job's records: the job's name, with the instance when the job runs
     /// as several (`<job>#<index>`).
     pub owner: String,
@@ -144,6 +146,7 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
                 topic,
                 properties,
                 job: job.name.clone(),
+                instances: job.instance.count.max(1),
                 owner,
             }))
         }

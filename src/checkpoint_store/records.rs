@@ -112,6 +112,13 @@ fn decode(key: &str, job: &str, bytes: &[u8]) -> Result<Envelope, StateError> {
     Ok(envelope)
 }
 
+/// The instance (`job.instance`) that wrote the checkpoint record `bytes` under `key`: `None` for
+/// a record of a single instance, or one that does not decode.
+pub fn written_by(key: &str, job: &str, bytes: &[u8]) -> Option<crate::core::Instance> {
+    let envelope = decode(key, job, bytes).ok()?;
+    serde_json::from_value(envelope.payload.get("instance")?.clone()).ok()
+}
+
 /// `checkpoint` as `(key, value)` records: one per split, the enumerator's, and the job's (every
 /// other field of the checkpoint, with the ids of its splits), last.
 pub fn records_of(owner: &str, job: &str, checkpoint: &StoredCheckpoint) -> Result<Vec<(String, Vec<u8>)>, StateError> {
@@ -222,6 +229,28 @@ mod tests {
 
     fn latest(records: impl IntoIterator<Item = (String, Vec<u8>)>) -> BTreeMap<String, Option<Vec<u8>>> {
         records.into_iter().map(|(k, v)| (k, Some(v))).collect()
+    }
+
+    #[test]
+    fn a_job_record_says_which_instance_wrote_it() {
+        let mut cp = checkpoint(3, &[("t-0", 5)]);
+        cp.value["instance"] = json!({"index": 2, "count": 3});
+        let records = records_of("j#2", "j", &cp).unwrap();
+        let (key, job_record) = records.last().unwrap();
+        assert_eq!(key, "j#2/checkpoint");
+        assert_eq!(
+            written_by(key, "j", job_record),
+            Some(crate::core::Instance { index: 2, count: 3 })
+        );
+        // a single instance's record says none; damage or another job's record says nothing
+        let single = records_of("j", "j", &checkpoint(3, &[("t-0", 5)])).unwrap();
+        let (key, single) = single.last().unwrap();
+        assert_eq!(written_by(key, "j", single), None);
+        assert_eq!(written_by("j#2/checkpoint", "other", job_record), None);
+        let mut damaged = job_record.clone();
+        let at = damaged.len() / 2;
+        damaged[at] ^= 1;
+        assert_eq!(written_by("j#2/checkpoint", "j", &damaged), None);
     }
 
     #[test]

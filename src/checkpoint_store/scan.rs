@@ -32,8 +32,8 @@ pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
     let context = || format!("reading checkpoint topic {} at {}", c.topic, c.bootstrap_servers);
     let high = high_watermark(c)?;
     let mut latest = BTreeMap::new();
-    // whether each other owner of this job (`<job>`, `<job>#<i>`) has a live checkpoint record
-    let mut others: BTreeMap<String, bool> = BTreeMap::new();
+    // the latest checkpoint record of each other owner of this job (`<job>`, `<job>#<i>`)
+    let mut others: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
     if high <= 0 {
         return Ok(Scan {
             latest,
@@ -56,7 +56,7 @@ pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
                     if is_owned(&c.owner, key) {
                         latest.insert(key.to_string(), m.payload().map(<[u8]>::to_vec));
                     } else if let Some(other) = other_owner(&c.job, key) {
-                        others.insert(other.to_string(), m.payload().is_some());
+                        others.insert(other.to_string(), m.payload().map(<[u8]>::to_vec));
                     }
                 }
             }
@@ -79,7 +79,10 @@ pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
             if waiting {
                 info!(topic = %c.topic, offset = high, waited_ms = started.elapsed().as_millis() as u64, "checkpoint topic read to its end");
             }
-            let others = others.into_iter().filter(|(_, live)| *live).map(|(o, _)| o).collect();
+            let others = others
+                .into_iter()
+                .filter_map(|(o, record)| Some((o, record?)))
+                .collect();
             return Ok(Scan { latest, others });
         }
         if at_end && !waiting {
@@ -114,8 +117,9 @@ pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
 pub(super) struct Scan {
     /// The latest value of each of the owner's keys (`None`: a tombstone).
     pub(super) latest: BTreeMap<String, Option<Vec<u8>>>,
-    /// The job's other owners with a live checkpoint record (another `job.instance` form).
-    pub(super) others: Vec<String>,
+    /// The job's other owners with a live checkpoint record (other instances, or another
+    /// `job.instance` form), with that record.
+    pub(super) others: Vec<(String, Vec<u8>)>,
 }
 
 /// `key`'s owner when it is the checkpoint record of `job` under any owner (`<job>` or

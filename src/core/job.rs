@@ -211,7 +211,7 @@ impl<S: Source> Job<S> {
         });
         let mut enumerator = match restored.checkpoint {
             Some(cp) => {
-                info!(checkpoint = cp.checkpoint_id, completed_at = %cp.completed_at, splits = cp.splits.len(), "restoring from the state file");
+                info!(checkpoint = cp.checkpoint_id, completed_at = %cp.completed_at, splits = cp.splits.len(), "restoring from the last checkpoint");
                 restored_end_of_input = cp.end_of_input;
                 let mut enumerator = self.source.restore_enumerator(cp.enumerator)?;
                 let mut unfinished = Vec::new();

@@ -442,6 +442,39 @@ fn an_open_foreign_transaction_on_the_state_topic_delays_the_restore_until_it_en
 }
 
 #[test]
+fn an_instance_started_after_its_siblings_checkpointed_starts_fresh_and_reads_its_share_once() {
+    // Indexed Job pods start in any order: instance 1 of 2 checkpoints (here: finishes) before
+    // instance 0 first opens the store. Its siblings' records are no changed count (it was
+    // refused as one, seen in tests/it/kubernetes.rs with three pods started at once).
+    let kafka = TestKafka::get();
+    let n = 80;
+    let topic = source_topic(&kafka, "store-sibling", 4, n);
+    let state_topic = kafka.unique_topic("store-sibling-state");
+    let name = kafka.unique_topic("store-sibling-job");
+    let text = job(&kafka, &name, &topic, 1, FILE_SINK, &kafka_store(&state_topic));
+    let mut counts = BTreeMap::new();
+    for index in [1, 0] {
+        let dir = JobDir::new();
+        let config = dir.config(&text);
+        let instance = format!("job.instance={{\"index\":{index},\"count\":2}}");
+        let (code, log) = run(&config, &["--set", &instance], MINUTE);
+        assert_eq!(code, 0, "instance {index} of 2:\n{log}");
+        let share = value_counts(&dir.path("out.jsonl"));
+        assert!(!share.is_empty(), "instance {index} read nothing:\n{log}");
+        for (value, times) in share {
+            *counts.entry(value).or_insert(0) += times;
+        }
+    }
+    assert_each_once(&counts, n, "two instances, the second started after the first finished");
+    // a third instance is a changed count, not a late sibling: its share would overlap theirs
+    let dir = JobDir::new();
+    let third = "job.instance={\"index\":2,\"count\":3}";
+    let (code, log) = run(&dir.config(&text), &["--set", third], MINUTE);
+    assert_eq!(code, 2, "instance 2 of 3 beside the state of 2 instances:\n{log}");
+    assert!(log.contains("job.instance"), "{log}");
+}
+
+#[test]
 fn a_changed_instance_count_is_refused_naming_job_instance() {
     let kafka = TestKafka::get();
     let n = 50;
