@@ -76,7 +76,17 @@ impl TextTemplate {
 
     /// Render against a generated record (an object).
     pub fn render(&self, record: &Value) -> String {
-        let mut out = String::new();
+        use std::fmt::Write;
+        // the literal text, and room for the fields (one allocation for most records)
+        let literal: usize = self
+            .parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => t.len(),
+                Part::Field(_) => 24,
+            })
+            .sum();
+        let mut out = String::with_capacity(literal);
         for p in &self.parts {
             match p {
                 Part::Text(t) => out.push_str(t),
@@ -88,7 +98,10 @@ impl TextTemplate {
                     match v {
                         Value::String(s) => out.push_str(s),
                         Value::Null => {}
-                        other => out.push_str(&other.to_string()),
+                        // written in place (a `String` cannot fail to take it)
+                        other => {
+                            let _ = write!(out, "{other}");
+                        }
                     }
                 }
             }

@@ -36,7 +36,11 @@ fn the_binary_allocates_with_an_unprefixed_jemalloc_that_returns_freed_pages_pro
 #[test]
 fn the_environment_still_overrides_the_binary_s_allocator_settings() {
     let report = confirmed_conf("confirm_conf:true,dirty_decay_ms:5000");
-    let ours = report.find("Set conf value: dirty_decay_ms:100").expect("the binary's setting");
-    let theirs = report.find("Set conf value: dirty_decay_ms:5000").expect("the environment's setting");
+    let ours = report
+        .find("Set conf value: dirty_decay_ms:100")
+        .expect("the binary's setting");
+    let theirs = report
+        .find("Set conf value: dirty_decay_ms:5000")
+        .expect("the environment's setting");
     assert!(ours < theirs, "the environment's value must be applied last:\n{report}");
 }

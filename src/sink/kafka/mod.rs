@@ -255,14 +255,19 @@ impl KafkaSink {
             ruled = self.settings.headers.apply(&record.headers);
             &ruled
         };
-        let mut headers = OwnedHeaders::new_with_capacity(record_headers.len());
-        for h in record_headers {
-            headers = headers.insert(KafkaHeader {
-                key: &h.key,
-                value: h.value.as_deref(),
-            });
+        let mut message: BaseRecord<'_, [u8], [u8], ()> = BaseRecord::to(topic);
+        // no header list at all for a record without headers (the same record on the wire: an
+        // allocation and a free less per record)
+        if !record_headers.is_empty() {
+            let mut headers = OwnedHeaders::new_with_capacity(record_headers.len());
+            for h in record_headers {
+                headers = headers.insert(KafkaHeader {
+                    key: &h.key,
+                    value: h.value.as_deref(),
+                });
+            }
+            message = message.headers(headers);
         }
-        let mut message: BaseRecord<'_, [u8], [u8], ()> = BaseRecord::to(topic).headers(headers);
         if let Some(k) = record.key.as_deref() {
             message = message.key(k);
         }
