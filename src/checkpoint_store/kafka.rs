@@ -203,8 +203,8 @@ impl CheckpointStore for KafkaCheckpointStore {
         let found = assemble(&self.config.owner, &self.config.job, &scan.latest)
             .map_err(|(key, e)| state_error(&self.config, &key, e))?;
         if found.is_none() && !self.reset.load(std::sync::atomic::Ordering::Relaxed) {
-            // other instances' checkpoints: siblings started at the same time as this one (the
-            // same count) are no change; a count that differs, or a record that does not say, is
+            // other instances' checkpoints: siblings started before this one (the same count) are
+            // no change; a count that differs, or a record that does not say, is
             let changed: Vec<String> = scan
                 .others
                 .iter()
@@ -349,6 +349,9 @@ fn admin_call(config: &KafkaStoreConfig, exists: bool) -> Result<()> {
             .map_err(|e| kafka(format!("describing {context}"), e))?;
         let policy = match described.into_iter().next() {
             Some(Ok(resource)) => resource.get("cleanup.policy").and_then(|e| e.value.clone()),
+            // created by another process a moment ago and not known to every broker yet (several
+            // instances create the topic at once): ask again, like a topic without configs
+            Some(Err(RDKafkaErrorCode::UnknownTopicOrPartition)) if Instant::now() < deadline => None,
             Some(Err(code)) => return Err(Error::runtime(format!("describing {context}"), code)),
             None => None,
         };

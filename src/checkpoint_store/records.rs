@@ -112,8 +112,9 @@ fn decode(key: &str, job: &str, bytes: &[u8]) -> Result<Envelope, StateError> {
     Ok(envelope)
 }
 
-/// The instance (`job.instance`) that wrote the checkpoint record `bytes` under `key`: `None` for
-/// a record of a single instance, or one that does not decode.
+/// The instance (`job.instance`) that wrote the checkpoint record `bytes` under `key` (a single
+/// instance's records say index 0 of 1): `None` for a record that does not say (none written by
+/// tidegate since instances were recorded) or does not decode.
 pub fn written_by(key: &str, job: &str, bytes: &[u8]) -> Option<crate::core::Instance> {
     let envelope = decode(key, job, bytes).ok()?;
     serde_json::from_value(envelope.payload.get("instance")?.clone()).ok()
@@ -242,10 +243,19 @@ mod tests {
             written_by(key, "j", job_record),
             Some(crate::core::Instance { index: 2, count: 3 })
         );
-        // a single instance's record says none; damage or another job's record says nothing
-        let single = records_of("j", "j", &checkpoint(3, &[("t-0", 5)])).unwrap();
+        // a single instance's record says index 0 of 1 (the coordinator always writes it); one
+        // without the field, damage or another job's record says nothing
+        let mut single = checkpoint(3, &[("t-0", 5)]);
+        single.value["instance"] = json!({"index": 0, "count": 1});
+        let single = records_of("j", "j", &single).unwrap();
         let (key, single) = single.last().unwrap();
-        assert_eq!(written_by(key, "j", single), None);
+        assert_eq!(
+            written_by(key, "j", single),
+            Some(crate::core::Instance { index: 0, count: 1 })
+        );
+        let unsaid = records_of("j", "j", &checkpoint(3, &[("t-0", 5)])).unwrap();
+        let (key, unsaid) = unsaid.last().unwrap();
+        assert_eq!(written_by(key, "j", unsaid), None);
         assert_eq!(written_by("j#2/checkpoint", "other", job_record), None);
         let mut damaged = job_record.clone();
         let at = damaged.len() / 2;

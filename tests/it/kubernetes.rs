@@ -236,6 +236,16 @@ fn local_manifest(kafka: &TestKafka, dir: &JobDir) -> Manifest {
 
 const COUNT: u64 = 30_000;
 
+/// The records a run wrote, from its summary line (`… N records emitted, M written …`).
+fn written_in(log: &str) -> u64 {
+    log.lines()
+        .find_map(|line| {
+            let (_, rest) = line.split_once(" records emitted, ")?;
+            rest.split_once(" written")?.0.replace(',', "").parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no summary line in the pod's log:\n{log}"))
+}
+
 /// Every generated id in `topic` exactly once.
 fn assert_seeded_once(kafka: &TestKafka, topic: &str) {
     let records = kafka.read_all(topic);
@@ -285,10 +295,10 @@ fn a_seed_pod_killed_mid_run_and_started_again_without_a_disk_writes_every_recor
     let kafka = TestKafka::get();
     let dir = JobDir::new();
     let m = local_manifest(&kafka, &dir);
-    // slowed down so that pod 1 is mid-run when it is killed: 6,000 records/s over the three
-    // pods, about 5 s each
+    // slowed down so that pod 1 is mid-run when it is killed: 3,000 records/s over the three
+    // pods, 1,000/s each, about 10 s for each pod's 10,000 (checkpoints every 2 s)
     let mut env = m.seed_env.clone();
-    env.push(("TIDEGATE__SOURCE__RATE", "6000".to_string()));
+    env.push(("TIDEGATE__SOURCE__RATE", "3000".to_string()));
     let pods = Pods::new(&m.seed, &m.configs, &dir, &env, |_, v| v);
     let mut running: Vec<_> = (0..3).map(|index| pods.start(index, 0)).collect();
     let (mut victim, victim_log) = running.remove(1);
@@ -311,6 +321,14 @@ fn a_seed_pod_killed_mid_run_and_started_again_without_a_disk_writes_every_recor
     assert!(
         resumed.contains("restoring from the last checkpoint"),
         "the new pod 1 did not resume from the Kafka store:\n{resumed}"
+    );
+    // mid-run: the new pod wrote part of pod 1's share, not none of it (killed after its last
+    // checkpoint) nor all of it (started over)
+    let written = written_in(&resumed);
+    assert!(
+        written > 0 && written < COUNT / 3,
+        "the new pod 1 wrote {written} of its share of {}:\n{resumed}",
+        COUNT / 3
     );
     assert_seeded_once(&kafka, &m.topic);
 }
