@@ -41,9 +41,14 @@ struct TransportLog {
 static WARNED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
 /// Lines that are not news: a coordinator still loading (retried, normal on a fresh broker), and
-/// a fenced producer (the sink stops with one clear message saying what happened).
+/// a fenced producer (the sink stops with one clear message saying what happened), in each of the
+/// words librdkafka has for it: "fenced by a newer instance", the broker's "operation with an old
+/// epoch" (when the fencing meets a transaction's offset commit), the fatal error's `_FENCED`.
 fn is_explained_elsewhere(message: &str) -> bool {
-    message.contains("load in progress") || message.contains("fenced by")
+    message.contains("load in progress")
+        || message.contains("fenced by")
+        || message.contains("with an old epoch")
+        || message.contains("(_FENCED)")
 }
 
 /// A librdkafka line without its thread prefix and its "(after 0ms in state CONNECT, …)" tail.
@@ -182,7 +187,7 @@ impl ClientContext for TracingContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        if is_explained_elsewhere(reason) {
+        if is_explained_elsewhere(reason) || error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fenced) {
             debug!(client = %self.name, error = %error, "librdkafka: {reason}");
             return;
         }

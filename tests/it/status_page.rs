@@ -76,31 +76,62 @@ fn the_status_page_shows_what_status_reports_in_chromium() {
     // paused, the numbers stand still while the browser loads the page
     assert_eq!(control(&addr, r#"{"paused": true}"#).0, 200);
     let checkpoints = |s: &serde_json::Value| s["checkpoints"].as_u64().unwrap_or(0);
-    let c0 = checkpoints(&status(&addr).expect("status"));
-    wait_until("a checkpoint after the pause", MINUTE, || {
-        status(&addr).is_some_and(|s| checkpoints(&s) > c0)
-    });
-    let shown = status(&addr).expect("status");
-    let dom = chromium(&url, &["--dump-dom"]);
+    // a record already past the pause check when it came may still be emitted (seen once in
+    // CI: a position one further on the page than in /status taken after a checkpoint): wait
+    // until the positions stand still over a checkpoint
+    let positions = |s: &serde_json::Value| s["splits"].to_string();
+    let mut shown = status(&addr).expect("status");
+    let mut still = false;
+    for _ in 0..5 {
+        let c0 = checkpoints(&shown);
+        wait_until("a checkpoint after the pause", MINUTE, || {
+            status(&addr).is_some_and(|s| checkpoints(&s) > c0)
+        });
+        let now = status(&addr).expect("status");
+        still = positions(&now) == positions(&shown);
+        shown = now;
+        if still {
+            break;
+        }
+    }
+    assert!(still, "paused, the positions still move over 5 checkpoints: {shown}");
+    // the page against /status read just before it loads; a page that loaded while a position
+    // still moved gets two more tries (every try's rows are in the failure message)
+    let rows_of = |dom: &str, shown: &serde_json::Value| -> Vec<(Vec<String>, [String; 5])> {
+        let splits = shown["splits"].as_array().expect("splits");
+        assert_eq!(splits.len(), 2);
+        splits
+            .iter()
+            .map(|s| {
+                let id = s["id"].as_str().expect("id");
+                let want = [
+                    // named as plan and the summary name a partition
+                    format!("{}:{}", s["topic"].as_str().expect("topic"), s["partition"]),
+                    s["position"].to_string(),
+                    s["stop"].to_string(),
+                    s["records_left"].to_string(),
+                    "reading".to_string(),
+                ];
+                (row_of(dom, id), want)
+            })
+            .collect()
+    };
+    let mut tries = Vec::new();
+    let dom = loop {
+        let dom = chromium(&url, &["--dump-dom"]);
+        let rows = rows_of(&dom, &shown);
+        let same = rows.iter().all(|(row, want)| row == want);
+        tries.push(rows);
+        if same || tries.len() == 3 {
+            assert!(same, "the page's split rows (shown, /status) in each try: {tries:?}");
+            break dom;
+        }
+        shown = status(&addr).expect("status");
+    };
     assert_eq!(text_of(&dom, "state"), "paused", "{dom}");
     assert_eq!(text_of(&dom, "done"), shown["records"]["done"].to_string(), "{dom}");
     assert_eq!(text_of(&dom, "expected"), "1000");
     assert!(text_of(&dom, "limits").contains("max_rate 100"), "{dom}");
-    let splits = shown["splits"].as_array().expect("splits");
-    assert_eq!(splits.len(), 2);
-    for s in splits {
-        let id = s["id"].as_str().expect("id");
-        let row = row_of(&dom, id);
-        let want = [
-            // named as plan and the summary name a partition
-            format!("{}:{}", s["topic"].as_str().expect("topic"), s["partition"]),
-            s["position"].to_string(),
-            s["stop"].to_string(),
-            s["records_left"].to_string(),
-            "reading".to_string(),
-        ];
-        assert_eq!(row, want, "split {id}");
-    }
 
     // running again: a screenshot (the README's when asked for)
     assert_eq!(control(&addr, r#"{"paused": false}"#).0, 200);
