@@ -5,6 +5,7 @@
 //! delivery fails the job.
 
 pub mod config;
+mod retry;
 pub mod routing;
 mod targets;
 mod transaction;
@@ -12,7 +13,7 @@ pub(crate) use transaction::is_fencing;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::client::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -25,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::kafka::client::{client_config, TracingContext};
 use crate::record::Record;
 pub use config::KafkaSinkConfig;
+use retry::retried;
 use routing::{HeaderRules, TopicTemplate};
 use transaction::Transactions;
 
@@ -356,32 +358,6 @@ impl KafkaSink {
                 Err(_) => {}
             }
         }
-    }
-}
-
-/// Call `attempt` with the time left until it succeeds or `timeout` has passed, then fail with
-/// its last error and `what`. For broker answers that may be passing (a topic being created, a
-/// partition without a leader, a coordinator loading) and must never be read as answers.
-fn retried<T>(what: &str, timeout: Duration, mut attempt: impl FnMut(Duration) -> Result<T>) -> Result<T> {
-    const PAUSE: Duration = Duration::from_millis(200);
-    let deadline = Instant::now() + timeout;
-    let mut attempts = 0u32;
-    loop {
-        attempts += 1;
-        let left = deadline.saturating_duration_since(Instant::now()).max(PAUSE);
-        let e = match attempt(left) {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Error::client(
-                format!("{what}: still failing after {attempts} attempts in {timeout:?}"),
-                e,
-            ));
-        }
-        tracing::debug!(error = %e, attempts, "{what}: retrying");
-        std::thread::sleep(PAUSE.min(left));
     }
 }
 
