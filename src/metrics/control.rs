@@ -234,11 +234,8 @@ pub fn apply_control(board: &StatusBoard, body: &[u8]) -> Result<Value, ControlE
             }
         }
     }
-    if request.contains_key("max_rate") || request.contains_key("max_bytes_rate") {
-        stats.throttle.set_limits(rate, bytes_rate);
-    }
-    if let Some(p) = paused {
-        stats.throttle.set_paused(p);
+    if paused == Some(true) {
+        stats.throttle.set_paused(true);
     }
     if let Some(clock) = clock {
         // a pause, a resume or a new limit restarts the pacing clock where the replay stands:
@@ -248,8 +245,20 @@ pub fn apply_control(board: &StatusBoard, body: &[u8]) -> Result<Value, ControlE
             None => clock.restart_pacing(),
         }
     }
+    // limits change and the switch opens only once the clock has restarted: a reader that saw
+    // them while the clock still counted from before would release at once everything "due"
+    if request.contains_key("max_rate") || request.contains_key("max_bytes_rate") {
+        stats.throttle.set_limits(rate, bytes_rate);
+    }
+    if paused == Some(false) {
+        stats.throttle.set_paused(false);
+    }
     let settings = board.settings();
     let request = Value::Object(request);
     info!(request = %request, settings = %settings, "control applied");
     Ok(settings)
 }
+
+#[cfg(test)]
+#[path = "control_tests.rs"]
+mod tests;
