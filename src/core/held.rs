@@ -264,6 +264,12 @@ impl<T: RecordPosition> HeldRecords<T> {
                 }
                 continue;
             };
+            // the pause before the clock: a resume restarts the clock before it opens the switch
+            // (`POST /control`), so a reader that sees the switch open sees the restarted clock
+            if size.is_some() && self.throttle.is_paused() {
+                self.wake_at = None;
+                break;
+            }
             let release = match self.clock.release(timestamp, now, marker) {
                 Release::Now => match admit(&self.throttle) {
                     Admit::Now => Release::Now,
