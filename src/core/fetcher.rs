@@ -84,8 +84,10 @@ impl<S> FetcherHandle<S> {
     }
 }
 
-/// Creates split readers for new fetchers.
-pub type SplitReaderFactory<R> = Box<dyn Fn() -> Result<R> + Send>;
+/// Creates split readers for new fetchers, given how many splits the new fetcher starts with (a
+/// sizing hint: a reader may share a memory budget among them, as the Kafka reader shares its
+/// prefetch budget among its partitions).
+pub type SplitReaderFactory<R> = Box<dyn Fn(usize) -> Result<R> + Send>;
 
 /// Starts fetchers, routes split changes to them, and collects their failures.
 pub struct SplitFetcherManager<R: SplitReader> {
@@ -141,13 +143,13 @@ impl<R: SplitReader> SplitFetcherManager<R> {
             FetcherMode::Single => {
                 let id = match self.fetchers.keys().next() {
                     Some(id) => *id,
-                    None => self.start_fetcher()?,
+                    None => self.start_fetcher(splits.len())?,
                 };
                 self.send_splits(id, splits);
             }
             FetcherMode::PerSplit => {
                 for split in splits {
-                    let id = self.start_fetcher()?;
+                    let id = self.start_fetcher(1)?;
                     self.send_splits(id, vec![split]);
                 }
             }
@@ -227,10 +229,10 @@ impl<R: SplitReader> SplitFetcherManager<R> {
         });
     }
 
-    fn start_fetcher(&mut self) -> Result<usize> {
+    fn start_fetcher(&mut self, splits: usize) -> Result<usize> {
         let id = self.next_fetcher;
         self.next_fetcher += 1;
-        let reader = (self.factory)()?;
+        let reader = (self.factory)(splits)?;
         let fetch_wake = reader.wake_up_handle();
         let (tx, rx) = mpsc::unbounded_channel();
         let put_wake = Arc::new(AtomicBool::new(false));

@@ -158,7 +158,7 @@
 //!         options.request_splits = true; // the enumerator hands splits out on request
 //!         options.stats = context.fetch_stats;
 //!         Ok(SourceReaderBase::new(
-//!             Box::new(|| Ok(SentenceReader::default())),
+//!             Box::new(|_splits| Ok(SentenceReader::default())),
 //!             WordEmitter,
 //!             options,
 //!         ))

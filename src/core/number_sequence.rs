@@ -265,7 +265,7 @@ impl NumberSequenceSource {
         options.eof = self.eof.clone();
         options.stats = context.fetch_stats;
         Ok(SourceReaderBase::new(
-            Box::new(move || Ok(NumberSequenceSplitReader::new(batch_size))),
+            Box::new(move |_| Ok(NumberSequenceSplitReader::new(batch_size))),
             NumberEmitter,
             options,
         ))

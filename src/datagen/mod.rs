@@ -285,7 +285,7 @@ impl Source for DataGeneratorSource {
         let batch = self.settings.batch_size.max(1);
         let partitions = self.settings.partitions;
         let index = context.index;
-        let factory = Box::new(move || {
+        let factory = Box::new(move |_| {
             let mut g = generator();
             g.open(index)?;
             Ok(GeneratorSplitReader::new(g, limiter.clone(), batch, partitions))

@@ -112,7 +112,7 @@ struct CaughtUpCheck {
 
 impl CaughtUpCheck {
     fn new(settings: &KafkaSourceSettings, reader_index: usize) -> Self {
-        let mut config = consumer_config(settings, reader_index);
+        let mut config = consumer_config(settings, reader_index, 1, 1);
         config.set("isolation.level", "read_uncommitted");
         config.set("client.id", format!("tidegate-reader-{reader_index}-watermarks"));
         CaughtUpCheck {

@@ -12,8 +12,60 @@ use super::client::client_config;
 use super::KafkaSourceSettings;
 use crate::error::Error;
 
-/// The consumer of reader `reader_index`: tidegate's settings, then the user's properties.
-pub fn consumer_config(settings: &KafkaSourceSettings, reader_index: usize) -> ClientConfig {
+/// librdkafka's prefetch for one reader: its consumer queue (every partition of the reader's
+/// feeds it) holds at most this many messages and KiB of values (`queued.min.messages`,
+/// `queued.max.messages.kbytes`; the fetch request follows the KiB, `fetch.max.bytes`), and a
+/// partition returns at most `max.partition.fetch.bytes` per fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prefetch {
+    pub messages: usize,
+    pub kbytes: usize,
+    pub partition_fetch_bytes: usize,
+}
+
+/// The prefetch of each of a job's `readers` readers when it starts with `partitions`
+/// partitions: one reader of up to [`FULL_PREFETCH_PARTITIONS`] partitions gets the whole
+/// budget; more readers, or a reader of more partitions (which fetches more at once: up to
+/// `max.partition.fetch.bytes` from each), share it, down to a floor. With the whole budget for every reader, 4 partitions at
+/// parallelism 2 peaked at 72 MiB and 64 partitions at 95-109 MiB, against 52-60 MiB for one
+/// reader of 4 (docs/performance.md, "The readers' prefetch").
+pub fn prefetch(readers: usize, partitions: usize) -> Prefetch {
+    // a smaller prefetch queue and smaller fetches than librdkafka's: enough to keep the
+    // pipeline busy, and a bounded memory. The defaults (100k messages, 64 MiB, 1 MiB per
+    // partition and fetch) cost RSS for little throughput: replaying 100-byte records from 2
+    // partitions peaked at 100 MiB with 8 MiB / 1 MiB, 60 MiB with 4 MiB / 512 KiB
+    let full = Prefetch {
+        messages: 20_000,
+        kbytes: 4096,
+        partition_fetch_bytes: 512 * 1024,
+    };
+    let shares = readers.max(1) * partitions.max(1).div_ceil(FULL_PREFETCH_PARTITIONS);
+    Prefetch {
+        // the floor: 5 ms of the fastest reading measured, at least, so a queue over it is
+        // refilled within librdkafka's fetch.queue.backoff.ms (10 ms, below) of draining
+        messages: (full.messages / shares).max(5000),
+        kbytes: (full.kbytes / shares).max(1024),
+        partition_fetch_bytes: full.partition_fetch_bytes,
+    }
+}
+
+/// The partitions of a reader up to which it gets the whole budget (see [`prefetch`]).
+pub const FULL_PREFETCH_PARTITIONS: usize = 4;
+
+/// The consumer of reader `reader_index` of `readers`, which starts with `partitions`
+/// partitions: tidegate's settings, then the user's properties.
+pub fn consumer_config(
+    settings: &KafkaSourceSettings,
+    reader_index: usize,
+    readers: usize,
+    partitions: usize,
+) -> ClientConfig {
+    let prefetch = prefetch(readers, partitions);
+    let (messages, kbytes, fetch_bytes) = (
+        prefetch.messages.to_string(),
+        prefetch.kbytes.to_string(),
+        prefetch.partition_fetch_bytes.to_string(),
+    );
     let client_id = format!("tidegate-reader-{reader_index}");
     // Manual assignment still needs a group id in librdkafka; without the user's group this
     // one is never joined or committed to (no subscribe, no commits from this consumer).
@@ -38,13 +90,10 @@ pub fn consumer_config(settings: &KafkaSourceSettings, reader_index: usize) -> C
         // default) whenever its prefetch queue is over the thresholds below; a replay drains
         // the queue a batch at a time, so the default starved it to a quarter of kcat's rate
         ("fetch.queue.backoff.ms", "10"),
-        // a smaller prefetch queue and smaller fetches: enough to keep the pipeline busy, and
-        // a bounded memory. The defaults (100k messages, 64 MiB, 1 MiB per partition and fetch)
-        // cost RSS for little throughput: replaying 100-byte records from 2 partitions peaked at
-        // 100 MiB with 8 MiB / 1 MiB, 60 MiB with 4 MiB / 512 KiB (scripts/bench, README)
-        ("queued.min.messages", "20000"),
-        ("queued.max.messages.kbytes", "4096"),
-        ("max.partition.fetch.bytes", "524288"),
+        // see `prefetch`
+        ("queued.min.messages", &messages),
+        ("queued.max.messages.kbytes", &kbytes),
+        ("max.partition.fetch.bytes", &fetch_bytes),
     ];
     client_config(&settings.bootstrap_servers, &defaults, &settings.properties)
 }
@@ -207,5 +256,49 @@ impl PartitionErrors {
                     format!("{} (for {:?}, the source's request_timeout)", e.message, self.timeout),
                 )
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefetch_of_one_small_reader_is_shared_by_more_readers_and_partitions() {
+        let full = prefetch(1, 4);
+        assert_eq!(
+            (full.messages, full.kbytes, full.partition_fetch_bytes),
+            (20_000, 4096, 512 * 1024)
+        );
+        assert_eq!(prefetch(0, 0), full);
+        assert_eq!(prefetch(1, 1), full);
+        // two readers of 2 partitions each: half each
+        let half = prefetch(2, 2);
+        assert_eq!((half.messages, half.kbytes), (10_000, 2048));
+        assert_eq!(prefetch(1, 8), half, "8 partitions: two fetches' worth of partitions");
+        // 64 partitions at parallelism 2, 32 each: the floor
+        let floor = prefetch(2, 32);
+        assert_eq!((floor.messages, floor.kbytes), (5000, 1024));
+        assert_eq!(floor.partition_fetch_bytes, full.partition_fetch_bytes);
+        for (readers, partitions) in [(1, 5), (3, 1), (2, 64), (8, 1000)] {
+            let p = prefetch(readers, partitions);
+            assert!(
+                p.messages <= full.messages && p.kbytes <= full.kbytes,
+                "{readers} x {partitions}: {p:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_consumer_gets_its_share_and_the_user_has_the_last_word() {
+        let mut settings =
+            KafkaSourceSettings::new("127.0.0.1:9", super::super::Subscription::Topics(vec!["t".into()]));
+        let config = consumer_config(&settings, 0, 2, 32);
+        assert_eq!(config.get("queued.min.messages"), Some("5000"));
+        assert_eq!(config.get("queued.max.messages.kbytes"), Some("1024"));
+        assert_eq!(config.get("max.partition.fetch.bytes"), Some("524288"));
+        settings.properties.insert("queued.min.messages".into(), "7".into());
+        let config = consumer_config(&settings, 0, 2, 32);
+        assert_eq!(config.get("queued.min.messages"), Some("7"));
     }
 }

@@ -404,7 +404,7 @@ impl Source for KafkaSource {
     }
 
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {
-        let index = context.index;
+        let (index, readers) = (context.index, context.parallelism);
         let mut options = ReaderOptions::new(index);
         options.fetcher_mode = self.fetcher_mode;
         options.queue_capacity = self.queue_capacity;
@@ -420,8 +420,8 @@ impl Source for KafkaSource {
             bytes: self.max_batch_bytes.max(1),
         };
         let metrics = self.metrics.clone();
-        let factory = Box::new(move || {
-            KafkaPartitionSplitReader::new(&settings, index, limit, metrics.clone())
+        let factory = Box::new(move |partitions| {
+            KafkaPartitionSplitReader::new(&settings, (index, readers), partitions, limit, metrics.clone())
                 .map(|reader| reader.confirming_caught_up(&settings, index, confirm))
         });
         let emitter =

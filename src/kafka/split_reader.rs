@@ -63,13 +63,16 @@ pub struct KafkaPartitionSplitReader {
 }
 
 impl KafkaPartitionSplitReader {
+    /// The split reader of reader `reader_index` of `readers`, which starts with `partitions`
+    /// partitions (its consumer's share of the prefetch: [`super::consumer::prefetch`]).
     pub(crate) fn new(
         settings: &KafkaSourceSettings,
-        reader_index: usize,
+        (reader_index, readers): (usize, usize),
+        partitions: usize,
         limit: BatchLimit,
         metrics: KafkaMetrics,
     ) -> Result<Self> {
-        let consumer: BaseConsumer<TracingContext> = consumer_config(settings, reader_index)
+        let consumer: BaseConsumer<TracingContext> = consumer_config(settings, reader_index, readers, partitions)
             .create_with_context(TracingContext::new(format!("reader-{reader_index}")))
             .map_err(|e| crate::error::kafka("creating a reader's consumer", e))?;
         let queue = ConsumerQueue::new(&consumer, limit.records)

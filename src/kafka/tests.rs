@@ -202,7 +202,8 @@ fn a_fetch_batch_is_bounded_in_bytes_as_well_as_records() {
         records: 4096,
         bytes: 500_000,
     };
-    let mut reader = KafkaPartitionSplitReader::new(&settings, 0, limit, super::KafkaMetrics::noop()).expect("reader");
+    let mut reader =
+        KafkaPartitionSplitReader::new(&settings, (0, 1), 1, limit, super::KafkaMetrics::noop()).expect("reader");
     reader
         .handle_splits_changes(SplitsChange::Add(vec![KafkaPartitionSplit::new(
             "mock-large",

@@ -129,7 +129,7 @@ impl Source for PeriodicSource {
         options.stats = context.fetch_stats;
         let settings = Arc::clone(&self.settings);
         let fires = self.metrics.fires.clone();
-        let factory = Box::new(move || Ok(PeriodicSplitReader::new(Arc::clone(&settings), fires.clone())));
+        let factory = Box::new(move |_| Ok(PeriodicSplitReader::new(Arc::clone(&settings), fires.clone())));
         Ok(
             SourceReaderBase::new(factory, FireEmitter, options).with_event_handler(Box::new(|event| {
                 match event.0.downcast::<crate::core::RemoveSplits>() {

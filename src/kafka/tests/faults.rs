@@ -352,7 +352,7 @@ pub(super) fn reader(settings: &KafkaSourceSettings) -> KafkaPartitionSplitReade
         records: 1000,
         bytes: 1 << 20,
     };
-    KafkaPartitionSplitReader::new(settings, 0, limit, KafkaMetrics::noop()).expect("reader")
+    KafkaPartitionSplitReader::new(settings, (0, 1), 1, limit, KafkaMetrics::noop()).expect("reader")
 }
 
 /// A split paused for pacing or alignment fetches nothing on purpose: it must not be restarted as
