@@ -26,9 +26,9 @@ pub struct Prefetch {
 /// The prefetch of each of a job's `readers` readers when it starts with `partitions`
 /// partitions: one reader of up to [`FULL_PREFETCH_PARTITIONS`] partitions gets the whole
 /// budget; more readers, or a reader of more partitions (which fetches more at once: up to
-/// `max.partition.fetch.bytes` from each), share it, down to a floor. With the whole budget for every reader, 4 partitions at
-/// parallelism 2 peaked at 72 MiB and 64 partitions at 95-109 MiB, against 52-60 MiB for one
-/// reader of 4 (docs/performance.md, "The readers' prefetch").
+/// `max.partition.fetch.bytes` from each), share it, down to a floor. With the whole budget for
+/// every reader, 4 partitions at parallelism 2 peaked at 72 MiB and 64 partitions at 95-109 MiB,
+/// against 52-60 MiB for one reader of 4 (docs/performance.md, "The readers' prefetch").
 pub fn prefetch(readers: usize, partitions: usize) -> Prefetch {
     // a smaller prefetch queue and smaller fetches than librdkafka's: enough to keep the
     // pipeline busy, and a bounded memory. The defaults (100k messages, 64 MiB, 1 MiB per
