@@ -48,3 +48,27 @@ fn aborted_transactions_are_invisible_to_read_committed() {
         .collect();
     assert_eq!(values, ["a", "b", "c"]);
 }
+
+/// A transaction's records appended but not yet committed (as just after a sink's
+/// `commit_transaction` returned, before the broker wrote the commit markers): the last stable
+/// offset is still before them, and `read_all` must read to where they end, not to it (it took
+/// the last stable offset for the end and read back nothing).
+#[test]
+fn read_all_reads_to_the_end_of_a_transaction_still_settling() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("harness-settling", 2);
+    let tx = kafka.transactional_producer();
+    tx.begin();
+    tx.send_and_flush(&topic, &[TestRecord::to(0, "a"), TestRecord::to(1, "b")]);
+    let stable: Vec<i64> = kafka.end_offsets(&topic).into_values().collect();
+    assert_eq!(stable, [0, 0], "the last stable offsets, before the commit");
+    let ends: Vec<i64> = kafka.read_all_ends(&topic).into_values().collect();
+    assert_eq!(ends, [1, 1], "where read_all reads to");
+    tx.commit();
+    let values: Vec<String> = kafka
+        .read_all(&topic)
+        .into_iter()
+        .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
+        .collect();
+    assert_eq!(values, ["a", "b"]);
+}

@@ -244,9 +244,24 @@ impl TestKafka {
         );
     }
 
-    /// End offsets (high watermarks) of every partition; retried while metadata is settling.
+    /// End offsets of every partition as a read_committed consumer sees them (librdkafka's
+    /// default isolation): the last stable offsets, before any transaction not yet settled;
+    /// retried while metadata is settling.
     pub fn end_offsets(&self, topic: &str) -> BTreeMap<i32, i64> {
-        let consumer: BaseConsumer = self.config().create().expect("consumer");
+        self.watermarks(topic, "read_committed")
+    }
+
+    /// The high watermarks of every partition: past every record appended, committed or not.
+    pub fn high_watermarks(&self, topic: &str) -> BTreeMap<i32, i64> {
+        self.watermarks(topic, "read_uncommitted")
+    }
+
+    fn watermarks(&self, topic: &str, isolation: &str) -> BTreeMap<i32, i64> {
+        let consumer: BaseConsumer = self
+            .config()
+            .set("isolation.level", isolation)
+            .create()
+            .expect("consumer");
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             let attempt = || -> Option<BTreeMap<i32, i64>> {
@@ -276,9 +291,16 @@ impl TestKafka {
         }
     }
 
+    /// Where [`TestKafka::read_all`] reads each partition to: its high watermark, so that a
+    /// transaction still settling (committed by its producer, its markers not yet written) is
+    /// waited for rather than cut off at the last stable offset.
+    pub fn read_all_ends(&self, topic: &str) -> BTreeMap<i32, i64> {
+        self.high_watermarks(topic)
+    }
+
     /// Every committed record of the topic, per partition in offset order (read_committed).
     pub fn read_all(&self, topic: &str) -> Vec<ReadRecord> {
-        let ends = self.end_offsets(topic);
+        let ends = self.read_all_ends(topic);
         let mut c = self.config();
         c.set("group.id", "tidegate-test-reader")
             .set("enable.auto.commit", "false")
