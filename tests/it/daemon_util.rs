@@ -94,7 +94,11 @@ impl Daemon {
             .arg(config)
             .arg("--no-progress")
             .args(extra)
-            .env("RUST_LOG", "info")
+            // TIDEGATE_TEST_DAEMON_LOG: a more detailed filter while chasing a failure
+            .env(
+                "RUST_LOG",
+                std::env::var("TIDEGATE_TEST_DAEMON_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
@@ -114,9 +118,18 @@ impl Daemon {
                 return (status, self.log_text());
             }
             if Instant::now() > deadline {
+                let stacks = thread_stacks(self.child.id());
                 let _ = self.child.kill();
                 let _ = self.child.wait();
-                panic!("tidegate did not end within {timeout:?}; log:\n{}", self.log_text());
+                // a hung job's log is mostly its checkpoints: counted, not printed
+                let log = self.log_text();
+                let checkpoints = log.lines().filter(|l| l.contains("checkpoint complete")).count();
+                let lines: Vec<&str> = log.lines().filter(|l| !l.contains("checkpoint complete")).collect();
+                let tail = lines[lines.len().saturating_sub(80)..].join("\n");
+                panic!(
+                    "tidegate did not end within {timeout:?}; its log, less {checkpoints} checkpoint lines \
+                     (the last 80 lines):\n{tail}\nits threads then:\n{stacks}\n(end of its threads)"
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -192,4 +205,21 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Every thread's stack of a process that hangs, by gdb (the machine's image has it), so that a
+/// hang seen once in CI says where it waited; empty when gdb is missing or fails.
+pub fn thread_stacks(pid: u32) -> String {
+    let out = Command::new("gdb")
+        .args(["-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt"])
+        .stdin(Stdio::null())
+        .output();
+    match out {
+        Ok(out) => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("Thread ") || l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => format!("(gdb: {e})"),
+    }
 }

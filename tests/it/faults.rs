@@ -251,6 +251,11 @@ fn kill_9_at_twenty_points_to_an_at_least_once_kafka_sink_repeats_at_most_an_int
 }
 
 fn broker_fault(fault: &str) {
+    broker_fault_for(fault, Duration::from_secs(12));
+}
+
+/// `fault` ("kill", or "pause" for `pause`) mid-replay at parallelism 2: nothing lost or repeated.
+fn broker_fault_for(fault: &str, pause: Duration) {
     let broker = OwnBroker::start();
     let kafka = broker.kafka();
     let topic = kafka.create_topic("faults-broker", 2);
@@ -271,8 +276,7 @@ fn broker_fault(fault: &str) {
         }
         _ => {
             broker.signal(libc::SIGSTOP);
-            // longer than librdkafka's session and socket timeouts' patience for a silent peer
-            std::thread::sleep(Duration::from_secs(12));
+            std::thread::sleep(pause);
             broker.signal(libc::SIGCONT);
         }
     }
@@ -308,6 +312,12 @@ fn the_broker_killed_and_restarted_mid_replay_loses_nothing() {
 #[test]
 fn the_broker_paused_mid_replay_loses_nothing() {
     broker_fault("pause");
+}
+
+/// Paused long enough that librdkafka gives up on its connections and reconnects.
+#[test]
+fn the_broker_paused_past_the_consumers_patience_mid_replay_loses_nothing() {
+    broker_fault_for("pause", Duration::from_secs(30));
 }
 
 #[test]

@@ -50,23 +50,43 @@ impl KafkaPartitionSplitReader {
             let (topic, partition, position) = (split.topic.clone(), split.partition, split.position);
             let before_stop = split.stop.is_none_or(|stop| position < stop);
             // the consumer reads read_committed, so this is the last stable offset
-            let Ok((_, stable)) = self
+            match self
                 .consumer
                 .fetch_watermarks(&topic, partition, Duration::from_secs(5))
-            else {
-                continue; // the broker does not answer: librdkafka is still reconnecting
-            };
-            if stable > position && before_stop {
-                warn!(split_id = %split.id, position, last_stable_offset = stable, stalled_s = self.stall_after.as_secs(),
-                      "no records fetched although the partition has more; restarting its fetch");
-                self.metrics.fetch_restarts.increment(1);
-                self.restarts += 1;
-                if let Err(e) = self
-                    .consumer
-                    .seek(&topic, partition, Offset::Offset(position), Duration::from_secs(5))
-                {
-                    warn!(split_id = %split.id, error = %e, "restarting the fetch failed; trying again later");
+            {
+                Ok((_, stable)) if stable > position && before_stop => {
+                    warn!(split_id = %split.id, position, last_stable_offset = stable, stalled_s = self.stall_after.as_secs(),
+                          "no records fetched although the partition has more; restarting its fetch");
                 }
+                Ok((_, stable)) => {
+                    // at the end of its log: idle, not stalled. A bounded split cannot wait here
+                    // (its stop was at most the end when it was resolved); said, in case it does
+                    if before_stop && split.stop.is_some() {
+                        warn!(split_id = %split.id, position, last_stable_offset = stable, stop = ?split.stop,
+                              "the split waits for records up to its stop, but its partition ends before it");
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    // not even the partition's end can be read: the broker is away (librdkafka
+                    // reconnects by itself) or the client's fetch state is stuck with it; a seek
+                    // to where the split stands costs nothing and restarts a stuck fetch. A live
+                    // tail's split is idle at its end as often as not: only a bounded one is owed
+                    // records here
+                    if split.stop.is_none() || !before_stop {
+                        continue;
+                    }
+                    warn!(split_id = %split.id, position, stalled_s = self.stall_after.as_secs(), error = %e,
+                          "no records fetched, and the partition's end cannot be read; restarting its fetch");
+                }
+            }
+            self.metrics.fetch_restarts.increment(1);
+            self.restarts += 1;
+            if let Err(e) = self
+                .consumer
+                .seek(&topic, partition, Offset::Offset(position), Duration::from_secs(5))
+            {
+                warn!(split_id = %split.id, error = %e, "restarting the fetch failed; trying again later");
             }
         }
     }

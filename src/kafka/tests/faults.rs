@@ -398,3 +398,38 @@ fn a_paused_split_is_not_restarted_as_stalled() {
     assert_eq!(read, 100);
     assert_eq!(reader.restarts(), 0, "the stall clock restarts on resume");
 }
+
+/// A bounded split whose broker stops answering: neither its records nor its partition's end can
+/// be read. After a stall its fetch is restarted all the same (a fetch stuck in librdkafka after
+/// a reconnect answers to nothing else, and the watchdog that said nothing then left a replay
+/// waiting forever), and once the broker is back the split reads to its stop.
+#[test]
+fn a_stalled_bounded_split_whose_end_cannot_be_read_is_restarted() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("mock-away", 1, 1).expect("topic");
+    produce(&cluster.bootstrap_servers(), "mock-away", 1, 0, 100);
+    let s = settings(&cluster.bootstrap_servers(), "mock-away");
+    let mut reader = reader(&s);
+    reader.set_stall_after(Duration::from_secs(2));
+    let split = KafkaPartitionSplit::new("mock-away", 0, 0, Some(100));
+    let id = split.split_id();
+    cluster.broker_down(1).expect("broker down");
+    reader
+        .handle_splits_changes(SplitsChange::Add(vec![split]))
+        .expect("assign");
+    wait_until("a restart while the broker is away", Duration::from_secs(60), || {
+        let batch = reader.fetch().expect("fetch while the broker is away");
+        assert_eq!(batch.record_count(), 0, "records from a broker that is down");
+        reader.restarts() >= 1
+    });
+    cluster.broker_up(1).expect("broker up");
+    let mut read = 0;
+    let mut finished = false;
+    wait_until("the records once the broker is back", Duration::from_secs(60), || {
+        let batch = reader.fetch().expect("fetch");
+        read += batch.record_count();
+        finished |= batch.finished.iter().any(|(f, _)| *f == id);
+        finished
+    });
+    assert_eq!(read, 100);
+}
