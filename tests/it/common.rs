@@ -298,9 +298,21 @@ impl TestKafka {
         self.high_watermarks(topic)
     }
 
-    /// Every committed record of the topic, per partition in offset order (read_committed).
+    /// Every committed record of the topic, per partition in offset order (read_committed), once
+    /// every transaction in it has settled: for a topic whose writers ended (a transaction a
+    /// killed writer left open is waited for until it times out: see
+    /// [`TestKafka::read_committed_now`]).
     pub fn read_all(&self, topic: &str) -> Vec<ReadRecord> {
-        let ends = self.read_all_ends(topic);
+        self.read_to(topic, self.read_all_ends(topic))
+    }
+
+    /// The committed records a read_committed consumer sees now: up to each partition's last
+    /// stable offset, before a transaction still open (a writer just killed left it so).
+    pub fn read_committed_now(&self, topic: &str) -> Vec<ReadRecord> {
+        self.read_to(topic, self.end_offsets(topic))
+    }
+
+    fn read_to(&self, topic: &str, ends: BTreeMap<i32, i64>) -> Vec<ReadRecord> {
         let mut c = self.config();
         c.set("group.id", "tidegate-test-reader")
             .set("enable.auto.commit", "false")

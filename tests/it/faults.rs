@@ -106,21 +106,23 @@ fn kill_nine_times(sink_kind: &str) {
         replay_config(&kafka, &topic, &sink, "300ms").replace("[job]", &format!("[job]\nname = \"{out_topic}\""))
     ));
     let out = dir.path("out.jsonl");
-    // (source partition, offset) of every record written so far
-    let written = || -> Vec<(i64, i64)> {
-        match sink_kind {
-            "file" => read_lenient(&out),
-            _ => kafka
-                .read_all(&out_topic)
-                .iter()
-                .map(|r| {
-                    let i: i64 = String::from_utf8_lossy(&r.value.as_deref().unwrap()[..12])
-                        .parse()
-                        .unwrap();
-                    (i % 2, i / 2)
-                })
-                .collect(),
-        }
+    // (source partition, offset) of every record written so far; `ended`: the writer ended (its
+    // last commit is waited for), else it was killed (its open transaction is not)
+    let written = |ended: bool| -> Vec<(i64, i64)> {
+        let records = match sink_kind {
+            "file" => return read_lenient(&out),
+            _ if ended => kafka.read_all(&out_topic),
+            _ => kafka.read_committed_now(&out_topic),
+        };
+        records
+            .iter()
+            .map(|r| {
+                let i: i64 = String::from_utf8_lossy(&r.value.as_deref().unwrap()[..12])
+                    .parse()
+                    .unwrap();
+                (i % 2, i / 2)
+            })
+            .collect()
     };
     let mut rng = Lcg(0x71de_6a7e);
     let mut allowed = 0usize; // the sum, over kills, of what each kill may repeat
@@ -165,7 +167,7 @@ fn kill_nine_times(sink_kind: &str) {
         recoveries.push(recovered.unwrap_or_default());
         // what this kill may repeat: what was written after the last completed checkpoint
         let cp = checkpointed(&dir);
-        let after_cp = written()
+        let after_cp = written(false)
             .iter()
             .filter(|(p, o)| *o >= cp.get(p).copied().unwrap_or(0))
             .count();
@@ -181,7 +183,7 @@ fn kill_nine_times(sink_kind: &str) {
     kafka.set_consumer_quota(&client_id, None);
     let (code, log) = run(&config, &[], MINUTE * 2);
     assert_eq!(code, 0, "{log}");
-    let coords = written();
+    let coords = written(true);
     let mut seen: BTreeMap<(i64, i64), usize> = BTreeMap::new();
     for c in &coords {
         *seen.entry(*c).or_default() += 1;

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
-use rdkafka::Offset;
-use tracing::warn;
+use rdkafka::{Offset, TopicPartitionList};
+use tracing::{debug, warn};
 
 use super::KafkaPartitionSplitReader;
 use crate::core::{FinishReason, SplitId};
@@ -35,8 +35,9 @@ impl KafkaPartitionSplitReader {
     /// connection broke and came back (librdkafka #5153, rust-rdkafka #597; seen here once in a
     /// broker-pause test): the position stays while the partition has records, and a bounded
     /// replay would wait forever without a word. A split that moved not at all for
-    /// `stall_after`, while the broker's last stable offset is past its position, is sought to its
-    /// position again, which restarts its fetcher; the restart is logged and counted. A paused
+    /// `stall_after`, while the broker's last stable offset is past its position (or, for a bounded
+    /// split, while the broker cannot even say where the partition ends), has its fetch started
+    /// over ([`Self::restart_fetch`]); the restart is logged and counted. A paused
     /// split fetches nothing on purpose: it is never stalled, and its clock starts again when it
     /// resumes.
     pub(super) fn restart_stalled_fetches(&mut self) {
@@ -82,13 +83,33 @@ impl KafkaPartitionSplitReader {
             }
             self.metrics.fetch_restarts.increment(1);
             self.restarts += 1;
-            if let Err(e) = self
-                .consumer
-                .seek(&topic, partition, Offset::Offset(position), Duration::from_secs(5))
-            {
+            if let Err(e) = self.restart_fetch(&topic, partition, position) {
                 warn!(split_id = %split.id, error = %e, "restarting the fetch failed; trying again later");
             }
         }
+    }
+
+    /// Start a partition's fetch over at `position`: its topic's metadata asked for again, then the
+    /// partition unassigned and assigned at the position. A seek is not enough: it leaves a
+    /// partition whose leader librdkafka has lost track of (a broker it decommissioned, say, when
+    /// a metadata answer left it out) waiting for a leader-epoch check that nothing retries, and
+    /// it does nothing for a partition handed to a broker that is gone; an assignment with an
+    /// offset starts the fetch afresh on the leader the new metadata names (librdkafka 2.12's
+    /// offset.c and partition.c, read for this).
+    fn restart_fetch(&self, topic: &str, partition: i32, position: i64) -> crate::error::Result<()> {
+        if let Err(e) = self.consumer.fetch_metadata(Some(topic), Duration::from_secs(5)) {
+            debug!(topic, error = %e, "asking for the topic's metadata before restarting a fetch");
+        }
+        let tpl = self.tpl_of(topic, &[partition]);
+        self.consumer
+            .incremental_unassign(&tpl)
+            .map_err(|e| crate::error::kafka(format!("unassigning {topic}:{partition}"), e))?;
+        let mut at = TopicPartitionList::new();
+        at.add_partition_offset(topic, partition, Offset::Offset(position))
+            .map_err(|e| crate::error::kafka(format!("assigning {topic}:{partition}"), e))?;
+        self.consumer
+            .incremental_assign(&at)
+            .map_err(|e| crate::error::kafka(format!("assigning {topic}:{partition} at {position}"), e))
     }
 
     /// Seek a partition to where it stands: librdkafka starts its fetch over, forgets the last
