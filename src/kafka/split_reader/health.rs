@@ -32,8 +32,8 @@ impl KafkaPartitionSplitReader {
     }
 
     /// librdkafka sometimes stops fetching a manually assigned partition after its broker
-    /// connection broke and came back (librdkafka #5153, rust-rdkafka #597; seen here once in a
-    /// broker-pause test): the position stays while the partition has records, and a bounded
+    /// connection broke and came back (librdkafka #5153, rust-rdkafka #597; seen here a few times
+    /// in a broker-pause test): the position stays while the partition has records, and a bounded
     /// replay would wait forever without a word. A split that moved not at all for
     /// `stall_after`, while the broker's last stable offset is past its position (or, for a bounded
     /// split, while the broker cannot even say where the partition ends), has its fetch started
@@ -60,32 +60,42 @@ impl KafkaPartitionSplitReader {
                           "no records fetched although the partition has more; restarting its fetch");
                 }
                 Ok((_, stable)) => {
-                    // at the end of its log: idle, not stalled. A bounded split cannot wait here
-                    // (its stop was at most the end when it was resolved); said, in case it does
+                    // at the end of its log: idle, not stalled (a bounded split whose stop lies
+                    // beyond the end waits for records, as a live one does)
                     if before_stop && split.stop.is_some() {
-                        warn!(split_id = %split.id, position, last_stable_offset = stable, stop = ?split.stop,
-                              "the split waits for records up to its stop, but its partition ends before it");
+                        debug!(split_id = %split.id, position, last_stable_offset = stable, stop = ?split.stop,
+                               "the split waits at the end of its partition for records up to its stop");
                     }
                     continue;
                 }
                 Err(e) => {
                     // not even the partition's end can be read: the broker is away (librdkafka
-                    // reconnects by itself) or the client's fetch state is stuck with it; a seek
-                    // to where the split stands costs nothing and restarts a stuck fetch. A live
-                    // tail's split is idle at its end as often as not: only a bounded one is owed
-                    // records here
+                    // reconnects by itself), or librdkafka lost track of the partition's leader
+                    // and the fetch is stuck with it until a restart. A live tail's split is idle
+                    // at its end as often as not: only a bounded one is owed records here
                     if split.stop.is_none() || !before_stop {
                         continue;
                     }
                     warn!(split_id = %split.id, position, stalled_s = self.stall_after.as_secs(), error = %e,
                           "no records fetched, and the partition's end cannot be read; restarting its fetch");
+                    self.restart_counted(i);
+                    // the broker is likely away for the others too: one such wait (the query's
+                    // and the restart's, 10 s at most) per fetch, so a stop is not held up
+                    break;
                 }
             }
-            self.metrics.fetch_restarts.increment(1);
-            self.restarts += 1;
-            if let Err(e) = self.restart_fetch(&topic, partition, position) {
-                warn!(split_id = %split.id, error = %e, "restarting the fetch failed; trying again later");
-            }
+            self.restart_counted(i);
+        }
+    }
+
+    /// Restart split `i`'s fetch, counted.
+    fn restart_counted(&mut self, i: usize) {
+        self.metrics.fetch_restarts.increment(1);
+        self.restarts += 1;
+        let split = &self.splits[i];
+        let (topic, partition, position) = (split.topic.clone(), split.partition, split.position);
+        if let Err(e) = self.restart_fetch(&topic, partition, position) {
+            warn!(split_id = %self.splits[i].id, error = %e, "restarting the fetch failed; trying again later");
         }
     }
 
