@@ -14,7 +14,8 @@ use rdkafka::ClientConfig;
 use tokio::sync::watch;
 
 use crate::core::{
-    CollectSink, FinishReason, Job, JobOptions, JobReport, JobStats, SourceSplit, SplitReader, SplitsChange, StateStore,
+    CollectSink, FinishReason, Job, JobOptions, JobReport, JobStats, SourceSplit, SplitId, SplitReader, SplitsChange,
+    StateStore,
 };
 use crate::kafka::batch_queue::BatchLimit;
 use crate::kafka::split::KafkaPartitionSplit;
@@ -387,14 +388,7 @@ fn a_paused_split_is_not_restarted_as_stalled() {
     reader
         .pause_or_resume_splits(&[], std::slice::from_ref(&id))
         .expect("resume");
-    let mut read = 0;
-    let mut finished = false;
-    wait_until("the records after resuming", Duration::from_secs(30), || {
-        let batch = reader.fetch().expect("fetch");
-        read += batch.record_count();
-        finished |= batch.finished.iter().any(|(f, _)| *f == id);
-        finished
-    });
+    let read = read_until_finished(&mut reader, &id, "the records after resuming", Duration::from_secs(30));
     assert_eq!(read, 100);
     assert_eq!(reader.restarts(), 0, "the stall clock restarts on resume");
 }
@@ -423,13 +417,24 @@ fn a_stalled_bounded_split_whose_end_cannot_be_read_is_restarted() {
         reader.restarts() >= 1
     });
     cluster.broker_up(1).expect("broker up");
+    let read = read_until_finished(
+        &mut reader,
+        &id,
+        "the records once the broker is back",
+        Duration::from_secs(60),
+    );
+    assert_eq!(read, 100);
+}
+
+/// Fetch until split `id` finishes (panicking after `timeout`, naming `what`): the records read.
+fn read_until_finished(reader: &mut KafkaPartitionSplitReader, id: &SplitId, what: &str, timeout: Duration) -> usize {
     let mut read = 0;
     let mut finished = false;
-    wait_until("the records once the broker is back", Duration::from_secs(60), || {
+    wait_until(what, timeout, || {
         let batch = reader.fetch().expect("fetch");
         read += batch.record_count();
-        finished |= batch.finished.iter().any(|(f, _)| *f == id);
+        finished |= batch.finished.iter().any(|(f, _)| f == id);
         finished
     });
-    assert_eq!(read, 100);
+    read
 }
