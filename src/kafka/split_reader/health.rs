@@ -110,10 +110,12 @@ impl KafkaPartitionSplitReader {
         if let Err(e) = self.consumer.fetch_metadata(Some(topic), Duration::from_secs(5)) {
             debug!(topic, error = %e, "asking for the topic's metadata before restarting a fetch");
         }
+        // the assignment is tried even when the unassignment fails: a restart whose assignment
+        // failed before has left the partition unassigned, and must not fail at this step forever
         let tpl = self.tpl_of(topic, &[partition]);
-        self.consumer
-            .incremental_unassign(&tpl)
-            .map_err(|e| crate::error::kafka(format!("unassigning {topic}:{partition}"), e))?;
+        if let Err(e) = self.consumer.incremental_unassign(&tpl) {
+            debug!(topic, partition, error = %e, "unassigning a partition to restart its fetch");
+        }
         let mut at = TopicPartitionList::new();
         at.add_partition_offset(topic, partition, Offset::Offset(position))
             .map_err(|e| crate::error::kafka(format!("assigning {topic}:{partition}"), e))?;
