@@ -14,12 +14,22 @@ use crate::error::Error;
 
 /// librdkafka's prefetch for one reader: its consumer queue (every partition of the reader's
 /// feeds it) holds at most this many messages and KiB of values (`queued.min.messages`,
-/// `queued.max.messages.kbytes`; the fetch request follows the KiB, `fetch.max.bytes`), and a
-/// partition returns at most `max.partition.fetch.bytes` per fetch.
+/// `queued.max.messages.kbytes`), one fetch answer brings at most `fetch.max.bytes`, and a
+/// partition at most `max.partition.fetch.bytes` of it.
+///
+/// The queue is counted in *decompressed* values (librdkafka counts a message's value length),
+/// but the fetch sizes in the bytes the broker sends, which are *compressed*, and librdkafka
+/// checks its queue only before it asks for more: one answer lands whole, however large it is
+/// once decompressed. So the fetch sizes are what bound a reader's memory for data that
+/// compresses well: an answer of `fetch_bytes` unpacks to `fetch_bytes` times the ratio (256 KiB
+/// of a 50:1 topic, 12.5 MiB), where librdkafka's defaults (1 MiB per partition, 50 MiB per
+/// answer capped to the queue's 4 MiB) unpacked to 100 MiB and more (docs/performance.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Prefetch {
     pub messages: usize,
     pub kbytes: usize,
+    /// `fetch.max.bytes` (and `message.max.bytes`, which librdkafka wants at most that)
+    pub fetch_bytes: usize,
     pub partition_fetch_bytes: usize,
 }
 
@@ -33,11 +43,15 @@ pub fn prefetch(readers: usize, partitions: usize) -> Prefetch {
     // a smaller prefetch queue and smaller fetches than librdkafka's: enough to keep the
     // pipeline busy, and a bounded memory. The defaults (100k messages, 64 MiB, 1 MiB per
     // partition and fetch) cost RSS for little throughput: replaying 100-byte records from 2
-    // partitions peaked at 100 MiB with 8 MiB / 1 MiB, 60 MiB with 4 MiB / 512 KiB
+    // partitions peaked at 100 MiB with 8 MiB / 1 MiB, 60 MiB with 4 MiB / 512 KiB. Answers of
+    // 256 KiB (64 KiB per partition) read 4M 100-byte records from 4 partitions as fast as 4 MiB
+    // ones did (2.27-2.73 s against 2.37-2.51 s, four rounds each), and a 50:1 topic of 1 KiB
+    // records peaked at 57-62 MiB instead of 155-180 MiB (docs/performance.md)
     let full = Prefetch {
         messages: 20_000,
         kbytes: 4096,
-        partition_fetch_bytes: 512 * 1024,
+        fetch_bytes: 256 * 1024,
+        partition_fetch_bytes: 64 * 1024,
     };
     let shares = readers.max(1) * partitions.max(1).div_ceil(FULL_PREFETCH_PARTITIONS);
     Prefetch {
@@ -45,6 +59,7 @@ pub fn prefetch(readers: usize, partitions: usize) -> Prefetch {
         // refilled within librdkafka's fetch.queue.backoff.ms (10 ms, below) of draining
         messages: (full.messages / shares).max(5000),
         kbytes: (full.kbytes / shares).max(1024),
+        fetch_bytes: full.fetch_bytes,
         partition_fetch_bytes: full.partition_fetch_bytes,
     }
 }
@@ -61,9 +76,22 @@ pub fn consumer_config(
     partitions: usize,
 ) -> ClientConfig {
     let prefetch = prefetch(readers, partitions);
-    let (messages, kbytes, fetch_bytes) = (
+    let user = |key: &str| {
+        settings
+            .properties
+            .get(key)
+            .and_then(|v| v.trim().parse::<usize>().ok())
+    };
+    // librdkafka refuses a `fetch.max.bytes` below `message.max.bytes`: a user's larger
+    // `message.max.bytes` raises the answer size with it
+    let answer = prefetch.fetch_bytes.max(user("message.max.bytes").unwrap_or(0));
+    // and a user's smaller `fetch.max.bytes` lowers `message.max.bytes` (librdkafka's least: 1000)
+    let message = answer.min(user("fetch.max.bytes").unwrap_or(usize::MAX)).max(1000);
+    let (messages, kbytes, answer, message, partition_bytes) = (
         prefetch.messages.to_string(),
         prefetch.kbytes.to_string(),
+        answer.to_string(),
+        message.to_string(),
         prefetch.partition_fetch_bytes.to_string(),
     );
     let client_id = format!("tidegate-reader-{reader_index}");
@@ -93,7 +121,9 @@ pub fn consumer_config(
         // see `prefetch`
         ("queued.min.messages", &messages),
         ("queued.max.messages.kbytes", &kbytes),
-        ("max.partition.fetch.bytes", &fetch_bytes),
+        ("fetch.max.bytes", &answer),
+        ("message.max.bytes", &message),
+        ("max.partition.fetch.bytes", &partition_bytes),
     ];
     client_config(&settings.bootstrap_servers, &defaults, &settings.properties)
 }
@@ -267,8 +297,8 @@ mod tests {
     fn the_prefetch_of_one_small_reader_is_shared_by_more_readers_and_partitions() {
         let full = prefetch(1, 4);
         assert_eq!(
-            (full.messages, full.kbytes, full.partition_fetch_bytes),
-            (20_000, 4096, 512 * 1024)
+            (full.messages, full.kbytes, full.fetch_bytes, full.partition_fetch_bytes),
+            (20_000, 4096, 256 * 1024, 64 * 1024)
         );
         assert_eq!(prefetch(0, 0), full);
         assert_eq!(prefetch(1, 1), full);
@@ -279,7 +309,10 @@ mod tests {
         // 64 partitions at parallelism 2, 32 each: the floor
         let floor = prefetch(2, 32);
         assert_eq!((floor.messages, floor.kbytes), (5000, 1024));
-        assert_eq!(floor.partition_fetch_bytes, full.partition_fetch_bytes);
+        assert_eq!(
+            (floor.fetch_bytes, floor.partition_fetch_bytes),
+            (full.fetch_bytes, full.partition_fetch_bytes)
+        );
         for (readers, partitions) in [(1, 5), (3, 1), (2, 64), (8, 1000)] {
             let p = prefetch(readers, partitions);
             assert!(
@@ -296,9 +329,49 @@ mod tests {
         let config = consumer_config(&settings, 0, 2, 32);
         assert_eq!(config.get("queued.min.messages"), Some("5000"));
         assert_eq!(config.get("queued.max.messages.kbytes"), Some("1024"));
-        assert_eq!(config.get("max.partition.fetch.bytes"), Some("524288"));
+        assert_eq!(config.get("max.partition.fetch.bytes"), Some("65536"));
+        assert_eq!(config.get("fetch.max.bytes"), Some("262144"));
+        assert_eq!(config.get("message.max.bytes"), Some("262144"));
         settings.properties.insert("queued.min.messages".into(), "7".into());
         let config = consumer_config(&settings, 0, 2, 32);
         assert_eq!(config.get("queued.min.messages"), Some("7"));
+    }
+
+    /// librdkafka refuses a consumer whose `fetch.max.bytes` is below its `message.max.bytes`:
+    /// a user who sets either one gets a consumer librdkafka accepts, with their value.
+    #[test]
+    fn a_users_fetch_or_message_size_moves_the_other_so_librdkafka_accepts_both() {
+        use rdkafka::consumer::BaseConsumer;
+        type Properties<'a> = &'a [(&'a str, &'a str)];
+        let cases: [(Properties, &str, &str); 4] = [
+            (&[("message.max.bytes", "4000000")], "4000000", "4000000"),
+            (&[("fetch.max.bytes", "100000")], "100000", "100000"),
+            (&[("fetch.max.bytes", "8000000")], "8000000", "262144"),
+            (
+                &[("fetch.max.bytes", "500"), ("message.max.bytes", "1000")],
+                "500",
+                "1000",
+            ),
+        ];
+        for (properties, fetch, message) in cases {
+            let mut settings =
+                KafkaSourceSettings::new("127.0.0.1:9", super::super::Subscription::Topics(vec!["t".into()]));
+            for (k, v) in properties {
+                settings.properties.insert(k.to_string(), v.to_string());
+            }
+            let config = consumer_config(&settings, 0, 1, 1);
+            assert_eq!(
+                (config.get("fetch.max.bytes"), config.get("message.max.bytes")),
+                (Some(fetch), Some(message)),
+                "{properties:?}"
+            );
+            let created = config.create::<BaseConsumer>();
+            if fetch == "500" {
+                // both set by the user, and wrong: librdkafka's own error stands
+                assert!(created.is_err(), "{properties:?}");
+            } else {
+                assert!(created.is_ok(), "{properties:?}: {:?}", created.err());
+            }
+        }
     }
 }

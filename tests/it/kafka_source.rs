@@ -446,3 +446,55 @@ fn every_compression_codec_is_read() {
         assert_eq!(values, expected, "{codec}");
     }
 }
+
+/// A reader's fetches ask for 256 KiB per answer and 64 KiB per partition (to bound what a well
+/// compressed answer unpacks to); a record larger than both still comes whole, since a broker
+/// always answers with the first batch of a partition, however large.
+#[test]
+fn records_larger_than_a_readers_fetch_are_read_whole() {
+    let kafka = TestKafka::get();
+    let topic = kafka.unique_topic("large");
+    kafka.create_named_topic_with(&topic, 2, 1, &[("max.message.bytes", "4194304")]);
+    let sizes = [10, 70 * 1024, 300 * 1024, 2 * 1024 * 1024, 20];
+    let value = |i: usize, size: usize| -> String {
+        (0..size)
+            .map(|j| char::from(b'a' + ((i * 7 + j * 13) % 26) as u8))
+            .collect()
+    };
+    let records: Vec<TestRecord> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| TestRecord::to((i % 2) as i32, value(i, size)))
+        .collect();
+    kafka
+        .with_properties(&[("message.max.bytes", "4194304")])
+        .produce(&topic, &records);
+    let src = source(&kafka, &topic).bounded(StoppingOffsets::Latest).build().unwrap();
+    let (out, _) = run(src, 2);
+    // record i went to partition i % 2, at offset i / 2
+    let mut got: Vec<(i32, i64, usize)> = out
+        .iter()
+        .map(|r| {
+            (
+                r.partition.unwrap(),
+                r.offset.unwrap(),
+                r.value.as_ref().map_or(0, Vec::len),
+            )
+        })
+        .collect();
+    got.sort();
+    let mut expected: Vec<(i32, i64, usize)> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| ((i % 2) as i32, (i / 2) as i64, size))
+        .collect();
+    expected.sort();
+    assert_eq!(got, expected, "(partition, offset, value size)");
+    for r in &out {
+        let i = r.offset.unwrap() as usize * 2 + r.partition.unwrap() as usize;
+        assert!(
+            r.value.as_deref() == Some(value(i, sizes[i]).as_bytes()),
+            "record {i}'s value differs"
+        );
+    }
+}
