@@ -46,7 +46,7 @@ pub fn prefetch(readers: usize, partitions: usize) -> Prefetch {
     // partitions peaked at 100 MiB with 8 MiB / 1 MiB, 60 MiB with 4 MiB / 512 KiB. Answers of
     // 256 KiB (64 KiB per partition) read 4M 100-byte records from 4 partitions as fast as 4 MiB
     // ones did (2.27-2.73 s against 2.37-2.51 s, four rounds each), and a 50:1 topic of 1 KiB
-    // records peaked at 57-62 MiB instead of 155-180 MiB (docs/performance.md)
+    // records peaked at 56-60 MiB instead of 172-175 MiB (docs/performance.md)
     let full = Prefetch {
         messages: 20_000,
         kbytes: 4096,
