@@ -109,9 +109,10 @@ fn each_mistake_names_its_key() {
         ),
         // librdkafka's own checks, made when a client is created: run at validation too
         (
-            format!("{BASE}\n[source.properties]\n\"fetch.max.bytes\" = 1000\n"),
+            // (tidegate fits message.max.bytes to a fetch.max.bytes set alone; both set, theirs stand)
+            format!("{BASE}\n[source.properties]\n\"fetch.max.bytes\" = 1000\n\"message.max.bytes\" = 2000\n"),
             vec![],
-            "source.properties.\"fetch.max.bytes\"",
+            "source.properties.\"message.max.bytes\"",
         ),
         (
             format!("{BASE}\n[source.properties]\n\"fetch.min.byte\" = 1\n"),

@@ -6,13 +6,23 @@
 //! that was the fetcher thread's largest cost after the copies themselves. Everything else
 //! (assignment, positions, pause/resume) still goes through rust-rdkafka's safe API on the same
 //! consumer. Each message is lent to a callback as a [`MessageView`] and destroyed right after it.
+//!
+//! librdkafka's main queue (its logs, client-wide errors, statistics) is read apart, as events,
+//! as rust-rdkafka's own poll would: forwarded to the consumer queue, as rust-rdkafka sets it up,
+//! those were served inside `rd_kafka_consume_batch_queue` by callbacks rust-rdkafka never sets,
+//! so librdkafka printed them itself, raw on stderr ("%3|…|ERROR|tidegate-reader-0#consumer-1|
+//! … 1/1 brokers are down", every few hundred milliseconds of an outage), past the logs'
+//! format and filters and past [`TracingContext`]'s account of a refused connection.
 
 use std::ffi::CStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::bindings as rd;
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::BaseConsumer;
+use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaRespErr;
 
 use super::client::TracingContext;
@@ -81,6 +91,10 @@ pub enum Event<'a> {
 /// its main queue to it).
 pub struct ConsumerQueue {
     queue: *mut rd::rd_kafka_queue_t,
+    /// librdkafka's main queue, no longer forwarded to `queue` (see the module's doc).
+    main: *mut rd::rd_kafka_queue_t,
+    /// Who hears the main queue's events: the consumer's context.
+    context: Arc<TracingContext>,
     buffer: Vec<*mut rd::rd_kafka_message_t>,
     /// The same queue for [`QueueWaker`]s, cleared before the queue is released.
     shared: Arc<Mutex<Option<QueuePtr>>>,
@@ -108,7 +122,7 @@ impl QueueWaker {
     }
 }
 
-// SAFETY: librdkafka queues are thread-safe; the pointer is only used by the thread that owns
+// SAFETY: librdkafka queues are thread-safe; the pointers are only used by the thread that owns
 // this value (a fetcher), and the consumer outlives it (both live in the split reader, the queue
 // field declared first so it is dropped first).
 unsafe impl Send for ConsumerQueue {}
@@ -117,14 +131,72 @@ impl ConsumerQueue {
     /// The consumer queue of `consumer`; `None` if librdkafka has none (no `group.id`).
     pub fn new(consumer: &BaseConsumer<TracingContext>, batch: usize) -> Option<Self> {
         use rdkafka::consumer::Consumer;
-        // SAFETY: the client pointer is valid for the consumer's lifetime; the returned queue
-        // holds its own reference and is released in Drop.
-        let queue = unsafe { rd::rd_kafka_queue_get_consumer(consumer.client().native_ptr()) };
-        (!queue.is_null()).then(|| ConsumerQueue {
+        let client = consumer.client().native_ptr();
+        // SAFETY: the client pointer is valid for the consumer's lifetime; the returned queues
+        // hold their own references and are released in Drop.
+        let queue = unsafe { rd::rd_kafka_queue_get_consumer(client) };
+        if queue.is_null() {
+            return None;
+        }
+        // SAFETY: as above; unforwarding a queue is allowed at any time (its ops stay in it)
+        let main = unsafe {
+            let main = rd::rd_kafka_queue_get_main(client);
+            rd::rd_kafka_queue_forward(main, std::ptr::null_mut());
+            main
+        };
+        Some(ConsumerQueue {
             queue,
+            main,
+            context: Arc::clone(consumer.client().context()),
             buffer: vec![std::ptr::null_mut(); batch.max(1)],
             shared: Arc::new(Mutex::new(Some(QueuePtr(queue)))),
         })
+    }
+
+    /// Hand the main queue's events to the consumer's context, as rust-rdkafka's poll would: logs,
+    /// errors (a fatal one also to `f`, as an [`Event::Error`] with `_FATAL`), statistics.
+    fn serve_main(&mut self, f: &mut impl FnMut(Event<'_>)) {
+        loop {
+            // SAFETY: the main queue reference is ours until Drop; each event is destroyed once,
+            // and the strings it lends are copied before that
+            unsafe {
+                let event = rd::rd_kafka_queue_poll(self.main, 0);
+                if event.is_null() {
+                    return;
+                }
+                match rd::rd_kafka_event_type(event) {
+                    rd::RD_KAFKA_EVENT_LOG => {
+                        let (mut facility, mut text, mut level) = (std::ptr::null(), std::ptr::null(), 0);
+                        if rd::rd_kafka_event_log(event, &mut facility, &mut text, &mut level) == 0 {
+                            let facility = text_of(facility);
+                            self.context
+                                .log(log_level(level), facility.trim(), text_of(text).trim());
+                        }
+                    }
+                    rd::RD_KAFKA_EVENT_ERROR => {
+                        let code = rd::rd_kafka_event_error(event);
+                        let reason = text_of(rd::rd_kafka_event_error_string(event));
+                        if rd::rd_kafka_event_error_is_fatal(event) != 0 {
+                            f(Event::Error {
+                                code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__FATAL,
+                                message: reason.clone(),
+                                topic: "",
+                                partition: -1,
+                            });
+                        }
+                        self.context.error(KafkaError::Global(code.into()), reason.trim());
+                    }
+                    rd::RD_KAFKA_EVENT_STATS => {
+                        let json = rd::rd_kafka_event_stats(event);
+                        if !json.is_null() {
+                            self.context.stats_raw(CStr::from_ptr(json).to_bytes());
+                        }
+                    }
+                    _ => {}
+                }
+                rd::rd_kafka_event_destroy(event);
+            }
+        }
     }
 
     /// A waker for reads of this queue.
@@ -135,6 +207,7 @@ impl ConsumerQueue {
     /// Up to `max` events (at most the buffer's size), waiting up to `timeout` for the first; each
     /// is handed to `f` while librdkafka still owns it. Returns how many there were.
     pub fn read(&mut self, timeout: Duration, max: usize, mut f: impl FnMut(Event<'_>)) -> usize {
+        self.serve_main(&mut f);
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         let len = max.clamp(1, self.buffer.len());
         // SAFETY: the buffer has room for `len` pointers; librdkafka fills the first `n`.
@@ -156,8 +229,38 @@ impl Drop for ConsumerQueue {
     fn drop(&mut self) {
         // no waker may use the queue from here on
         self.shared.lock().unwrap_or_else(|p| p.into_inner()).take();
-        // SAFETY: the queue reference obtained in `new`, released once.
-        unsafe { rd::rd_kafka_queue_destroy(self.queue) }
+        // SAFETY: the queue references obtained in `new`, released once. The main queue goes back
+        // to the consumer queue first, with what it holds, for rust-rdkafka's close to serve.
+        unsafe {
+            rd::rd_kafka_queue_forward(self.main, self.queue);
+            rd::rd_kafka_queue_destroy(self.main);
+            rd::rd_kafka_queue_destroy(self.queue);
+        }
+    }
+}
+
+/// A C string of librdkafka's, copied ("" for none).
+///
+/// # Safety
+/// `text` must be null or a valid C string.
+unsafe fn text_of(text: *const std::ffi::c_char) -> String {
+    if text.is_null() {
+        return String::new();
+    }
+    CStr::from_ptr(text).to_string_lossy().into_owned()
+}
+
+/// librdkafka's syslog level as rust-rdkafka names it (its own conversion is private).
+fn log_level(level: i32) -> RDKafkaLogLevel {
+    match level {
+        0 => RDKafkaLogLevel::Emerg,
+        1 => RDKafkaLogLevel::Alert,
+        2 => RDKafkaLogLevel::Critical,
+        3 => RDKafkaLogLevel::Error,
+        4 => RDKafkaLogLevel::Warning,
+        5 => RDKafkaLogLevel::Notice,
+        6 => RDKafkaLogLevel::Info,
+        _ => RDKafkaLogLevel::Debug,
     }
 }
 

@@ -25,6 +25,12 @@ impl KafkaPartitionSplitReader {
         self.restarts
     }
 
+    /// The last transport trouble the consumer's context heard of.
+    #[cfg(test)]
+    pub(in crate::kafka) fn transport_trouble(&self) -> Option<String> {
+        self.consumer.context().last_transport_trouble()
+    }
+
     /// Partitions with an error that would fail the job if it lasted.
     #[cfg(test)]
     pub(in crate::kafka) fn open_partition_errors(&self) -> usize {

@@ -426,6 +426,38 @@ fn a_stalled_bounded_split_whose_end_cannot_be_read_is_restarted() {
     assert_eq!(read, 100);
 }
 
+/// A reader's consumer reports its broker troubles to its context, as every other client does
+/// (and so to the logs, once per cause), not through librdkafka's own printer on stderr, which
+/// printed "1/1 brokers are down" raw every few hundred milliseconds of an outage: with its broker
+/// gone, the reader knows why it cannot fetch.
+#[test]
+fn a_readers_broker_troubles_reach_its_context() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("mock-troubles", 1, 1).expect("topic");
+    produce(&cluster.bootstrap_servers(), "mock-troubles", 1, 0, 10);
+    let s = settings(&cluster.bootstrap_servers(), "mock-troubles");
+    let mut reader = reader(&s);
+    let split = KafkaPartitionSplit::new("mock-troubles", 0, 0, None);
+    reader
+        .handle_splits_changes(SplitsChange::Add(vec![split]))
+        .expect("assign");
+    let mut read = 0;
+    wait_until("the 10 records", Duration::from_secs(30), || {
+        read += reader.fetch().expect("fetch").record_count();
+        read == 10
+    });
+    assert_eq!(reader.transport_trouble(), None, "no trouble yet");
+    cluster.broker_down(1).expect("broker down");
+    wait_until(
+        "the reader's context to hear of the broker",
+        Duration::from_secs(30),
+        || {
+            reader.fetch().expect("fetch while the broker is down");
+            reader.transport_trouble().is_some()
+        },
+    );
+}
+
 /// Fetch until split `id` finishes (panicking after `timeout`, naming `what`): the records read.
 fn read_until_finished(reader: &mut KafkaPartitionSplitReader, id: &SplitId, what: &str, timeout: Duration) -> usize {
     let mut read = 0;
