@@ -12,7 +12,10 @@
 //! those were served inside `rd_kafka_consume_batch_queue` by callbacks rust-rdkafka never sets,
 //! so librdkafka printed them itself, raw on stderr ("%3|…|ERROR|tidegate-reader-0#consumer-1|
 //! … 1/1 brokers are down", every few hundred milliseconds of an outage), past the logs'
-//! format and filters and past [`TracingContext`]'s account of a refused connection.
+//! format and filters and past [`TracingContext`]'s account of a broker's troubles. Not with
+//! SASL OAUTHBEARER: its token refresh also travels on the main queue, and as an event nothing
+//! would serve it (rust-rdkafka's context would need to generate tokens), where the batch read
+//! runs it.
 
 use std::ffi::CStr;
 use std::sync::{Arc, Mutex};
@@ -91,7 +94,8 @@ pub enum Event<'a> {
 /// its main queue to it).
 pub struct ConsumerQueue {
     queue: *mut rd::rd_kafka_queue_t,
-    /// librdkafka's main queue, no longer forwarded to `queue` (see the module's doc).
+    /// librdkafka's main queue, no longer forwarded to `queue` (see the module's doc); null when
+    /// it stays forwarded.
     main: *mut rd::rd_kafka_queue_t,
     /// Who hears the main queue's events: the consumer's context.
     context: Arc<TracingContext>,
@@ -128,8 +132,9 @@ impl QueueWaker {
 unsafe impl Send for ConsumerQueue {}
 
 impl ConsumerQueue {
-    /// The consumer queue of `consumer`; `None` if librdkafka has none (no `group.id`).
-    pub fn new(consumer: &BaseConsumer<TracingContext>, batch: usize) -> Option<Self> {
+    /// The consumer queue of `consumer`; `None` if librdkafka has none (no `group.id`). With
+    /// `serve_main`, librdkafka's main queue is read apart (see the module's doc).
+    pub fn new(consumer: &BaseConsumer<TracingContext>, batch: usize, serve_main: bool) -> Option<Self> {
         use rdkafka::consumer::Consumer;
         let client = consumer.client().native_ptr();
         // SAFETY: the client pointer is valid for the consumer's lifetime; the returned queues
@@ -139,10 +144,14 @@ impl ConsumerQueue {
             return None;
         }
         // SAFETY: as above; unforwarding a queue is allowed at any time (its ops stay in it)
-        let main = unsafe {
-            let main = rd::rd_kafka_queue_get_main(client);
-            rd::rd_kafka_queue_forward(main, std::ptr::null_mut());
-            main
+        let main = if serve_main {
+            unsafe {
+                let main = rd::rd_kafka_queue_get_main(client);
+                rd::rd_kafka_queue_forward(main, std::ptr::null_mut());
+                main
+            }
+        } else {
+            std::ptr::null_mut()
         };
         Some(ConsumerQueue {
             queue,
@@ -154,9 +163,13 @@ impl ConsumerQueue {
     }
 
     /// Hand the main queue's events to the consumer's context, as rust-rdkafka's poll would: logs,
-    /// errors (a fatal one also to `f`, as an [`Event::Error`] with `_FATAL`), statistics.
-    fn serve_main(&mut self, f: &mut impl FnMut(Event<'_>)) {
-        loop {
+    /// errors, statistics; at most [`MAIN_EVENTS_PER_READ`], so a flood of logs (`debug` set)
+    /// does not hold up the records. (A fatal error comes on the consumer queue, as a message.)
+    fn serve_main(&mut self) {
+        if self.main.is_null() {
+            return;
+        }
+        for _ in 0..MAIN_EVENTS_PER_READ {
             // SAFETY: the main queue reference is ours until Drop; each event is destroyed once,
             // and the strings it lends are copied before that
             unsafe {
@@ -176,14 +189,6 @@ impl ConsumerQueue {
                     rd::RD_KAFKA_EVENT_ERROR => {
                         let code = rd::rd_kafka_event_error(event);
                         let reason = text_of(rd::rd_kafka_event_error_string(event));
-                        if rd::rd_kafka_event_error_is_fatal(event) != 0 {
-                            f(Event::Error {
-                                code: RDKafkaRespErr::RD_KAFKA_RESP_ERR__FATAL,
-                                message: reason.clone(),
-                                topic: "",
-                                partition: -1,
-                            });
-                        }
                         self.context.error(KafkaError::Global(code.into()), reason.trim());
                     }
                     rd::RD_KAFKA_EVENT_STATS => {
@@ -207,7 +212,7 @@ impl ConsumerQueue {
     /// Up to `max` events (at most the buffer's size), waiting up to `timeout` for the first; each
     /// is handed to `f` while librdkafka still owns it. Returns how many there were.
     pub fn read(&mut self, timeout: Duration, max: usize, mut f: impl FnMut(Event<'_>)) -> usize {
-        self.serve_main(&mut f);
+        self.serve_main();
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         let len = max.clamp(1, self.buffer.len());
         // SAFETY: the buffer has room for `len` pointers; librdkafka fills the first `n`.
@@ -232,12 +237,17 @@ impl Drop for ConsumerQueue {
         // SAFETY: the queue references obtained in `new`, released once. The main queue goes back
         // to the consumer queue first, with what it holds, for rust-rdkafka's close to serve.
         unsafe {
-            rd::rd_kafka_queue_forward(self.main, self.queue);
-            rd::rd_kafka_queue_destroy(self.main);
+            if !self.main.is_null() {
+                rd::rd_kafka_queue_forward(self.main, self.queue);
+                rd::rd_kafka_queue_destroy(self.main);
+            }
             rd::rd_kafka_queue_destroy(self.queue);
         }
     }
 }
+
+/// How many main-queue events one read serves at most.
+const MAIN_EVENTS_PER_READ: usize = 1000;
 
 /// A C string of librdkafka's, copied ("" for none).
 ///

@@ -26,6 +26,9 @@ pub struct TracingContext {
     pub name: String,
     authentication: Arc<Mutex<Option<Refusal>>>,
     transport: Arc<Mutex<TransportLog>>,
+    /// A refused authentication or TLS handshake is warned of (once per cause) rather than kept
+    /// as the client's refusal ([`Self::passing_refusals`]).
+    passing_refusals: bool,
 }
 
 /// librdkafka repeats a broker it cannot reach every few hundred milliseconds, in two callbacks
@@ -86,7 +89,17 @@ impl TracingContext {
             name: name.into(),
             authentication: Arc::default(),
             transport: Arc::default(),
+            passing_refusals: false,
         }
+    }
+
+    /// A context that keeps no refusal: for a split reader's consumer, which hears the
+    /// client-wide errors of a long replay, where librdkafka retries a refusal that may pass (an
+    /// identity provider's token service that failed once, a certificate being rotated). Whether
+    /// the cluster refuses the job is for its other clients to find (they fail it at once).
+    pub fn passing_refusals(mut self) -> Self {
+        self.passing_refusals = true;
+        self
     }
 
     /// Keep `message` as the last transport trouble (when it says more than that brokers are
@@ -170,7 +183,7 @@ impl ClientContext for TracingContext {
                 error!(client, facility = fac, "librdkafka: {log_message}");
                 // a refused TLS handshake is logged by the broker's thread at once; its error
                 // event waits in a queue the client may not serve until much later
-                if super::tls::is_refusal(log_message) {
+                if super::tls::is_refusal(log_message) && !self.passing_refusals {
                     self.refuse(Refusal::Tls(log_message.to_string()));
                 }
             }
@@ -204,7 +217,7 @@ impl ClientContext for TracingContext {
         } else {
             None
         };
-        if let Some(refusal) = refusal {
+        if let Some(refusal) = refusal.filter(|_| !self.passing_refusals) {
             if self.refuse(refusal) {
                 error!(client = %self.name, "librdkafka: {reason}");
             }
@@ -458,6 +471,31 @@ mod tests {
             context.last_transport_trouble().as_deref(),
             Some("unit.test:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused")
         );
+    }
+
+    /// A reader's consumer warns of a refusal, which librdkafka retries (a token service's
+    /// hiccup, a certificate being rotated), and keeps none; any other client keeps the first.
+    #[test]
+    fn a_context_passing_refusals_warns_and_keeps_none() {
+        use rdkafka::types::RDKafkaErrorCode::Authentication;
+        let reason = "sasl.unit.test:9093/bootstrap: SASL authentication error: Authentication failed (unit)";
+        let passing = TracingContext::new("reader-unit").passing_refusals();
+        passing.error(KafkaError::Global(Authentication), reason);
+        passing.log(
+            RDKafkaLogLevel::Error,
+            "FAIL",
+            "ssl.unit.test:9093/bootstrap: SSL handshake failed: certificate verify failed (unit)",
+        );
+        assert!(!passing.refused());
+        assert!(passing.authentication_failure(&BTreeMap::new()).is_none());
+        assert_eq!(
+            passing.last_transport_trouble().as_deref(),
+            Some(reason),
+            "warned of as a trouble"
+        );
+        let keeping = TracingContext::new("enumerator-unit");
+        keeping.error(KafkaError::Global(Authentication), reason);
+        assert!(keeping.refused());
     }
 
     #[test]

@@ -50,7 +50,6 @@ pub struct KafkaPartitionSplitReader {
     metrics: KafkaMetrics,
     /// Errors librdkafka keeps reporting for a split's partition (not authorized, gone).
     partition_errors: PartitionErrors,
-    properties: std::collections::BTreeMap<String, String>,
     /// Splits at the end of their log, reported and (for a source-wide stop) confirmed.
     pub(super) caught_up: super::caught_up::CaughtUp,
     /// How long a split may not move before its fetch is restarted ([`STALL_AFTER`]; shorter in tests).
@@ -73,9 +72,9 @@ impl KafkaPartitionSplitReader {
         metrics: KafkaMetrics,
     ) -> Result<Self> {
         let consumer: BaseConsumer<TracingContext> = consumer_config(settings, reader_index, readers, partitions)
-            .create_with_context(TracingContext::new(format!("reader-{reader_index}")))
+            .create_with_context(TracingContext::new(format!("reader-{reader_index}")).passing_refusals())
             .map_err(|e| crate::error::kafka("creating a reader's consumer", e))?;
-        let queue = ConsumerQueue::new(&consumer, limit.records)
+        let queue = ConsumerQueue::new(&consumer, limit.records, !uses_oauthbearer(&settings.properties))
             .ok_or_else(|| Error::runtime("creating a reader's consumer", "librdkafka gave no consumer queue"))?;
         Ok(KafkaPartitionSplitReader {
             queue,
@@ -88,7 +87,6 @@ impl KafkaPartitionSplitReader {
             last_position_check: Instant::now(),
             metrics,
             partition_errors: PartitionErrors::new(settings.request_timeout, fetch_wait(settings)),
-            properties: settings.properties.clone(),
             caught_up: Default::default(),
             stall_after: STALL_AFTER,
             stopping: settings.stopping.clone(),
@@ -169,6 +167,15 @@ impl KafkaPartitionSplitReader {
         }
         Ok(())
     }
+}
+
+/// Whether the consumer authenticates with SASL OAUTHBEARER, whose token refresh needs librdkafka's
+/// main queue served by the batch read (see `batch_queue`).
+fn uses_oauthbearer(properties: &std::collections::BTreeMap<String, String>) -> bool {
+    ["sasl.mechanism", "sasl.mechanisms"]
+        .iter()
+        .filter_map(|k| properties.get(*k))
+        .any(|v| v.trim().eq_ignore_ascii_case("OAUTHBEARER"))
 }
 
 /// How long the consumer's fetches wait for records (`fetch.wait.max.ms`, librdkafka's default
@@ -340,9 +347,6 @@ impl SplitReader for KafkaPartitionSplitReader {
         }
         if !out_of_range.is_empty() {
             return Err(self.out_of_range_error(&out_of_range));
-        }
-        if let Some(e) = self.consumer.context().authentication_failure(&self.properties) {
-            return Err(e);
         }
         if let Some(e) = self.partition_errors.failure() {
             return Err(e);
