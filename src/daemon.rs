@@ -119,8 +119,8 @@ pub fn run_loaded(config: Config, state: Option<&Path>, reset_state: bool, no_pr
             Ok(())
         })?;
     }
+    let sink = sink_of(&config, resuming, opened.sink_slot())?;
     let store = opened.store;
-    let sink = sink_of(&config, resuming)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("tidegate")
@@ -155,13 +155,19 @@ pub fn source_context(config: &Config) -> SourceContext<'_> {
 }
 
 /// The configured sink, as the source wants it (its end marker written at the end of input,
-/// undecodable records diverted to a dead-letter topic); `resuming`: a state file is restored.
-pub fn sink_of(config: &Config, resuming: bool) -> Result<Box<dyn Sink<Record>>> {
+/// undecodable records diverted to a dead-letter topic); `resuming`: a state file is restored;
+/// `state_slot`: the open store's [`crate::checkpoint_store::OpenStore::sink_slot`].
+pub fn sink_of(
+    config: &Config,
+    resuming: bool,
+    state_slot: Option<crate::checkpoint_store::SinkTransactionSlot>,
+) -> Result<Box<dyn Sink<Record>>> {
     let end_marker = config.source.end_marker(&source_context(config))?;
     let sink = config.sink.build(SinkContext {
         job: &config.job,
         resuming,
         end_marker,
+        state_in_transaction: state_slot,
     })?;
     config.source.wrap_sink(sink)
 }

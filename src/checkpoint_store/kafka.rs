@@ -6,6 +6,10 @@
 //! other producers' open transactions: see [`super::scan`]) and keeps the latest value of each
 //! of the job's keys. Nothing is deleted: a split finished long ago is rewritten with every
 //! checkpoint, and compaction only drops values a later one of the same key supersedes.
+//! With an exactly-once Kafka sink on the same cluster, the checkpoint's records are written by
+//! the sink's producer inside the transaction that holds the checkpoint's output (KIP-618, see
+//! [`super::StateInTransaction`]); the store's own producer then only writes `--reset-state`'s
+//! tombstones.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -19,7 +23,7 @@ use tracing::{debug, info, warn};
 
 use super::records::{assemble, checkpoint_key, records_of, written_by};
 use super::scan::{reader, scan};
-use super::KafkaStoreConfig;
+use super::{KafkaStoreConfig, SinkTransactionSlot};
 use crate::core::{CheckpointStore, StateError, StoredCheckpoint};
 use crate::error::{kafka, Error, Result};
 use crate::kafka::client::{client_config, fetch_metadata, TracingContext};
@@ -46,6 +50,8 @@ pub struct KafkaCheckpointStore {
     loaded: Mutex<Option<Option<serde_json::Value>>>,
     /// `--reset-state` ran: the job starts over, whatever other owners of its name hold.
     reset: std::sync::atomic::AtomicBool,
+    /// The exactly-once sink's transactions, when the checkpoints travel in them.
+    in_sink: Option<SinkTransactionSlot>,
 }
 
 impl std::fmt::Debug for KafkaCheckpointStore {
@@ -63,38 +69,45 @@ impl KafkaCheckpointStore {
     pub fn open(config: KafkaStoreConfig) -> Result<Self> {
         let exists = topic_exists(&config)?;
         admin_call(&config, exists)?;
-        let producer: BaseProducer<TracingContext> = client_config(
-            &config.bootstrap_servers,
-            &[
-                ("transactional.id", &config.transactional_id()),
-                ("enable.idempotence", "true"),
-                ("acks", "all"),
-                ("transaction.timeout.ms", "60000"),
-                ("client.id", "tidegate-state"),
-                // a checkpoint's records leave at once: nothing else would join them
-                ("linger.ms", "0"),
-            ],
-            &config.properties,
-        )
-        .create_with_context(TracingContext::new("state-store"))
-        .map_err(|e| kafka("creating the checkpoint store's producer", e))?;
-        producer.init_transactions(TIMEOUT).map_err(|e| {
-            kafka(
-                format!(
-                    "initialising the checkpoint store's transactions (transactional.id {}) at {}",
-                    config.transactional_id(),
-                    config.bootstrap_servers
-                ),
-                e,
-            )
-        })?;
-        info!(topic = %config.topic, bootstrap = %config.bootstrap_servers, owner = %config.owner, "checkpoint store: Kafka");
+        let producer = match &config.sink_transactional_id {
+            Some(sink_id) => {
+                // a process of this job that writes its state in its own transactions (an older
+                // tidegate, a config that names the sink's cluster otherwise) is fenced too, and
+                // a store transaction it left open aborted, before the restore reads
+                drop(transactional_producer(
+                    &config,
+                    &config.own_transactional_id(),
+                    &config.properties,
+                )?);
+                // the sink's principal: its producer writes the state records from now on
+                transactional_producer(&config, sink_id, &config.sink_properties)?
+            }
+            None => transactional_producer(&config, &config.transactional_id(), &config.properties)?,
+        };
+        info!(
+            topic = %config.topic,
+            bootstrap = %config.bootstrap_servers,
+            owner = %config.owner,
+            in_sink_transactions = config.sink_transactional_id.is_some(),
+            "checkpoint store: Kafka"
+        );
+        let in_sink = config
+            .sink_transactional_id
+            .as_ref()
+            .map(|_| SinkTransactionSlot::default());
         Ok(KafkaCheckpointStore {
             config,
             producer: Mutex::new(producer),
             loaded: Mutex::new(None),
             reset: std::sync::atomic::AtomicBool::new(false),
+            in_sink,
         })
+    }
+
+    /// Where the exactly-once sink attaches itself, when the checkpoints travel in its
+    /// transactions.
+    pub fn sink_slot(&self) -> Option<SinkTransactionSlot> {
+        self.in_sink.clone()
     }
 
     /// Write `records` (`None`: a tombstone) in one transaction, or none of them.
@@ -226,9 +239,65 @@ impl CheckpointStore for KafkaCheckpointStore {
         *self.loaded.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let records = records_of(&self.config.owner, &self.config.job, checkpoint)
             .map_err(|e| state_error(&self.config, &checkpoint_key(&self.config.owner), e))?;
+        if let Some(slot) = &self.in_sink {
+            let sink = slot.get().ok_or_else(|| {
+                Error::runtime(
+                    "kafka checkpoint store",
+                    "the exactly-once sink that carries the checkpoints was not attached (a job built without \
+                     the store's sink slot, crate::daemon::sink_of)",
+                )
+            })?;
+            let started = Instant::now();
+            sink.write_in_transaction(&self.config.topic, &records)?;
+            debug!(
+                records = records.len(),
+                flushed_ms = started.elapsed().as_millis() as u64,
+                "state records in the sink's transaction"
+            );
+            return Ok(());
+        }
         let records: Vec<(String, Option<Vec<u8>>)> = records.into_iter().map(|(k, v)| (k, Some(v))).collect();
         self.transaction(&records)
     }
+
+    fn commits_with_sink(&self) -> bool {
+        self.in_sink.is_some()
+    }
+}
+
+/// A transactional producer of the store's cluster under `id`, its transactions initialised: a
+/// transaction a crashed process left open under `id` is aborted, and a process still running
+/// with it is fenced.
+fn transactional_producer(
+    config: &KafkaStoreConfig,
+    id: &str,
+    properties: &std::collections::BTreeMap<String, String>,
+) -> Result<BaseProducer<TracingContext>> {
+    let producer: BaseProducer<TracingContext> = client_config(
+        &config.bootstrap_servers,
+        &[
+            ("transactional.id", id),
+            ("enable.idempotence", "true"),
+            ("acks", "all"),
+            ("transaction.timeout.ms", "60000"),
+            ("client.id", "tidegate-state"),
+            // a checkpoint's records leave at once: nothing else would join them
+            ("linger.ms", "0"),
+        ],
+        properties,
+    )
+    .create_with_context(TracingContext::new("state-store"))
+    .map_err(|e| kafka("creating the checkpoint store's producer", e))?;
+    producer.init_transactions(TIMEOUT).map_err(|e| {
+        kafka(
+            format!(
+                "initialising the checkpoint store's transactions (transactional.id {id}) at {}",
+                config.bootstrap_servers
+            ),
+            e,
+        )
+    })?;
+    Ok(producer)
 }
 
 /// A failed step of the store's transaction, in context.
@@ -393,6 +462,8 @@ mod tests {
             job: "j".into(),
             instances: 1,
             owner: "j".into(),
+            sink_transactional_id: None,
+            sink_properties: BTreeMap::new(),
         };
         let fenced = store_error(
             &c,

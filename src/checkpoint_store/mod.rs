@@ -8,7 +8,7 @@ mod scan;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::config::raw::RawCheckpoint;
 use crate::config::Config;
@@ -56,16 +56,50 @@ pub struct KafkaStoreConfig {
     /// The key prefix of this job's records: the job's name, with the instance when the job runs
     /// as several (`<job>#<index>`).
     pub owner: String,
+    /// The transactional id of the job's exactly-once Kafka sink when it writes to the store's
+    /// cluster: the checkpoints then travel in the sink's transactions (KIP-618).
+    pub sink_transactional_id: Option<String>,
+    /// The sink's connection properties, with which the store takes over the sink's
+    /// transactional id (the sink's principal writes the state records then).
+    pub sink_properties: BTreeMap<String, String>,
 }
 
 impl KafkaStoreConfig {
     /// The transactional id of the store's producer: one per job (and instance), so a second
     /// process of the same job fences the first. `tidegate.state.<owner>`: an exactly-once
-    /// sink's id is `tidegate-<job.name>…`, whatever the name, so the two never meet.
+    /// sink's id is `tidegate-<job.name>…`, whatever the name, so the two never meet. When the
+    /// checkpoints travel in the sink's transactions, the sink's id: opening the store then
+    /// aborts a transaction a crashed process left open (its output and its state together),
+    /// so the restore does not wait for the broker to time it out.
     pub fn transactional_id(&self) -> String {
+        match &self.sink_transactional_id {
+            Some(id) => id.clone(),
+            None => self.own_transactional_id(),
+        }
+    }
+
+    /// The store's own transactional id, `tidegate.state.<owner>`: its producer's when the sink
+    /// does not carry the checkpoints (and fenced when it does, see
+    /// [`kafka::KafkaCheckpointStore::open`]).
+    pub fn own_transactional_id(&self) -> String {
         format!("tidegate.state.{}", self.owner)
     }
 }
+
+/// The exactly-once Kafka sink's side of a Kafka store whose checkpoints travel in the sink's
+/// transactions (as Kafka Connect's exactly-once sources write their offsets, KIP-618): a
+/// checkpoint's state records join the transaction that holds its output, and the sink's commit
+/// makes both visible at once. A crash before the commit aborts both; nothing has to be looked
+/// up to tell whether the output of the last checkpoint restored was committed.
+pub trait StateInTransaction: Send + Sync {
+    /// Send `records` (key, value) to partition 0 of `topic` inside the sink's open transaction
+    /// (beginning one if nothing was written since the last commit), and wait until every one is
+    /// acknowledged. The sink's next commit commits them.
+    fn write_in_transaction(&self, topic: &str, records: &[(String, Vec<u8>)]) -> Result<()>;
+}
+
+/// Where the sink puts its [`StateInTransaction`] when it is built (the store is opened first).
+pub type SinkTransactionSlot = Arc<OnceLock<Arc<dyn StateInTransaction>>>;
 
 /// Validate `[checkpoint]`'s store keys against the job, source and sink they serve.
 pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sink: &SinkConfig) -> Result<StoreConfig> {
@@ -140,6 +174,19 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
             } else {
                 job.name.clone()
             };
+            // an exactly-once sink on the same cluster carries the checkpoints in its transactions
+            let (sink_transactional_id, sink_properties) = match sink {
+                SinkConfig::Kafka(k)
+                    if k.settings.delivery == crate::sink::kafka::Delivery::ExactlyOnce
+                        && k.settings.bootstrap_servers == bootstrap_servers =>
+                {
+                    (
+                        Some(crate::sink::kafka::config::transactional_id(job)),
+                        crate::kafka::client::connection_properties(&k.settings.properties),
+                    )
+                }
+                _ => (None, BTreeMap::new()),
+            };
             Ok(StoreConfig::Kafka(KafkaStoreConfig {
                 bootstrap_servers,
                 cluster_of,
@@ -148,6 +195,8 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
                 job: job.name.clone(),
                 instances: job.instance.count.max(1),
                 owner,
+                sink_transactional_id,
+                sink_properties,
             }))
         }
         other => Err(Error::config(
@@ -165,6 +214,12 @@ pub struct OpenStore {
 }
 
 impl OpenStore {
+    /// Where the exactly-once Kafka sink attaches itself when the checkpoints travel in its
+    /// transactions (`None`: they do not). Pass it to [`crate::daemon::sink_of`].
+    pub fn sink_slot(&self) -> Option<SinkTransactionSlot> {
+        self.kafka.as_ref().and_then(|k| k.sink_slot())
+    }
+
     /// `--reset-state`: the state file moved aside by `move_aside`; the Kafka store's records of
     /// this job replaced by tombstones, in one transaction.
     pub fn reset(&self, move_aside: impl FnOnce() -> Result<()>) -> Result<()> {

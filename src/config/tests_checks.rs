@@ -219,3 +219,44 @@ fn the_kafka_store_transactional_id_cannot_be_a_sink_s() {
     let e = error_of(BASE, &["checkpoint.store=kafka", "job.name=a#0"]);
     assert_eq!(key_of(&e), "job.name", "{e}");
 }
+
+/// With an exactly-once Kafka sink on the store's cluster, the checkpoints travel in the sink's
+/// transactions (KIP-618): the store takes the sink's transactional id (opening it aborts what a
+/// crashed process left open). Not with an at-least-once sink, nor one on another cluster.
+#[test]
+fn an_exactly_once_sink_on_the_store_s_cluster_carries_the_checkpoints() {
+    use crate::checkpoint_store::StoreConfig;
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let sink = |bootstrap: &str, delivery: &str| {
+        BASE.replace(
+            "[sink]\ntype = \"null\"",
+            &format!(
+                "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{bootstrap}\"\ntopic = \"out\"\ndelivery = \"{delivery}\""
+            ),
+        )
+    };
+    let store_of = |text: String| {
+        let c = load(
+            &write(&dir, &text),
+            &["checkpoint.store=kafka".into(), "job.name=replay".into()],
+        )
+        .unwrap();
+        let StoreConfig::Kafka(k) = c.checkpoint.store else {
+            panic!("not the Kafka store: {:?}", c.checkpoint.store)
+        };
+        k
+    };
+    let carried = store_of(sink("127.0.0.1:9092", "exactly_once"));
+    assert_eq!(carried.sink_transactional_id.as_deref(), Some("tidegate-replay"));
+    assert_eq!(carried.transactional_id(), "tidegate-replay");
+    for (bootstrap, delivery) in [("127.0.0.1:9092", "at_least_once"), ("127.0.0.1:9093", "exactly_once")] {
+        let own = store_of(sink(bootstrap, delivery));
+        assert_eq!(own.sink_transactional_id, None, "{bootstrap} {delivery}");
+        assert_eq!(
+            own.transactional_id(),
+            "tidegate.state.replay",
+            "{bootstrap} {delivery}"
+        );
+    }
+}

@@ -55,6 +55,9 @@ pub struct SinkContext<'a> {
     pub resuming: bool,
     /// A record to write once at the end of input (the data generator's end marker).
     pub end_marker: Option<Record>,
+    /// The Kafka checkpoint store's slot for the exactly-once sink whose transactions carry the
+    /// checkpoints ([`crate::checkpoint_store::StateInTransaction`]); that sink fills it.
+    pub state_in_transaction: Option<crate::checkpoint_store::SinkTransactionSlot>,
 }
 
 /// One section of the config reference: a title and the JSON schema of a raw config table.

@@ -314,7 +314,9 @@ impl<S: Source> Coordinator<S> {
             previous: None,
         };
         // until this checkpoint's transaction is committed, a restart may need the one before
-        let checkpoint = if transactional {
+        // (not when the store's checkpoint is in that transaction: it is restored only committed)
+        let commits_with_sink = self.store.as_ref().is_some_and(|s| s.commits_with_sink());
+        let checkpoint = if transactional && !commits_with_sink {
             Checkpoint {
                 previous: self.fallback_checkpoint(&checkpoint).map(Box::new),
                 ..checkpoint

@@ -31,6 +31,13 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
 
     /// Replace the last checkpoint with `checkpoint`, atomically.
     fn write(&self, checkpoint: &StoredCheckpoint) -> Result<()>;
+
+    /// Whether a written checkpoint becomes visible only with the transactional sink's commit
+    /// (the Kafka store writing in the sink's transaction, KIP-618): the restored checkpoint's
+    /// output is then always committed, and a checkpoint need not keep the one before it.
+    fn commits_with_sink(&self) -> bool {
+        false
+    }
 }
 
 impl CheckpointStore for crate::StateStore {

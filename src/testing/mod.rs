@@ -169,15 +169,15 @@ async fn run_config_file(path: &Path) -> Result<JobSummary> {
     let config = crate::config::load(path, &[])?;
     // the Kafka store's admin calls run a runtime of their own: not on this one's thread
     let opened = config.clone();
-    let store = tokio::task::spawn_blocking(move || crate::checkpoint_store::open(&opened, None))
+    let opened = tokio::task::spawn_blocking(move || crate::checkpoint_store::open(&opened, None))
         .await
-        .map_err(|e| crate::Error::runtime("opening the checkpoint store", e))??
-        .store;
+        .map_err(|e| crate::Error::runtime("opening the checkpoint store", e))??;
+    let store = opened.store.clone();
     let resuming = match &store {
         Some(s) => s.load()?.is_some(),
         None => false,
     };
-    let sink = crate::daemon::sink_of(&config, resuming)?;
+    let sink = crate::daemon::sink_of(&config, resuming, opened.sink_slot())?;
     let source_ctx = crate::daemon::source_context(&config);
     let mut options = JobOptions::new(config.job.name.clone(), config.job.parallelism);
     options.checkpoint_interval = Some(config.checkpoint.interval);

@@ -314,6 +314,78 @@ fn a_crash_inside_the_store_transaction_restores_the_checkpoint_before() {
     );
 }
 
+/// With an exactly-once Kafka sink on the store's cluster, a checkpoint's state records travel
+/// in the sink's transaction (KIP-618): a crash after the state is sent and before the commit
+/// leaves neither that checkpoint's output nor its state; the restart aborts the open
+/// transaction at once (the store takes the sink's transactional id), restores the checkpoint
+/// before without a commit marker to look up, and writes every record once.
+#[test]
+fn a_checkpoint_in_the_sink_s_transaction_is_lost_with_its_output_by_a_crash_before_the_commit() {
+    let kafka = TestKafka::get();
+    let n = 600;
+    let topic = source_topic(&kafka, "store-kip618", 2, n);
+    let out_topic = kafka.create_topic("store-kip618-out", 1);
+    let state_topic = kafka.unique_topic("store-kip618-state");
+    let name = kafka.unique_topic("store-kip618-job");
+    let sink = format!(
+        "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{out_topic}\"\ndelivery = \"exactly_once\"",
+        kafka.bootstrap
+    );
+    let dir = JobDir::new();
+    let config = dir.config(&job(&kafka, &name, &topic, 2, &sink, &kafka_store(&state_topic)));
+    let point = "checkpoint.after_state";
+    let crashed = Command::new(binary())
+        .args(["run", "--no-progress", "--config"])
+        .arg(&config)
+        .env("TIDEGATE_FAILPOINT", format!("{point}:3"))
+        .output()
+        .expect("run tidegate");
+    let log = String::from_utf8_lossy(&crashed.stderr);
+    assert!(
+        log.contains(&format!("failpoint {point} reached")) && crashed.status.code().is_none(),
+        "the daemon did not crash after checkpoint 3's state ({:?}):\n{log}",
+        crashed.status
+    );
+    // checkpoint 3's job record reached the broker; none keeps a checkpoint to fall back to
+    let job_key = format!("{name}/checkpoint");
+    let written: Vec<serde_json::Value> = state_records_uncommitted(&kafka, &state_topic)
+        .into_iter()
+        .filter(|(k, _)| *k == job_key)
+        .filter_map(|(_, v)| serde_json::from_str(&v).ok())
+        .collect();
+    let ids: Vec<u64> = written.iter().filter_map(|r| r["checkpoint_id"].as_u64()).collect();
+    assert_eq!(ids, vec![1, 2, 3], "the job records sent, committed or not:\n{log}");
+    for record in &written {
+        assert!(
+            record["payload"].get("previous").is_none(),
+            "a checkpoint committed with its output needs none before it: {record}"
+        );
+    }
+
+    let (code, restart) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "the restart:\n{restart}");
+    assert!(
+        restart.contains("restoring from the last checkpoint checkpoint=2"),
+        "the restart restores checkpoint 2 (3's state was in the aborted transaction):\n{restart}"
+    );
+    for unexpected in ["an open transaction holds", "was not committed"] {
+        assert!(
+            !restart.contains(unexpected),
+            "the crashed transaction is aborted at once and nothing is looked up ({unexpected:?}):\n{restart}"
+        );
+    }
+    let mut counts = BTreeMap::new();
+    for r in kafka.read_all(&out_topic) {
+        let v = String::from_utf8(r.value.expect("a value")).expect("UTF-8");
+        *counts.entry(v).or_insert(0usize) += 1;
+    }
+    assert_each_once(
+        &counts,
+        n,
+        &format!("crashed after checkpoint 3's state\n--- the crashed run:\n{log}\n--- the restart:\n{restart}"),
+    );
+}
+
 #[test]
 fn a_state_topic_that_is_not_compacted_is_a_config_error() {
     let kafka = TestKafka::get();
@@ -379,6 +451,58 @@ fn a_second_process_of_the_job_fences_the_first() {
     assert_eq!(
         shown["end_of_input"], true,
         "the second process finished the job:\n{shown:#}"
+    );
+}
+
+/// Two processes of a job whose exactly-once sink carries its checkpoints: the second takes over
+/// the sink's transactional id when it opens the store, so the first cannot commit output or
+/// state again and stops; the second resumes from the first's last commit, and every record is
+/// in the output once.
+#[test]
+fn a_second_process_fences_the_first_s_sink_and_the_output_holds_every_record_once() {
+    let kafka = TestKafka::get();
+    let n = 3000;
+    let topic = source_topic(&kafka, "store-fence-eos", 2, n);
+    let out_topic = kafka.create_topic("store-fence-eos-out", 1);
+    let state_topic = kafka.unique_topic("store-fence-eos-state");
+    let name = kafka.unique_topic("store-fence-eos-job");
+    let sink = format!(
+        "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{out_topic}\"\ndelivery = \"exactly_once\"",
+        kafka.bootstrap
+    );
+    let text = job(&kafka, &name, &topic, 2, &sink, &kafka_store(&state_topic));
+    let port = free_port();
+    let first_dir = JobDir::new();
+    let first = Daemon::start(
+        &first_dir.config(&format!("{text}\n[metrics]\nlisten = \"{port}\"\n")),
+        &[],
+    );
+    wait_until("the first process's records", MINUTE, || {
+        records_written(port).unwrap_or(0) >= 300
+    });
+    let second_dir = JobDir::new();
+    let second = Daemon::start(&second_dir.config(&text), &[]);
+    let (status, first_log) = first.wait(MINUTE);
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "the first process must stop once fenced:\n{first_log}"
+    );
+    assert!(
+        first_log.contains("fenced") && first_log.contains(&format!("tidegate-{name}")),
+        "the error says it was fenced, naming the sink's transactional id:\n{first_log}"
+    );
+    let (status, second_log) = second.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "the second process:\n{second_log}");
+    let mut counts = BTreeMap::new();
+    for r in kafka.read_all(&out_topic) {
+        let v = String::from_utf8(r.value.expect("a value")).expect("UTF-8");
+        *counts.entry(v).or_insert(0usize) += 1;
+    }
+    assert_each_once(
+        &counts,
+        n,
+        &format!("two processes of one job\n--- the first:\n{first_log}\n--- the second:\n{second_log}"),
     );
 }
 

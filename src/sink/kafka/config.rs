@@ -270,6 +270,21 @@ impl SinkConnector for KafkaSinkConfig {
         }
         let mut settings = self.settings.clone();
         settings.transactional_id = Some(transactional_id(ctx.job));
-        Ok(Box::new(KafkaSink::new(settings, ctx.end_marker)?))
+        let sink = KafkaSink::new(settings, ctx.end_marker)?;
+        if let Some(slot) = &ctx.state_in_transaction {
+            let writer = sink.state_in_transaction().ok_or_else(|| {
+                Error::runtime(
+                    "kafka sink",
+                    "the checkpoint store expects an exactly-once sink to carry its checkpoints",
+                )
+            })?;
+            if slot.set(writer).is_err() {
+                return Err(Error::runtime(
+                    "kafka sink",
+                    "a second sink attached to the checkpoint store",
+                ));
+            }
+        }
+        Ok(Box::new(sink))
     }
 }

@@ -1,8 +1,9 @@
 //! The `kafka` sink: an idempotent producer (`acks=all`) with many sends in flight. At least once
 //! (default): a checkpoint waits until every send before it is acknowledged. Exactly once: the
 //! records of each checkpoint go out in one Kafka transaction, committed after the checkpoint is
-//! in the state file (its `transaction` module says how a restart knows whether it was). The first failed
-//! delivery fails the job.
+//! in the state file (its `transaction` module says how a restart knows whether it was), or, with
+//! the Kafka checkpoint store on the same cluster, with the checkpoint's state records in the same
+//! transaction (KIP-618). The first failed delivery fails the job.
 
 pub mod config;
 mod retry;
@@ -21,6 +22,7 @@ use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::Message;
 
+use crate::checkpoint_store::StateInTransaction;
 use crate::core::{Sink, SinkState};
 use crate::error::{Error, Result};
 use crate::kafka::client::{client_config, TracingContext};
@@ -166,8 +168,13 @@ pub struct KafkaSink {
     settings: KafkaSinkSettings,
     failure: DeliveryFailure,
     end_marker: Option<Record>,
-    /// Exactly-once delivery: the transaction in progress and its commit marker.
-    transactions: Option<Transactions>,
+    /// Exactly-once delivery: the transaction in progress and its commit marker (shared with the
+    /// Kafka checkpoint store when the checkpoints travel in the sink's transactions; it writes
+    /// only while the sink waits between a prepare and its commit).
+    transactions: Option<Arc<Mutex<Transactions>>>,
+    /// A transaction is open (this thread began it; the next commit or abort ends it): records
+    /// go in without a look at the shared transaction state each.
+    begun: bool,
     /// `settings.topic`, parsed.
     route: Arc<TopicTemplate>,
     /// The partition count of each topic written so far (when it matters: templates and
@@ -190,7 +197,7 @@ impl KafkaSink {
             Delivery::ExactlyOnce => settings.transactional_id.clone(),
         };
         let transactions = transactional_id
-            .map(|id| Transactions::new(&settings, id))
+            .map(|id| Transactions::new(&settings, id).map(|t| Arc::new(Mutex::new(t))))
             .transpose()?;
         let route = Arc::new(TopicTemplate::parse(&settings.topic)?);
         Ok(KafkaSink {
@@ -199,39 +206,35 @@ impl KafkaSink {
             failure,
             end_marker,
             transactions,
+            begun: false,
             route,
             targets: std::collections::HashMap::new(),
         })
     }
 
+    /// The exactly-once sink's transactions as the Kafka checkpoint store writes into them
+    /// (`None`: the sink is not transactional). The checkpoints then need no commit marker.
+    pub fn state_in_transaction(&self) -> Option<Arc<dyn StateInTransaction>> {
+        let transactions = self.transactions.as_ref()?;
+        lock(transactions).carry_state();
+        Some(Arc::new(SinkStateWriter {
+            producer: Arc::clone(&self.producer),
+            transactions: Arc::clone(transactions),
+            failure: Arc::clone(&self.failure),
+            properties: self.settings.properties.clone(),
+            timeout: self.settings.flush_timeout,
+        }))
+    }
+
     fn check_failure(&self) -> Result<()> {
-        if let Some(e) = self
-            .producer
-            .context()
-            .log
-            .authentication_failure(&self.settings.properties)
-        {
-            return Err(e);
-        }
-        let Some((message, code)) = self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
-            return Ok(());
-        };
-        // a producer in a fatal state purges its queue, so its deliveries fail as "purged": the
-        // cause is librdkafka's fatal error (a fencing, when another process took over)
-        match (self.producer.client().fatal_error(), code) {
-            (Some((fatal, _)), _) if transaction::is_fencing(fatal) => Err(self.fenced()),
-            (Some((_, reason)), _) => Err(Error::runtime(
-                "kafka sink",
-                format!("fatal producer error: {reason} ({message})"),
-            )),
-            (None, Some(code)) if transaction::is_fencing(code) => Err(self.fenced()),
-            (None, _) => Err(Error::runtime("kafka sink", message)),
-        }
+        check_failure(&self.producer, &self.failure, &self.settings.properties, || {
+            self.fenced()
+        })
     }
 
     fn fenced(&self) -> Error {
         match &self.transactions {
-            Some(t) => t.fenced(),
+            Some(t) => lock(t).fenced(),
             None => Error::runtime("kafka sink", "the producer was fenced"),
         }
     }
@@ -251,8 +254,11 @@ impl KafkaSink {
     }
 
     fn send(&mut self, record: &Record, topic: &str, partition: Option<i32>) -> Result<()> {
-        if let Some(t) = self.transactions.as_mut() {
-            t.begin_if_needed(&self.producer, topic)?;
+        if !self.begun {
+            if let Some(t) = &self.transactions {
+                lock(t).begin_if_needed(&self.producer, topic)?;
+                self.begun = true;
+            }
         }
         let ruled;
         let record_headers = if self.settings.headers.is_empty() {
@@ -425,9 +431,9 @@ impl Sink<Record> for KafkaSink {
     }
 
     fn prepare_commit(&mut self, checkpoint_id: u64) -> Result<Option<SinkState>> {
-        let marker = match self.transactions.as_mut() {
+        let marker = match &self.transactions {
             // the commit marker goes into the transaction, beside the records
-            Some(t) => Some(t.prepare(&self.producer, checkpoint_id)?),
+            Some(t) => Some(lock(t).prepare(&self.producer, checkpoint_id)?),
             None => None,
         };
         self.flush()?;
@@ -439,16 +445,17 @@ impl Sink<Record> for KafkaSink {
     }
 
     fn commit(&mut self, checkpoint_id: u64) -> Result<()> {
-        let Some(t) = self.transactions.as_mut() else {
+        let Some(t) = &self.transactions else {
             return Ok(());
         };
-        let result = t.commit(&self.producer, checkpoint_id);
+        self.begun = false;
+        let result = lock(t).commit(&self.producer, checkpoint_id);
         result.and_then(|_| self.check_failure())
     }
 
     fn recover(&mut self, last: Option<(u64, Option<&SinkState>)>) -> Result<bool> {
-        match self.transactions.as_mut() {
-            Some(t) => t.recover(&self.producer, last),
+        match &self.transactions {
+            Some(t) => lock(t).recover(&self.producer, last),
             None => Ok(true),
         }
     }
@@ -473,10 +480,110 @@ impl Sink<Record> for KafkaSink {
     }
 
     fn close(&mut self) -> Result<()> {
-        if let Some(t) = self.transactions.as_mut() {
-            t.abort_open(&self.producer);
+        if let Some(t) = &self.transactions {
+            self.begun = false;
+            lock(t).abort_open(&self.producer);
         }
         self.flush()
+    }
+}
+
+fn lock(transactions: &Mutex<Transactions>) -> std::sync::MutexGuard<'_, Transactions> {
+    transactions.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The first failed delivery (or a refused authentication) as the job's error. A producer in a
+/// fatal state purges its queue, so its deliveries fail as "purged": the cause is librdkafka's
+/// fatal error (a fencing, when another process took over).
+fn check_failure(
+    producer: &ThreadedProducer<DeliveryContext>,
+    failure: &DeliveryFailure,
+    properties: &BTreeMap<String, String>,
+    fenced: impl Fn() -> Error,
+) -> Result<()> {
+    if let Some(e) = producer.context().log.authentication_failure(properties) {
+        return Err(e);
+    }
+    let Some((message, code)) = failure.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
+        return Ok(());
+    };
+    match (producer.client().fatal_error(), code) {
+        (Some((fatal, _)), _) if transaction::is_fencing(fatal) => Err(fenced()),
+        (Some((_, reason)), _) => Err(Error::runtime(
+            "kafka sink",
+            format!("fatal producer error: {reason} ({message})"),
+        )),
+        (None, Some(code)) if transaction::is_fencing(code) => Err(fenced()),
+        (None, _) => Err(Error::runtime("kafka sink", message)),
+    }
+}
+
+/// The Kafka checkpoint store's way into the sink's transactions (KIP-618). The coordinator
+/// writes a checkpoint's state after the sink prepared it and before it commits: the sink's
+/// thread waits meanwhile, so the two never write into a transaction at once.
+struct SinkStateWriter {
+    producer: Arc<ThreadedProducer<DeliveryContext>>,
+    transactions: Arc<Mutex<Transactions>>,
+    failure: DeliveryFailure,
+    properties: BTreeMap<String, String>,
+    /// How long the state records' acknowledgements may take (`sink.flush_timeout`).
+    timeout: Duration,
+}
+
+impl StateInTransaction for SinkStateWriter {
+    fn write_in_transaction(&self, topic: &str, records: &[(String, Vec<u8>)]) -> Result<()> {
+        let mut transactions = lock(&self.transactions);
+        transactions.begin_if_needed(&self.producer, topic)?;
+        let fenced = || transactions.fenced();
+        // a fenced producer answers every call with the generic `Fatal`: its fatal error says why
+        let failed = |what: String, e: KafkaError| {
+            let code = match e.rdkafka_error_code() {
+                Some(RDKafkaErrorCode::Fatal) => self.producer.client().fatal_error().map(|(code, _)| code),
+                code => code,
+            };
+            match code {
+                Some(code) if transaction::is_fencing(code) => fenced(),
+                _ => crate::error::kafka(what, e),
+            }
+        };
+        let deadline = std::time::Instant::now() + self.timeout;
+        for (key, value) in records {
+            let mut record = BaseRecord::<str, [u8], ()>::to(topic)
+                .partition(0)
+                .key(key.as_str())
+                .payload(value.as_slice());
+            loop {
+                match self.producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
+                        if std::time::Instant::now() < deadline =>
+                    {
+                        // librdkafka's queue is full: deliveries make room
+                        record = back;
+                        check_failure(&self.producer, &self.failure, &self.properties, fenced)?;
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err((e, _)) => return Err(failed(format!("writing state record {key} to {topic}"), e)),
+                }
+            }
+        }
+        loop {
+            let slice = deadline
+                .saturating_duration_since(std::time::Instant::now())
+                .min(Duration::from_millis(500));
+            let result = flush_now(&self.producer, slice);
+            check_failure(&self.producer, &self.failure, &self.properties, fenced)?;
+            match result {
+                Ok(()) => return Ok(()),
+                Err(e) if std::time::Instant::now() >= deadline => {
+                    return Err(failed(
+                        format!("waiting for the state records' acknowledgements from {topic}"),
+                        e,
+                    ))
+                }
+                Err(_) => {}
+            }
+        }
     }
 }
 

@@ -14,6 +14,10 @@
 //! left open, the group's committed metadata either equals the state file's token (committed:
 //! resume from this checkpoint) or not (aborted: resume from the checkpoint before it, which the
 //! state file keeps for this case).
+//!
+//! With the Kafka checkpoint store on the sink's cluster, the checkpoint's state records go into
+//! the transaction itself ([`Transactions::carry_state`]): a restored checkpoint is then always
+//! a committed one, and no marker is written or read.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +57,8 @@ pub(super) struct Transactions {
     /// The token of the open transaction, and the topic its commit marker goes to (the first it
     /// wrote to: one transaction may span several topics).
     open: Option<(String, String)>,
+    /// The checkpoint store writes each checkpoint's state into the transaction: no marker.
+    carries_state: bool,
 }
 
 impl Transactions {
@@ -81,7 +87,15 @@ impl Transactions {
             group: Arc::new(group),
             initialised: false,
             open: None,
+            carries_state: false,
         })
+    }
+
+    /// From now on the checkpoint store writes each checkpoint's state records into the
+    /// transaction (KIP-618): its commit makes state and output visible together, so no commit
+    /// marker is needed.
+    pub(super) fn carry_state(&mut self) {
+        self.carries_state = true;
     }
 
     /// The error of a producer that another one fenced.
@@ -135,6 +149,10 @@ impl Transactions {
         producer: &Arc<ThreadedProducer<DeliveryContext>>,
         checkpoint_id: u64,
     ) -> Result<SinkState> {
+        if self.carries_state {
+            // no token: the checkpoint that records this state is committed with the output
+            return Ok(json!({ "transactional_id": self.id, "transaction": null, "state_in_transaction": true }));
+        }
         let Some((token, topic)) = self.open.clone() else {
             return Ok(json!({ "transactional_id": self.id, "transaction": null }));
         };
@@ -180,8 +198,8 @@ impl Transactions {
         let Some((checkpoint, state)) = last else {
             return Ok(true);
         };
-        // no token: the checkpoint wrote nothing after the commit before it (or was written
-        // without transactions)
+        // no token: the checkpoint wrote nothing after the commit before it, its state was in
+        // its transaction (committed, since it was read), or it was written without transactions
         let Some(token) = state.and_then(|s| s.get("transaction")).and_then(|t| t.as_str()) else {
             return Ok(true);
         };
