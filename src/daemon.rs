@@ -100,7 +100,7 @@ pub fn run_loaded(config: Config, state: Option<&Path>, reset_state: bool, no_pr
     // read (and check) the state before anything starts: damaged state stops us here, untouched
     // (unless --reset-state, which ignores it)
     let resuming = match &opened.store {
-        Some(s) if !reset_state => s.load()?.is_some(),
+        Some(s) if !reset_state => s.resumes()?,
         _ => false,
     };
     // a first run that cannot start (a missing topic, no broker) stops before anything changes:

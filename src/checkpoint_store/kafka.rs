@@ -21,8 +21,9 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use tracing::{debug, info, warn};
 
-use super::records::{assemble, checkpoint_key, records_of, written_by};
-use super::scan::{reader, scan};
+use super::layout::{self, Layout, Member};
+use super::records::{assemble, base_of, checkpoint_key, records_of, written_by};
+use super::scan::{reader, scan, Scan};
 use super::{KafkaStoreConfig, SinkTransactionSlot};
 use crate::core::{CheckpointStore, StateError, StoredCheckpoint};
 use crate::error::{kafka, Error, Result};
@@ -44,10 +45,12 @@ const TOPIC_CONFIG: &[(&str, &str)] = &[
 pub struct KafkaCheckpointStore {
     config: KafkaStoreConfig,
     producer: Mutex<BaseProducer<TracingContext>>,
-    /// The checkpoint the first [`CheckpointStore::load`] found, until the next write or reset:
-    /// the daemon's look before the sink starts and the job's restore see the same one (a
-    /// second scan could find a checkpoint the first missed, after the sink had started afresh).
-    loaded: Mutex<Option<Option<serde_json::Value>>>,
+    /// Where this instance stands among the job's generations of instances.
+    layout: Layout,
+    /// What the scan at the opening found, until the next write or reset: the daemon's look
+    /// before the sink starts and the job's restore see the same checkpoints (a second scan
+    /// could find one the first missed, after the sink had started afresh).
+    scanned: Mutex<Option<Scan>>,
     /// `--reset-state` ran: the job starts over, whatever other owners of its name hold.
     reset: std::sync::atomic::AtomicBool,
     /// The exactly-once sink's transactions, when the checkpoints travel in them.
@@ -64,44 +67,73 @@ impl std::fmt::Debug for KafkaCheckpointStore {
 
 impl KafkaCheckpointStore {
     /// Reach the cluster, create the topic if missing (or check the existing one is compacted),
-    /// and take over the job's transactional id: a transaction a crashed process left open is
-    /// aborted, and an older process still running is fenced.
-    pub fn open(config: KafkaStoreConfig) -> Result<Self> {
+    /// take over the job's transactional id (a transaction a crashed process left open is
+    /// aborted, and an older process still running is fenced), and find where this instance
+    /// stands: with a changed `job.instance.count`, the instances of the count before are fenced
+    /// before their last checkpoints are read (see [`super::layout`]).
+    pub fn open(mut config: KafkaStoreConfig) -> Result<Self> {
         let exists = topic_exists(&config)?;
         admin_call(&config, exists)?;
-        let producer = match &config.sink_transactional_id {
-            Some(sink_id) => {
-                // a process of this job that writes its state in its own transactions (an older
-                // tidegate, a config that names the sink's cluster otherwise) is fenced too, and
-                // a store transaction it left open aborted, before the restore reads
-                drop(transactional_producer(
-                    &config,
-                    &config.own_transactional_id(),
-                    &config.properties,
-                )?);
-                // the sink's principal: its producer writes the state records from now on
-                transactional_producer(&config, sink_id, &config.sink_properties)?
+        let mut producer = producer_of(&config)?;
+        let mut found = scan(&config)?;
+        let mut layout = layout_of(&config, &found)?;
+        if layout.generation > 0 {
+            config.owner = layout.owner.clone();
+            if config.sink_transactional_id.is_some() {
+                config.sink_transactional_id = Some(layout::sink_transactional_id(
+                    &config.job,
+                    layout.generation,
+                    config.instance,
+                ));
             }
-            None => transactional_producer(&config, &config.transactional_id(), &config.properties)?,
-        };
+            producer = producer_of(&config)?;
+        }
+        if !layout.reshare.is_empty() {
+            // the instances of the count before: none may commit another checkpoint (or its
+            // output) after their last ones are read; a transaction one left open is aborted
+            for member in &layout.reshare {
+                fence(&config, member)?;
+            }
+            found = scan(&config)?;
+            let again = layout_of(&config, &found)?;
+            if again != layout {
+                // another instance wrote meanwhile (a sibling of the new count checkpointed, or
+                // one of the old count finished a checkpoint before it was fenced): go by the
+                // newer view, whose members are fenced in turn
+                for member in again.reshare.iter().filter(|m| !layout.reshare.contains(m)) {
+                    fence(&config, member)?;
+                }
+                found = scan(&config)?;
+                layout = layout_of(&config, &found)?;
+            }
+        }
         info!(
             topic = %config.topic,
             bootstrap = %config.bootstrap_servers,
             owner = %config.owner,
+            generation = layout.generation,
+            reshare_from = layout.reshare.len(),
             in_sink_transactions = config.sink_transactional_id.is_some(),
             "checkpoint store: Kafka"
         );
-        let in_sink = config
-            .sink_transactional_id
-            .as_ref()
-            .map(|_| SinkTransactionSlot::default());
+        let in_sink = config.sink_transactional_id.clone().map(SinkTransactionSlot::new);
         Ok(KafkaCheckpointStore {
             config,
             producer: Mutex::new(producer),
-            loaded: Mutex::new(None),
+            layout,
+            scanned: Mutex::new(Some(found)),
             reset: std::sync::atomic::AtomicBool::new(false),
             in_sink,
         })
+    }
+
+    /// The last scan's records, scanning again after a write or a reset.
+    fn scanned(&self) -> Result<std::sync::MutexGuard<'_, Option<Scan>>> {
+        let mut scanned = self.scanned.lock().unwrap_or_else(|p| p.into_inner());
+        if scanned.is_none() {
+            *scanned = Some(scan(&self.config)?);
+        }
+        Ok(scanned)
     }
 
     /// Where the exactly-once sink attaches itself, when the checkpoints travel in its
@@ -178,17 +210,16 @@ impl KafkaCheckpointStore {
         result
     }
 
-    /// `--reset-state`: a tombstone for each of this job's keys, in one transaction (other jobs'
-    /// records are untouched).
+    /// `--reset-state`: a tombstone for each of this instance's keys, in one transaction (other
+    /// jobs' and instances' records are untouched).
     pub fn reset(&self) -> Result<()> {
-        *self.loaded.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.reset.store(true, std::sync::atomic::Ordering::Relaxed);
-        let live: Vec<(String, Option<Vec<u8>>)> = scan(&self.config)?
-            .latest
-            .into_iter()
-            .filter(|(_, v)| v.is_some())
-            .map(|(k, _)| (k, None))
-            .collect();
+        let live: Vec<(String, Option<Vec<u8>>)> = {
+            let scanned = self.scanned()?;
+            let own = scanned.as_ref().map(|s| s.of(&self.config.owner)).unwrap_or_default();
+            own.into_iter().filter(|(_, v)| v.is_some()).map(|(k, _)| (k, None)).collect()
+        };
+        *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = None;
         if !live.is_empty() {
             self.transaction(&live)?;
             warn!(topic = %self.config.topic, owner = %self.config.owner, keys = live.len(), "--reset-state: the job's state records replaced by tombstones; starting from scratch");
@@ -205,42 +236,66 @@ impl CheckpointStore for KafkaCheckpointStore {
         )
     }
 
-    /// The first call scans the topic; later ones return what it found until a write or a
-    /// reset (one restore, one answer).
+    /// What the scan at the opening found, until a write or a reset (one restore, one answer).
     fn load(&self) -> Result<Option<serde_json::Value>> {
-        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(found) = loaded.as_ref() {
-            return Ok(found.clone());
+        let scanned = self.scanned()?;
+        let records = scanned.as_ref().map(|s| &s.records);
+        let records = records.cloned().unwrap_or_default();
+        assemble(&self.config.owner, &self.config.job, &records).map_err(|(key, e)| state_error(&self.config, &key, e))
+    }
+
+    /// The last checkpoints of the instances of the count before, when this instance has none
+    /// of its own in the newest generation (none after `--reset-state`).
+    fn load_reshare(&self) -> Result<Vec<serde_json::Value>> {
+        if self.reset.load(std::sync::atomic::Ordering::Relaxed) || self.layout.reshare.is_empty() {
+            return Ok(Vec::new());
         }
-        let scan = scan(&self.config)?;
-        let found = assemble(&self.config.owner, &self.config.job, &scan.latest)
-            .map_err(|(key, e)| state_error(&self.config, &key, e))?;
-        if found.is_none() && !self.reset.load(std::sync::atomic::Ordering::Relaxed) {
-            // other instances' checkpoints: siblings started before this one (the same count) are
-            // no change; a count that differs, or a record that does not say, is
-            let changed: Vec<String> = scan
-                .others
-                .iter()
-                .filter(|(owner, bytes)| {
-                    written_by(&checkpoint_key(owner), &self.config.job, bytes).map(|i| i.count)
-                        != Some(self.config.instances)
-                })
-                .map(|(owner, _)| owner.clone())
-                .collect();
-            if !changed.is_empty() {
-                return Err(instance_changed(&self.config, &changed));
-            }
+        let scanned = self.scanned()?;
+        let records = scanned.as_ref().map(|s| s.records.clone()).unwrap_or_default();
+        if assemble(&self.config.owner, &self.config.job, &records)
+            .map_err(|(key, e)| state_error(&self.config, &key, e))?
+            .is_some()
+        {
+            return Ok(Vec::new());
         }
-        *loaded = Some(found.clone());
-        Ok(found)
+        self.layout
+            .reshare
+            .iter()
+            .map(|m| {
+                assemble(&m.owner, &self.config.job, &records)
+                    .map_err(|(key, e)| state_error(&self.config, &key, e))?
+                    .ok_or_else(|| {
+                        state_error(
+                            &self.config,
+                            &checkpoint_key(&m.owner),
+                            StateError::Truncated("the checkpoint of an instance of the count before vanished".into()),
+                        )
+                    })
+            })
+            .collect()
     }
 
     fn write(&self, checkpoint: &StoredCheckpoint) -> Result<()> {
-        *self.loaded.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        // after a change of the instance count, the job record says its generation and the one it
+        // was cut from: a sibling without a checkpoint yet cuts its share from the same
+        let stamped;
+        let checkpoint = match self.layout.base {
+            Some(base) => {
+                let mut c = checkpoint.clone();
+                if let Some(fields) = c.value.as_object_mut() {
+                    fields.insert("generation".into(), self.layout.generation.into());
+                    fields.insert("base".into(), base.into());
+                }
+                stamped = c;
+                &stamped
+            }
+            None => checkpoint,
+        };
         let records = records_of(&self.config.owner, &self.config.job, checkpoint)
             .map_err(|e| state_error(&self.config, &checkpoint_key(&self.config.owner), e))?;
         if let Some(slot) = &self.in_sink {
-            let sink = slot.get().ok_or_else(|| {
+            let sink = slot.writer().ok_or_else(|| {
                 Error::runtime(
                     "kafka checkpoint store",
                     "the exactly-once sink that carries the checkpoints was not attached (a job built without \
@@ -263,6 +318,65 @@ impl CheckpointStore for KafkaCheckpointStore {
     fn commits_with_sink(&self) -> bool {
         self.in_sink.is_some()
     }
+}
+
+/// The store's producer, its transactions initialised: under the sink's transactional id when
+/// the checkpoints travel in the sink's transactions (the store's own id initialised once too:
+/// a process of this job that writes its state in its own transactions, an older tidegate or a
+/// config that names the sink's cluster otherwise, is fenced, and a store transaction it left
+/// open aborted, before the restore reads), else under the store's own.
+fn producer_of(config: &KafkaStoreConfig) -> Result<BaseProducer<TracingContext>> {
+    match &config.sink_transactional_id {
+        Some(sink_id) => {
+            drop(transactional_producer(
+                config,
+                &config.own_transactional_id(),
+                &config.properties,
+            )?);
+            // the sink's principal: its producer writes the state records from now on
+            transactional_producer(config, sink_id, &config.sink_properties)
+        }
+        None => transactional_producer(config, &config.transactional_id(), &config.properties),
+    }
+}
+
+/// Fence `member`, an instance of the count before: its store's transactional id, and its
+/// exactly-once sink's when the checkpoints travel in the sink's transactions.
+fn fence(config: &KafkaStoreConfig, member: &Member) -> Result<()> {
+    drop(transactional_producer(
+        config,
+        &format!("tidegate.state.{}", member.owner),
+        &config.properties,
+    )?);
+    if let (Some(_), Some(instance)) = (&config.sink_transactional_id, member.instance) {
+        let id = layout::sink_transactional_id(&config.job, member.generation, instance);
+        drop(transactional_producer(config, &id, &config.sink_properties)?);
+    }
+    info!(owner = %member.owner, "an instance of the count before fenced");
+    Ok(())
+}
+
+/// Where this instance stands, from the checkpoint records a scan found.
+fn layout_of(config: &KafkaStoreConfig, found: &Scan) -> Result<Layout> {
+    let members: Vec<Member> = found
+        .checkpoints(&config.job)
+        .filter_map(|(owner, bytes)| {
+            let (generation, _) = layout::parse_owner(&config.job, owner)?;
+            let key = checkpoint_key(owner);
+            // the single instance of the first generation, whatever its record says
+            let instance = match owner == config.job {
+                true => Some(written_by(&key, &config.job, bytes).unwrap_or_default()),
+                false => written_by(&key, &config.job, bytes),
+            };
+            Some(Member {
+                owner: owner.to_string(),
+                generation,
+                instance,
+                base: base_of(&key, &config.job, bytes),
+            })
+        })
+        .collect();
+    layout::resolve(&config.job, config.instance, &members).map_err(|m| Error::config("job.instance.count", m))
 }
 
 /// A transactional producer of the store's cluster under `id`, its transactions initialised: a
@@ -337,31 +451,15 @@ fn topic_exists(config: &KafkaStoreConfig) -> Result<bool> {
 }
 
 /// The job's last checkpoint, read without taking over its transactional id (`state show`,
-/// `plan`: a running job is not fenced); `None` when the topic or the job's records are missing.
+/// `plan`: a running job is not fenced); `None` when the topic or the instance's records are
+/// missing.
 pub fn read_only(config: &KafkaStoreConfig) -> Result<Option<serde_json::Value>> {
     if !topic_exists(config)? {
         return Ok(None);
     }
-    let latest = scan(config)?.latest;
-    assemble(&config.owner, &config.job, &latest).map_err(|(key, e)| state_error(config, &key, e))
-}
-
-/// The job's state is under another owner: `job.instance` changed (between one instance and
-/// several, or in number), like the state file's instance check.
-fn instance_changed(c: &KafkaStoreConfig, others: &[String]) -> Error {
-    let keys: Vec<String> = others.iter().map(|o| checkpoint_key(o)).collect();
-    Error::config(
-        "job.instance",
-        format!(
-            "changed since the job's state was written: checkpoint topic {} holds this job's checkpoints under {} \
-             but none under {}: each instance's state covers its own share of the work (its partitions, its \
-             generated ranges), and a new share would read moved partitions from their start or overlap another's \
-             ranges; finish the job with the settings that wrote the state, or start over with --reset-state",
-            c.topic,
-            keys.join(", "),
-            checkpoint_key(&c.owner)
-        ),
-    )
+    let found = scan(config)?;
+    let owner = layout_of(config, &found)?.owner;
+    assemble(&owner, &config.job, &found.records).map_err(|(key, e)| state_error(config, &key, e))
 }
 
 fn state_error(config: &KafkaStoreConfig, key: &str, source: StateError) -> Error {
@@ -460,7 +558,7 @@ mod tests {
             topic: "state".into(),
             properties: BTreeMap::new(),
             job: "j".into(),
-            instances: 1,
+            instance: crate::core::Instance::default(),
             owner: "j".into(),
             sink_transactional_id: None,
             sink_properties: BTreeMap::new(),

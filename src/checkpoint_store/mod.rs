@@ -3,6 +3,7 @@
 //! [`kafka::KafkaCheckpointStore`]). This module validates the choice and opens the store.
 
 pub mod kafka;
+pub mod layout;
 pub mod records;
 mod scan;
 
@@ -51,10 +52,11 @@ pub struct KafkaStoreConfig {
     pub properties: BTreeMap<String, String>,
     /// `job.name`.
     pub job: String,
-    /// `job.instance.count`: the other instances of the same count are this one's siblings.
-    pub instances: usize,
-    /// The key prefix of this job's records: the job's name, with the instance when the job runs
-    /// as several (`<job>#<index>`).
+    /// `job.instance`: which share of the job this process has, of how many.
+    pub instance: crate::core::Instance,
+    /// The key prefix of this instance's records: the job's name, with the instance when the job
+    /// runs as several (`<job>#<index>`), and the generation after a change of the instance count
+    /// ([`layout::owner_of`]; the first generation's until the store is open).
     pub owner: String,
     /// The transactional id of the job's exactly-once Kafka sink when it writes to the store's
     /// cluster: the checkpoints then travel in the sink's transactions (KIP-618).
@@ -98,8 +100,35 @@ pub trait StateInTransaction: Send + Sync {
     fn write_in_transaction(&self, topic: &str, records: &[(String, Vec<u8>)]) -> Result<()>;
 }
 
-/// Where the sink puts its [`StateInTransaction`] when it is built (the store is opened first).
-pub type SinkTransactionSlot = Arc<OnceLock<Arc<dyn StateInTransaction>>>;
+/// Where the sink puts its [`StateInTransaction`] when it is built (the store is opened first),
+/// and the transactional id the store opened the sink's transactions under (it depends on the
+/// generation of the job's instances, which the store finds: see [`layout`]).
+#[derive(Clone)]
+pub struct SinkTransactionSlot {
+    /// The sink's transactional id.
+    pub transactional_id: String,
+    writer: Arc<OnceLock<Arc<dyn StateInTransaction>>>,
+}
+
+impl SinkTransactionSlot {
+    /// An empty slot for the sink of `transactional_id`.
+    pub fn new(transactional_id: String) -> Self {
+        SinkTransactionSlot {
+            transactional_id,
+            writer: Arc::default(),
+        }
+    }
+
+    /// Attach the sink's writer; `false` when one is attached already.
+    pub fn attach(&self, writer: Arc<dyn StateInTransaction>) -> bool {
+        self.writer.set(writer).is_ok()
+    }
+
+    /// The attached writer.
+    pub fn writer(&self) -> Option<&Arc<dyn StateInTransaction>> {
+        self.writer.get()
+    }
+}
 
 /// Validate `[checkpoint]`'s store keys against the job, source and sink they serve.
 pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sink: &SinkConfig) -> Result<StoreConfig> {
@@ -169,11 +198,7 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
             if topic.trim().is_empty() {
                 return Err(Error::config("checkpoint.topic", "must not be empty"));
             }
-            let owner = if job.instance.count > 1 {
-                format!("{}#{}", job.name, job.instance.index)
-            } else {
-                job.name.clone()
-            };
+            let owner = layout::owner_of(&job.name, 0, job.instance);
             // an exactly-once sink on the same cluster carries the checkpoints in its transactions
             let (sink_transactional_id, sink_properties) = match sink {
                 SinkConfig::Kafka(k)
@@ -193,7 +218,7 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
                 topic,
                 properties,
                 job: job.name.clone(),
-                instances: job.instance.count.max(1),
+                instance: job.instance,
                 owner,
                 sink_transactional_id,
                 sink_properties,

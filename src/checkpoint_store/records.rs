@@ -120,6 +120,12 @@ pub fn written_by(key: &str, job: &str, bytes: &[u8]) -> Option<crate::core::Ins
     serde_json::from_value(envelope.payload.get("instance")?.clone()).ok()
 }
 
+/// The generation the checkpoint record `bytes` under `key` says its generation was cut from
+/// (see [`super::layout`]); `None` in the first generation, or for a record that does not decode.
+pub fn base_of(key: &str, job: &str, bytes: &[u8]) -> Option<u64> {
+    decode(key, job, bytes).ok()?.payload.get("base")?.as_u64()
+}
+
 /// `checkpoint` as `(key, value)` records: one per split, the enumerator's, and the job's (every
 /// other field of the checkpoint, with the ids of its splits), last.
 pub fn records_of(owner: &str, job: &str, checkpoint: &StoredCheckpoint) -> Result<Vec<(String, Vec<u8>)>, StateError> {

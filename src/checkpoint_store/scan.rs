@@ -31,14 +31,9 @@ const RESTORE_WAIT: Duration = Duration::from_secs(150);
 pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
     let context = || format!("reading checkpoint topic {} at {}", c.topic, c.bootstrap_servers);
     let high = high_watermark(c)?;
-    let mut latest = BTreeMap::new();
-    // the latest checkpoint record of each other owner of this job (`<job>`, `<job>#<i>`)
-    let mut others: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
+    let mut records = BTreeMap::new();
     if high <= 0 {
-        return Ok(Scan {
-            latest,
-            others: Vec::new(),
-        });
+        return Ok(Scan { records });
     }
     let consumer = reader(c, &c.owner, "read_committed")?;
     let mut assignment = TopicPartitionList::new();
@@ -53,10 +48,8 @@ pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
                 if let Some(Ok(key)) = m.key_view::<str>() {
-                    if is_owned(&c.owner, key) {
-                        latest.insert(key.to_string(), m.payload().map(<[u8]>::to_vec));
-                    } else if let Some(other) = other_owner(&c.job, key) {
-                        others.insert(other.to_string(), m.payload().map(<[u8]>::to_vec));
+                    if owner_of_key(&c.job, key).is_some() {
+                        records.insert(key.to_string(), m.payload().map(<[u8]>::to_vec));
                     }
                 }
             }
@@ -79,11 +72,7 @@ pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
             if waiting {
                 info!(topic = %c.topic, offset = high, waited_ms = started.elapsed().as_millis() as u64, "checkpoint topic read to its end");
             }
-            let others = others
-                .into_iter()
-                .filter_map(|(o, record)| Some((o, record?)))
-                .collect();
-            return Ok(Scan { latest, others });
+            return Ok(Scan { records });
         }
         if at_end && !waiting {
             // the end of the committed records, before the high watermark: an open transaction
@@ -113,25 +102,37 @@ pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
     }
 }
 
-/// What a scan found.
+/// What a scan found: the latest value of each key of the job, every owner's (`None`: a
+/// tombstone).
 pub(super) struct Scan {
-    /// The latest value of each of the owner's keys (`None`: a tombstone).
-    pub(super) latest: BTreeMap<String, Option<Vec<u8>>>,
-    /// The job's other owners with a live checkpoint record (other instances, or another
-    /// `job.instance` form), with that record.
-    pub(super) others: Vec<(String, Vec<u8>)>,
+    pub(super) records: BTreeMap<String, Option<Vec<u8>>>,
 }
 
-/// `key`'s owner when it is the checkpoint record of `job` under any owner (`<job>` or
-/// `<job>#<i>`).
-fn other_owner<'k>(job: &str, key: &'k str) -> Option<&'k str> {
-    let owner = key.strip_suffix("/checkpoint")?;
-    let rest = owner.strip_prefix(job)?;
-    (rest.is_empty()
-        || rest
-            .strip_prefix('#')
-            .is_some_and(|i| i.bytes().all(|b| b.is_ascii_digit())))
-    .then_some(owner)
+impl Scan {
+    /// `owner`'s records.
+    pub(super) fn of(&self, owner: &str) -> BTreeMap<String, Option<Vec<u8>>> {
+        self.records
+            .iter()
+            .filter(|(key, _)| is_owned(owner, key))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// The owners holding a live checkpoint record, with it.
+    pub(super) fn checkpoints<'s>(&'s self, job: &'s str) -> impl Iterator<Item = (&'s str, &'s [u8])> + 's {
+        self.records.iter().filter_map(move |(key, value)| {
+            let owner = key.strip_suffix("/checkpoint")?;
+            owner_of_key(job, key)?;
+            Some((owner, value.as_deref()?))
+        })
+    }
+}
+
+/// The owner of `key` when it is one of `job`'s (`<owner>/…`, the owner `<job>`, `<job>#<i>` or
+/// `<job>#<i>~<generation>`: see [`super::layout`]).
+fn owner_of_key<'k>(job: &str, key: &'k str) -> Option<&'k str> {
+    let (owner, _) = key.split_once('/')?;
+    super::layout::parse_owner(job, owner).map(|_| owner)
 }
 
 /// The end of partition 0 of the state topic, uncommitted records included: what a scan must
@@ -171,15 +172,16 @@ pub(super) fn reader(config: &KafkaStoreConfig, owner: &str, isolation: &str) ->
 
 #[cfg(test)]
 mod tests {
-    use super::other_owner;
+    use super::owner_of_key;
 
     #[test]
-    fn the_other_owners_of_a_job_are_its_name_with_or_without_an_instance() {
-        assert_eq!(other_owner("a", "a/checkpoint"), Some("a"));
-        assert_eq!(other_owner("a", "a#1/checkpoint"), Some("a#1"));
-        assert_eq!(other_owner("a", "ab/checkpoint"), None);
-        assert_eq!(other_owner("a", "a#x/checkpoint"), None);
-        assert_eq!(other_owner("a", "a#1/enumerator"), None);
-        assert_eq!(other_owner("a", "b#1/checkpoint"), None);
+    fn a_job_s_keys_are_its_owners_with_or_without_an_instance_and_a_generation() {
+        assert_eq!(owner_of_key("a", "a/checkpoint"), Some("a"));
+        assert_eq!(owner_of_key("a", "a#1/split/t-0"), Some("a#1"));
+        assert_eq!(owner_of_key("a", "a#1~2/enumerator"), Some("a#1~2"));
+        assert_eq!(owner_of_key("a", "ab/checkpoint"), None);
+        assert_eq!(owner_of_key("a", "a#x/checkpoint"), None);
+        assert_eq!(owner_of_key("a", "b#1/checkpoint"), None);
+        assert_eq!(owner_of_key("a", "a"), None);
     }
 }

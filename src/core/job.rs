@@ -99,6 +99,99 @@ impl<S: Source> Job<S> {
         checkpoint_of(&*self.source, &self.options.name, Path::new(&store.location()), raw).map(Some)
     }
 
+    /// With no checkpoint of this instance, and the instance count changed since the job's state
+    /// was written: this instance's share cut from the last checkpoints of every instance of the
+    /// run before ([`CheckpointStore::load_reshare`], [`Source::reshare`]), as one checkpoint.
+    /// Each part must have been written by the same sink (its transactional id aside: each
+    /// instance has its own) and leave it nothing to recover: only the instance that wrote a
+    /// checkpoint can cut its file back or settle its transaction.
+    fn load_reshare(&self, sink: Option<&serde_json::Value>) -> Result<Option<SourceCheckpoint<S>>> {
+        let Some(store) = &self.store else {
+            return Ok(None);
+        };
+        let raws = store.load_reshare()?;
+        if raws.is_empty() {
+            return Ok(None);
+        }
+        let location = store.location();
+        let without_id = |v: Option<&serde_json::Value>| {
+            v.cloned().map(|mut v| {
+                if let Some(fields) = v.as_object_mut() {
+                    fields.remove("transactional_id");
+                }
+                v
+            })
+        };
+        let mut checkpoints = Vec::with_capacity(raws.len());
+        for raw in raws {
+            let mut cp = checkpoint_of(&*self.source, &self.options.name, Path::new(&location), raw)?;
+            let was = cp.instance.unwrap_or_default();
+            cp.sink_settings = without_id(cp.sink_settings.as_ref());
+            check_writer(&cp, without_id(sink).as_ref(), was)?;
+            if let Some(state) = cp.sink.as_ref().filter(|s| s["state_in_transaction"] != true) {
+                return Err(Error::config(
+                    "job.instance.count",
+                    format!(
+                        "changed since the job's state was written (was {}), but the last checkpoint of instance {} \
+                         left its sink something to recover ({state}) that only that instance can (cut its file \
+                         back, settle its transaction): a count can change with an at-least-once sink, or an \
+                         exactly-once Kafka sink carrying the checkpoints (checkpoint.store = \"kafka\" on the \
+                         sink's cluster); finish the job with job.instance.count = {}, or start over with \
+                         --reset-state",
+                        was.count, was.index, was.count
+                    ),
+                ));
+            }
+            checkpoints.push(cp);
+        }
+        let mut seen = std::collections::HashSet::new();
+        for cp in &checkpoints {
+            for snap in &cp.splits {
+                let id = snap.split.split_id();
+                if !seen.insert(id.clone()) {
+                    return Err(Error::State {
+                        path: location.clone().into(),
+                        source: StateError::Malformed(format!(
+                            "split {id} is in the checkpoints of two instances: the state was not written by one \
+                             run of the job"
+                        )),
+                    });
+                }
+            }
+        }
+        let was = checkpoints[0].instance.unwrap_or_default();
+        let checkpoint_id = checkpoints.iter().map(|c| c.checkpoint_id).max().unwrap_or(0);
+        let completed_at = checkpoints.iter().map(|c| c.completed_at.clone()).max().unwrap_or_default();
+        let end_of_input = checkpoints.iter().all(|c| c.end_of_input);
+        let stop_timestamp = checkpoints.iter().filter_map(|c| c.stop_timestamp).min();
+        let source_settings = checkpoints[0].source_settings.clone();
+        let (job, source) = (checkpoints[0].job.clone(), checkpoints[0].source.clone());
+        let parts = checkpoints.into_iter().map(|c| (c.enumerator, c.splits)).collect();
+        let (enumerator, splits) = self.source.reshare(parts)?;
+        info!(
+            was = was.count,
+            now = self.options.instance.count,
+            index = self.options.instance.index,
+            splits = splits.len(),
+            "job.instance.count changed: this instance's share cut from the last checkpoints of the instances before"
+        );
+        Ok(Some(Checkpoint {
+            job,
+            source,
+            checkpoint_id,
+            completed_at,
+            enumerator,
+            splits,
+            end_of_input,
+            source_settings,
+            stop_timestamp,
+            sink: None,
+            sink_settings: None,
+            instance: Some(self.options.instance),
+            previous: None,
+        }))
+    }
+
     /// [`Job::run`] on a multi-threaded tokio runtime of its own, for a program without one.
     pub fn run_blocking(self, sink: Box<dyn Sink<S::Output>>) -> Result<JobReport<S::Split>> {
         tokio::runtime::Builder::new_multi_thread()
@@ -118,9 +211,13 @@ impl<S: Source> Job<S> {
         }
         let latest = self.load_checkpoint()?;
         let sink_settings = sink.fingerprint();
-        if let Some(cp) = &latest {
-            check_writer(cp, sink_settings.as_ref(), self.options.instance)?;
-        }
+        let latest = match latest {
+            Some(cp) => {
+                check_writer(&cp, sink_settings.as_ref(), self.options.instance)?;
+                Some(cp)
+            }
+            None => self.load_reshare(sink_settings.as_ref())?,
+        };
         let (sink, restored) = recover_sink::<S>(sink, latest).await?;
         let started = Instant::now();
         let parallelism = self.options.parallelism;

@@ -235,7 +235,7 @@ pub use reader::{InputStatus, ReaderRequest, SourceReader};
 pub use reader_base::{ReaderOptions, SourceReaderBase};
 pub use rt::block_on;
 pub use sink::{CollectSink, Sink, SinkMessage, SinkState};
-pub use source::{Boundedness, Instance, ReaderContext, Source};
+pub use source::{Boundedness, Instance, ReaderContext, Share, Source};
 pub use split::{FinishReason, Finished, SourceSplit, SplitId, SplitSnapshot};
 pub use split_reader::{RecordsWithSplitIds, SplitReader, SplitsChange};
 pub use state::StateStore;

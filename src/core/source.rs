@@ -73,7 +73,32 @@ pub trait Source: Send + Sync + 'static {
     fn check_restore(&self, _stored: &serde_json::Value) -> Result<()> {
         Ok(())
     }
+
+    /// This instance's share of the job's state when the instance count (`job.instance.count`)
+    /// changed: `parts` are the enumerator state and split snapshots of every instance of the
+    /// run before, and the answer is the enumerator state and the snapshots of the splits this
+    /// instance owns now. Every split of `parts` must end up with exactly one instance of the new
+    /// count (each instance cuts its share from the same parts). The default refuses: a source
+    /// whose splits cannot move between instances.
+    fn reshare(&self, parts: Vec<Share<Self>>) -> Result<Share<Self>> {
+        let _ = parts;
+        Err(crate::error::Error::config(
+            "job.instance.count",
+            format!(
+                "changed since the job's state was written, and the {} source's state cannot move between \
+                 instances: finish the job with the count that wrote it, or start over with --reset-state",
+                self.kind()
+            ),
+        ))
+    }
 }
+
+/// An instance's part of a job's state: its enumerator's state and its splits' snapshots (see
+/// [`Source::reshare`]).
+pub type Share<S> = (
+    <S as Source>::EnumeratorState,
+    Vec<super::split::SplitSnapshot<<S as Source>::Split>>,
+);
 
 /// This process's share of a job that runs as several processes (`job.instance`): an instance
 /// takes only the work whose owner slot modulo `count` is its `index`.

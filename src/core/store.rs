@@ -29,6 +29,20 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
     /// `write`, a store should give the same answer both times (the Kafka store keeps its first).
     fn load(&self) -> Result<Option<serde_json::Value>>;
 
+    /// When [`CheckpointStore::load`] finds no checkpoint of this instance because the job's
+    /// instance count changed: the last checkpoint of every instance of the run before (the
+    /// JSON of a [`crate::Checkpoint`] each), from which this instance cuts its share (see
+    /// [`crate::Source::reshare`]). Empty (the default): start afresh.
+    fn load_reshare(&self) -> Result<Vec<serde_json::Value>> {
+        Ok(Vec::new())
+    }
+
+    /// Whether a job would resume from something: its last checkpoint, or the checkpoints its
+    /// share is cut from.
+    fn resumes(&self) -> Result<bool> {
+        Ok(self.load()?.is_some() || !self.load_reshare()?.is_empty())
+    }
+
     /// Replace the last checkpoint with `checkpoint`, atomically.
     fn write(&self, checkpoint: &StoredCheckpoint) -> Result<()>;
 

@@ -19,7 +19,7 @@ use crate::core::number_sequence::{split_range, IteratorEnumerator, NumberSequen
 use crate::core::split_reader::{WakeUpHandle, WakeableSleep};
 use crate::core::{
     Boundedness, FinishReason, Instance, ReaderContext, ReaderOptions, ReaderOutput, RecordEmitter,
-    RecordsWithSplitIds, Source, SourceReaderBase, SourceSplit, SplitReader, SplitsChange,
+    RecordsWithSplitIds, Share, Source, SourceReaderBase, SourceSplit, SplitReader, SplitsChange,
 };
 use crate::error::{Error, Result};
 use crate::record::{Header, Record, ValueFormat};
@@ -274,6 +274,27 @@ impl Source for DataGeneratorSource {
             }
         }
         Ok(())
+    }
+
+    /// The ranges (or partitions) keep the cut of the run that first generated them, and move
+    /// whole with their positions: an instance takes those whose id hashes to it.
+    fn reshare(&self, parts: Vec<Share<Self>>) -> Result<Share<Self>> {
+        let instance = self.settings.instance;
+        let mut seen = std::collections::HashSet::new();
+        let (mut pending, mut splits) = (Vec::new(), Vec::new());
+        for (unassigned, snapshots) in parts {
+            for split in unassigned.iter().chain(snapshots.iter().map(|s| &s.split)) {
+                if !seen.insert(split.id.clone()) {
+                    return Err(Error::runtime(
+                        "datagen",
+                        format!("split {} is in the state of two instances", split.id),
+                    ));
+                }
+            }
+            pending.extend(unassigned.into_iter().filter(|s| instance.owns_key(&s.id)));
+            splits.extend(snapshots.into_iter().filter(|s| instance.owns_key(&s.split.id)));
+        }
+        Ok((pending, splits))
     }
 
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {

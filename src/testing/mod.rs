@@ -174,7 +174,7 @@ async fn run_config_file(path: &Path) -> Result<JobSummary> {
         .map_err(|e| crate::Error::runtime("opening the checkpoint store", e))??;
     let store = opened.store.clone();
     let resuming = match &store {
-        Some(s) => s.load()?.is_some(),
+        Some(s) => s.resumes()?,
         None => false,
     };
     let sink = crate::daemon::sink_of(&config, resuming, opened.sink_slot())?;

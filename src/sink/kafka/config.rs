@@ -269,7 +269,12 @@ impl SinkConnector for KafkaSinkConfig {
             crate::sink::create_topic_if_missing(&self.settings, topic, partitions, replication)?;
         }
         let mut settings = self.settings.clone();
-        settings.transactional_id = Some(transactional_id(ctx.job));
+        // the checkpoint store that carries its checkpoints in the sink's transactions names the id
+        // (it follows the job's instance count across changes of it)
+        settings.transactional_id = Some(match &ctx.state_in_transaction {
+            Some(slot) => slot.transactional_id.clone(),
+            None => transactional_id(ctx.job),
+        });
         let sink = KafkaSink::new(settings, ctx.end_marker)?;
         if let Some(slot) = &ctx.state_in_transaction {
             let writer = sink.state_in_transaction().ok_or_else(|| {
@@ -278,7 +283,7 @@ impl SinkConnector for KafkaSinkConfig {
                     "the checkpoint store expects an exactly-once sink to carry its checkpoints",
                 )
             })?;
-            if slot.set(writer).is_err() {
+            if !slot.attach(writer) {
                 return Err(Error::runtime(
                     "kafka sink",
                     "a second sink attached to the checkpoint store",
