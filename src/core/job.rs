@@ -126,8 +126,6 @@ impl<S: Source> Job<S> {
         for raw in raws {
             let mut cp = checkpoint_of(&*self.source, &self.options.name, Path::new(&location), raw)?;
             let was = cp.instance.unwrap_or_default();
-            cp.sink_settings = without_id(cp.sink_settings.as_ref());
-            check_writer(&cp, without_id(sink).as_ref(), was)?;
             if let Some(state) = cp.sink.as_ref().filter(|s| s["state_in_transaction"] != true) {
                 return Err(Error::config(
                     "job.instance.count",
@@ -142,6 +140,8 @@ impl<S: Source> Job<S> {
                     ),
                 ));
             }
+            cp.sink_settings = without_id(cp.sink_settings.as_ref());
+            check_writer(&cp, without_id(sink).as_ref(), was)?;
             checkpoints.push(cp);
         }
         let mut seen = std::collections::HashSet::new();
@@ -464,7 +464,9 @@ fn check_writer<E, S: SourceSplit>(
         return Err(Error::config(
             "job.instance",
             format!(
-                "changed since the state file was written (was index {} of {}, now index {} of {}): each instance's                  state covers its own share of the work (its partitions, its generated ranges), and a new share                  would read moved partitions from their start or overlap another's ranges; {how}",
+                "changed since the state file was written (was index {} of {}, now index {} of {}): each instance's \
+                 state covers its own share of the work (its partitions, its generated ranges), and a new share \
+                 would read moved partitions from their start or overlap another's ranges; {how}",
                 was.index, was.count, instance.index, instance.count
             ),
         ));
@@ -503,7 +505,9 @@ fn check_writer<E, S: SourceSplit>(
             return Err(Error::config(
                 key,
                 format!(
-                    "changed since the state file was written ({change}): its last checkpoint can only be                      recovered by the sink that wrote it (a file cut back to its length, a transaction settled                      by its id), or records would be lost or repeated; {how}"
+                    "changed since the state file was written ({change}): its last checkpoint can only be \
+                     recovered by the sink that wrote it (a file cut back to its length, a transaction settled \
+                     by its id), or records would be lost or repeated; {how}"
                 ),
             ));
         }

@@ -3,7 +3,9 @@
 //! store and the Kafka store write byte-identical output; a corrupt state record stops the job
 //! with exit 3 and nothing written; a crash inside the store's transaction leaves the checkpoint
 //! before as the one restored; a restart waits out another producer's open transaction on the
-//! state topic and restores the latest checkpoint; a changed job.instance count is refused.
+//! state topic and restores the latest checkpoint; a data generator's instance count changes
+//! between runs (2 → 3 → 1) with every index once; a changed count whose old instances left a
+//! file sink's tail to recover is refused.
 //! Needs the binary built with `failpoints` (scripts/test does).
 
 use std::collections::BTreeMap;
@@ -590,16 +592,17 @@ fn an_instance_started_after_its_siblings_checkpointed_starts_fresh_and_reads_it
         }
     }
     assert_each_once(&counts, n, "two instances, the second started after the first finished");
-    // a third instance is a changed count, not a late sibling: its share would overlap theirs
+    // a third instance is a changed count, not a late sibling: it would cut its share from the
+    // two instances' checkpoints, but their file sinks' tails are theirs to recover
     let dir = JobDir::new();
     let third = "job.instance={\"index\":2,\"count\":3}";
     let (code, log) = run(&dir.config(&text), &["--set", third], MINUTE);
     assert_eq!(code, 2, "instance 2 of 3 beside the state of 2 instances:\n{log}");
-    assert!(log.contains("job.instance"), "{log}");
+    assert!(log.contains("job.instance.count") && log.contains("recover"), "{log}");
 }
 
 #[test]
-fn a_changed_instance_count_is_refused_naming_job_instance() {
+fn a_changed_instance_count_with_a_file_sink_is_refused_naming_job_instance_count() {
     let kafka = TestKafka::get();
     let n = 50;
     let topic = source_topic(&kafka, "store-inst", 2, n);
@@ -610,7 +613,7 @@ fn a_changed_instance_count_is_refused_naming_job_instance() {
     let (code, log) = run(&config, &[], MINUTE);
     assert_eq!(code, 0, "the first run, one instance:\n{log}");
 
-    // the same job as two instances: its state is under `<job>`, not `<job>#0`
+    // the same job as two instances: the one instance's file is its own to cut back
     let two = "job.instance={\"index\":0,\"count\":2}";
     let (code, log) = run(&config, &["--set", two], MINUTE);
     assert_eq!(
@@ -618,10 +621,107 @@ fn a_changed_instance_count_is_refused_naming_job_instance() {
         "a changed job.instance must be refused, not start afresh:\n{log}"
     );
     assert!(
-        log.contains("job.instance") && log.contains(&format!("{name}/checkpoint")),
-        "the error names the key and the state found:\n{log}"
+        log.contains("job.instance.count") && log.contains("was 1") && log.contains("recover"),
+        "the error names the key, the count before and why:\n{log}"
     );
     // --reset-state starts this instance over, as it says
     let (code, log) = run(&config, &["--set", two, "--reset-state"], MINUTE);
     assert_eq!(code, 0, "--reset-state:\n{log}");
+}
+
+/// A bounded data generator job at 2,000 records/s (the whole job's rate), into the exactly-once
+/// Kafka sink whose transactions carry the checkpoints (the store on the sink's cluster).
+fn datagen_job(kafka: &TestKafka, name: &str, count: u64, out: &str, state_topic: &str) -> String {
+    format!(
+        r#"
+[job]
+name = "{name}"
+parallelism = 2
+
+[source]
+type = "datagen"
+count = {count}
+rate = 2000
+[source.fields]
+seq = {{ sequence = {{}} }}
+
+[sink]
+type = "kafka"
+bootstrap_servers = "{bootstrap}"
+topic = "{out}"
+delivery = "exactly_once"
+
+[checkpoint]
+interval = "200ms"
+{store}
+"#,
+        bootstrap = kafka.bootstrap,
+        store = kafka_store(state_topic)
+    )
+}
+
+/// Run `count` instances of the job at once (each with its own empty directory, `extra`
+/// arguments after the instance); every one must exit 0. Their logs.
+fn run_instances(text: &str, count: usize, extra: &[&str]) -> Vec<String> {
+    let dirs: Vec<JobDir> = (0..count).map(|_| JobDir::new()).collect();
+    let daemons: Vec<Daemon> = dirs
+        .iter()
+        .enumerate()
+        .map(|(index, dir)| {
+            let instance = format!("job.instance={{\"index\":{index},\"count\":{count}}}");
+            let mut args = vec!["--set", instance.as_str()];
+            args.extend_from_slice(extra);
+            Daemon::start(&dir.config(text), &args)
+        })
+        .collect();
+    daemons
+        .into_iter()
+        .enumerate()
+        .map(|(index, d)| {
+            let (status, log) = d.wait(MINUTE * 2);
+            assert_eq!(status.code(), Some(0), "instance {index} of {count}:\n{log}");
+            log
+        })
+        .collect()
+}
+
+#[test]
+fn a_datagen_job_s_instance_count_changes_between_runs_and_every_index_is_written_once() {
+    let kafka = TestKafka::get();
+    let count = 6_000u64;
+    let out = kafka.create_topic("store-recount-out", 3);
+    let state_topic = kafka.unique_topic("store-recount-state");
+    let name = kafka.unique_topic("store-recount-job");
+    let text = datagen_job(&kafka, &name, count, &out, &state_topic);
+    let written = || kafka.read_all(&out).len() as u64;
+    // two instances stopped part of the way, then three, then one to the end; each run of a
+    // new count cuts its shares from the checkpoints of the count before
+    let stop = ["--set", "job.max_duration=\"1500ms\""];
+    let mut logs = run_instances(&text, 2, &stop);
+    let after_two = written();
+    assert!(after_two > 0 && after_two < count, "two instances wrote {after_two} of {count}");
+    let three = run_instances(&text, 3, &stop);
+    for log in &three {
+        assert!(log.contains("job.instance.count changed"), "every instance of three cuts its share:\n{log}");
+    }
+    logs.extend(three);
+    let after_three = written();
+    assert!(
+        after_three > after_two && after_three < count,
+        "three instances moved on from {after_two} to {after_three} of {count}"
+    );
+    let one = run_instances(&text, 1, &[]);
+    assert!(one[0].contains("job.instance.count changed"), "{}", one[0]);
+    logs.extend(one);
+    let mut seqs: BTreeMap<u64, usize> = BTreeMap::new();
+    for r in kafka.read_all(&out) {
+        let v: serde_json::Value = serde_json::from_slice(r.value.as_deref().expect("a value")).expect("JSON");
+        *seqs.entry(v["seq"].as_u64().expect("seq")).or_default() += 1;
+    }
+    let missing: Vec<u64> = (0..count).filter(|i| !seqs.contains_key(i)).take(5).collect();
+    let repeated: Vec<(&u64, &usize)> = seqs.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    let context = || logs.join("\n-----\n");
+    assert!(missing.is_empty(), "missing {missing:?}…\n{}", context());
+    assert!(repeated.is_empty(), "repeated {repeated:?}…\n{}", context());
+    assert_eq!(seqs.len() as u64, count, "unexpected indices\n{}", context());
 }
