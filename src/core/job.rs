@@ -167,7 +167,7 @@ impl<S: Source> Job<S> {
         let source_settings = checkpoints[0].source_settings.clone();
         let (job, source) = (checkpoints[0].job.clone(), checkpoints[0].source.clone());
         let parts = checkpoints.into_iter().map(|c| (c.enumerator, c.splits)).collect();
-        let (enumerator, splits) = self.source.reshare(parts)?;
+        let (enumerator, splits) = self.source.reshare(parts, self.options.parallelism)?;
         info!(
             was = was.count,
             now = self.options.instance.count,

@@ -77,11 +77,12 @@ pub trait Source: Send + Sync + 'static {
     /// This instance's share of the job's state when the instance count (`job.instance.count`)
     /// changed: `parts` are the enumerator state and split snapshots of every instance of the
     /// run before, and the answer is the enumerator state and the snapshots of the splits this
-    /// instance owns now. Every split of `parts` must end up with exactly one instance of the new
-    /// count (each instance cuts its share from the same parts). The default refuses: a source
+    /// instance owns now, for a job of `parallelism` readers. Every split of `parts` must end up
+    /// with exactly one instance of the new count (each instance cuts its share from the same
+    /// parts), the one that would own it were it discovered now. The default refuses: a source
     /// whose splits cannot move between instances.
-    fn reshare(&self, parts: Vec<Share<Self>>) -> Result<Share<Self>> {
-        let _ = parts;
+    fn reshare(&self, parts: Vec<Share<Self>>, parallelism: usize) -> Result<Share<Self>> {
+        let _ = (parts, parallelism);
         Err(crate::error::Error::config(
             "job.instance.count",
             format!(

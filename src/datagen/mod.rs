@@ -278,7 +278,7 @@ impl Source for DataGeneratorSource {
 
     /// The ranges (or partitions) keep the cut of the run that first generated them, and move
     /// whole with their positions: an instance takes those whose id hashes to it.
-    fn reshare(&self, parts: Vec<Share<Self>>) -> Result<Share<Self>> {
+    fn reshare(&self, parts: Vec<Share<Self>>, _parallelism: usize) -> Result<Share<Self>> {
         let instance = self.settings.instance;
         let mut seen = std::collections::HashSet::new();
         let (mut pending, mut splits) = (Vec::new(), Vec::new());

@@ -403,6 +403,25 @@ impl Source for KafkaSource {
         Ok(enumerator.with_fingerprint(self.fingerprint()))
     }
 
+    /// The partitions move with their positions to the instance discovery deals them to now;
+    /// partitions no instance knew are discovered as new ones.
+    fn reshare(&self, parts: Vec<crate::core::Share<Self>>, parallelism: usize) -> Result<crate::core::Share<Self>> {
+        let instance = self.settings.instance;
+        let owns = |s: &KafkaPartitionSplit| discovery::instance_owns(&s.topic, s.partition, parallelism, instance);
+        let mut state = KafkaEnumeratorState {
+            initial_discovery_done: true,
+            ..Default::default()
+        };
+        let mut splits = Vec::new();
+        for (part, snapshots) in parts {
+            state.initial_discovery_done &= part.initial_discovery_done;
+            state.settings = state.settings.or(part.settings);
+            state.splits.extend(part.splits.into_iter().filter(|k| owns(&k.split)));
+            splits.extend(snapshots.into_iter().filter(|s| owns(&s.split)));
+        }
+        Ok((state, splits))
+    }
+
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {
         let (index, readers) = (context.index, context.parallelism);
         let mut options = ReaderOptions::new(index);

@@ -108,6 +108,21 @@ impl Source for PeriodicSource {
         }
     }
 
+    /// Each event moves with its progress to the instance its id hashes to (as a new event is
+    /// dealt).
+    fn reshare(&self, parts: Vec<crate::core::Share<Self>>, _parallelism: usize) -> Result<crate::core::Share<Self>> {
+        let instance = self.settings.instance;
+        let mut state = PeriodicEnumeratorState::default();
+        let mut splits = Vec::new();
+        for (part, snapshots) in parts {
+            let owned = |e: &EventDef| instance.owns_key(&e.id);
+            state.assignments.extend(part.assignments.into_iter().filter(|a| owned(&a.event)));
+            state.pending.extend(part.pending.into_iter().filter(|p| owned(&p.event)));
+            splits.extend(snapshots.into_iter().filter(|s| owned(&s.split.event)));
+        }
+        Ok((state, splits))
+    }
+
     fn create_enumerator(&self) -> Result<PeriodicEnumerator> {
         Ok(PeriodicEnumerator::new(
             Arc::clone(&self.settings),

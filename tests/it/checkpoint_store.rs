@@ -725,3 +725,41 @@ fn a_datagen_job_s_instance_count_changes_between_runs_and_every_index_is_writte
     assert!(repeated.is_empty(), "repeated {repeated:?}…\n{}", context());
     assert_eq!(seqs.len() as u64, count, "unexpected indices\n{}", context());
 }
+
+#[test]
+fn a_kafka_source_job_s_instance_count_changes_between_runs_and_every_record_is_written_once() {
+    let kafka = TestKafka::get();
+    let n = 3000;
+    let topic = source_topic(&kafka, "store-recount-kafka", 6, n);
+    let out = kafka.create_topic("store-recount-kafka-out", 1);
+    let state_topic = kafka.unique_topic("store-recount-kafka-state");
+    let name = kafka.unique_topic("store-recount-kafka-job");
+    let sink = format!(
+        "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{out}\"\ndelivery = \"exactly_once\"",
+        kafka.bootstrap
+    );
+    let text = job(&kafka, &name, &topic, 2, &sink, &kafka_store(&state_topic));
+    let written = || kafka.read_all(&out).len();
+    // the partitions move with their offsets: two instances, then three, then one to the end
+    let stop = ["--set", "job.max_duration=\"1500ms\""];
+    let mut logs = run_instances(&text, 2, &stop);
+    let after_two = written();
+    assert!(after_two > 0 && after_two < n, "two instances wrote {after_two} of {n}");
+    let three = run_instances(&text, 3, &stop);
+    for log in &three {
+        assert!(log.contains("job.instance.count changed"), "every instance of three cuts its share:\n{log}");
+    }
+    logs.extend(three);
+    let after_three = written();
+    assert!(
+        after_three > after_two && after_three < n,
+        "three instances moved on from {after_two} to {after_three} of {n}"
+    );
+    logs.extend(run_instances(&text, 1, &[]));
+    let mut counts = BTreeMap::new();
+    for r in kafka.read_all(&out) {
+        let v = String::from_utf8(r.value.expect("a value")).expect("UTF-8");
+        *counts.entry(v).or_insert(0usize) += 1;
+    }
+    assert_each_once(&counts, n, &logs.join("\n-----\n"));
+}
