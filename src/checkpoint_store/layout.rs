@@ -252,4 +252,144 @@ mod tests {
         }];
         assert!(resolve("j", at(0, 3), &unknown).unwrap_err().contains("does not say"));
     }
+
+    /// A model of the store and of the datagen source's shares: each owner's last checkpoint
+    /// (split positions), and the truth (each split's last committed position). Seeded schedules
+    /// of runs, each of a random instance of a random count, each ending in a checkpoint or a
+    /// crash before one: every restore must find each split it holds at its committed position
+    /// (behind: repeated output; ahead: lost), no two instances of a generation hold one split,
+    /// and running the newest generation's instances always finishes the job.
+    #[test]
+    fn seeded_schedules_of_count_changes_restore_every_split_at_its_committed_position() {
+        use rand::{Rng, SeedableRng};
+        use std::collections::BTreeSet;
+
+        const SPLITS: usize = 8;
+        const END: u64 = 6;
+        #[derive(Clone)]
+        struct Record {
+            member: Member,
+            splits: BTreeMap<String, u64>,
+        }
+        struct Model {
+            records: BTreeMap<String, Record>,
+            truth: BTreeMap<String, u64>,
+        }
+        impl Model {
+            /// Run instance `at`; `None` when the layout refuses it.
+            fn run(&mut self, at: Instance, rng: &mut impl Rng, crash: bool) -> Option<Result<(), String>> {
+                let members: Vec<Member> = self.records.values().map(|r| r.member.clone()).collect();
+                let layout = resolve("j", at, &members).ok()?;
+                let owned = |id: &String| at.owns_key(id);
+                let state: BTreeMap<String, u64> = match self.records.get(&layout.owner) {
+                    Some(own) => own.splits.clone(),
+                    None if !layout.reshare.is_empty() => {
+                        let mut cut = BTreeMap::new();
+                        for m in &layout.reshare {
+                            for (id, pos) in &self.records[&m.owner].splits {
+                                if owned(id) && cut.insert(id.clone(), *pos).is_some() {
+                                    return Some(Err(format!("split {id} in two checkpoints of the base")));
+                                }
+                            }
+                        }
+                        cut
+                    }
+                    // a fresh start deals the splits as the generator's cut does
+                    None => (0..SPLITS)
+                        .filter(|i| layout.generation == 0 && Instance { index: at.index, count: at.count }.owns(*i as u64))
+                        .map(|i| (i.to_string(), 0))
+                        .collect(),
+                };
+                for (id, pos) in &state {
+                    if *pos != self.truth[id] {
+                        return Some(Err(format!(
+                            "{at:?} in generation {} restores split {id} at {pos}, committed at {}",
+                            layout.generation, self.truth[id]
+                        )));
+                    }
+                }
+                if crash {
+                    return Some(Ok(()));
+                }
+                let mut next = state;
+                for pos in next.values_mut() {
+                    *pos = (*pos + rng.random_range(0..3)).min(END);
+                }
+                for (id, pos) in &next {
+                    self.truth.insert(id.clone(), *pos);
+                }
+                self.records.insert(
+                    layout.owner.clone(),
+                    Record {
+                        member: Member {
+                            owner: layout.owner.clone(),
+                            generation: layout.generation,
+                            instance: Some(at),
+                            base: layout.base,
+                        },
+                        splits: next,
+                    },
+                );
+                Some(Ok(()))
+            }
+
+            /// No split is held by two members of the newest generation.
+            fn disjoint(&self) -> Result<(), String> {
+                let newest = self.records.values().map(|r| r.member.generation).max().unwrap_or(0);
+                let mut held = BTreeSet::new();
+                for r in self.records.values().filter(|r| r.member.generation == newest) {
+                    for id in r.splits.keys() {
+                        if !held.insert(id.clone()) {
+                            return Err(format!("split {id} held twice in generation {newest}"));
+                        }
+                    }
+                }
+                Ok(())
+            }
+        }
+
+        for seed in 0..2_000u64 {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let mut model = Model {
+                records: BTreeMap::new(),
+                truth: (0..SPLITS).map(|i| (i.to_string(), 0)).collect(),
+            };
+            let mut trace = Vec::new();
+            for _ in 0..rng.random_range(1..25) {
+                let count = rng.random_range(1..=4usize);
+                let at = Instance {
+                    index: rng.random_range(0..count),
+                    count,
+                };
+                let crash = rng.random_bool(0.2);
+                trace.push(format!("{}/{}{}", at.index, at.count, if crash { " crash" } else { "" }));
+                if let Some(Err(e)) = model.run(at, &mut rng, crash) {
+                    panic!("seed {seed}: {e}; runs {trace:?}");
+                }
+                model.disjoint().unwrap_or_else(|e| panic!("seed {seed}: {e}; runs {trace:?}"));
+            }
+            // the newest generation's instances, run in turn, finish the job
+            for round in 0.. {
+                assert!(round < 50, "seed {seed}: the job does not finish; runs {trace:?}");
+                if model.truth.values().all(|p| *p == END) {
+                    break;
+                }
+                let newest = model.records.values().map(|r| r.member.generation).max().unwrap_or(0);
+                let count = model
+                    .records
+                    .values()
+                    .filter(|r| r.member.generation == newest)
+                    .find_map(|r| r.member.instance)
+                    .map_or(1, |i| i.count);
+                for index in 0..count {
+                    let run = model.run(Instance { index, count }, &mut rng, false);
+                    match run {
+                        Some(Ok(())) => {}
+                        Some(Err(e)) => panic!("seed {seed}: {e}; runs {trace:?}"),
+                        None => panic!("seed {seed}: instance {index} of the newest count {count} refused; runs {trace:?}"),
+                    }
+                }
+            }
+        }
+    }
 }
