@@ -448,3 +448,86 @@ impl SplitReader for GeneratorSplitReader {
         self.generator.close()
     }
 }
+
+#[cfg(test)]
+mod reshare_tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::core::{Finished, SplitSnapshot};
+
+    fn source(instance: Instance) -> DataGeneratorSource {
+        let settings = DatagenSettings {
+            count: Some(10_000),
+            rate: None,
+            splits: 3,
+            partitions: None,
+            batch_size: 100,
+            instance,
+            fingerprint: None,
+        };
+        DataGeneratorSource::new(settings, Arc::new(|| unreachable!("no records are generated here")))
+    }
+
+    /// The state of instance `index` of `count` part of the way: its first range finished, its
+    /// second in progress, the rest not handed out yet.
+    fn part(index: usize, count: usize) -> Share<DataGeneratorSource> {
+        let mut ranges: Vec<NumberSequenceSplit> = split_range(0, 10_000, 3 * count)
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| Instance { index, count }.owns(*i as u64))
+            .map(|(_, s)| s)
+            .collect();
+        let mut snapshots = Vec::new();
+        for (n, mut split) in ranges.drain(..2.min(ranges.len())).enumerate() {
+            let finished = n == 0;
+            split.next_offset = if finished { split.end } else { split.next_offset + 7 };
+            snapshots.push(SplitSnapshot {
+                split,
+                finished: finished.then(|| Finished {
+                    reason: FinishReason::StoppingOffset,
+                    at: None,
+                }),
+            });
+        }
+        (ranges, snapshots)
+    }
+
+    #[test]
+    fn every_range_moves_to_exactly_one_instance_of_the_new_count_with_its_position() {
+        for was in 1..=4 {
+            let parts: Vec<_> = (0..was).map(|i| part(i, was)).collect();
+            let all: BTreeMap<String, (u64, bool)> = parts
+                .iter()
+                .flat_map(|(pending, snapshots)| {
+                    let pending = pending.iter().map(|s| (s.id.clone(), (s.next_offset, false)));
+                    let held = snapshots
+                        .iter()
+                        .map(|s| (s.split.id.clone(), (s.split.next_offset, s.finished.is_some())));
+                    pending.chain(held).collect::<Vec<_>>()
+                })
+                .collect();
+            assert_eq!(all.len(), 3 * was);
+            for now in 1..=4 {
+                let mut dealt = BTreeMap::new();
+                for index in 0..now {
+                    let (pending, snapshots) = source(Instance { index, count: now })
+                        .reshare(parts.clone(), 2)
+                        .expect("a share");
+                    let got = pending
+                        .iter()
+                        .map(|s| (s.id.clone(), (s.next_offset, false)))
+                        .chain(snapshots.iter().map(|s| (s.split.id.clone(), (s.split.next_offset, s.finished.is_some()))));
+                    for (id, at) in got {
+                        assert!(dealt.insert(id.clone(), at).is_none(), "{was} → {now}: range {id} dealt twice");
+                    }
+                }
+                assert_eq!(dealt, all, "{was} → {now}: every range once, where it was");
+            }
+        }
+        // a range in two instances' states is refused, not generated twice
+        let (pending, _) = part(0, 1);
+        let twice = vec![(pending.clone(), Vec::new()), (pending, Vec::new())];
+        assert!(source(Instance::default()).reshare(twice, 1).is_err());
+    }
+}

@@ -237,3 +237,75 @@ fn a_fetch_batch_is_bounded_in_bytes_as_well_as_records() {
     assert_eq!(limit.read_size(100, 100 * 6_000), 1);
     assert_eq!(limit.read_size(10, 10 * 1_000), 490);
 }
+
+#[test]
+fn every_partition_moves_to_the_instance_discovery_deals_it_to_with_its_offset() {
+    use super::discovery::instance_owns;
+    use super::enumerator::{KafkaEnumeratorState, KnownSplit};
+    use super::split::KafkaPartitionSplit;
+    use crate::core::{Instance, Source, SplitSnapshot};
+    use std::collections::BTreeMap;
+
+    let source_of = |instance: Instance| {
+        let mut source = KafkaSource::builder()
+            .bootstrap_servers("127.0.0.1:1")
+            .topics(["t"])
+            .build()
+            .unwrap();
+        Arc::get_mut(&mut source.settings).expect("one owner").instance = instance;
+        source
+    };
+    let (partitions, parallelism) = (12, 2);
+    for was in 1..=4 {
+        // each old instance knows its partitions; the even ones are with a reader, at an offset
+        let parts: Vec<_> = (0..was)
+            .map(|index| {
+                let owned: Vec<i32> = (0..partitions)
+                    .filter(|p| instance_owns("t", *p, parallelism, Instance { index, count: was }))
+                    .collect();
+                let known = owned
+                    .iter()
+                    .map(|p| KnownSplit {
+                        split: KafkaPartitionSplit::new("t", *p, 0, None),
+                        assigned: p % 2 == 0,
+                        removed: false,
+                    })
+                    .collect();
+                let held = owned
+                    .iter()
+                    .filter(|p| *p % 2 == 0)
+                    .map(|p| SplitSnapshot {
+                        split: KafkaPartitionSplit::new("t", *p, i64::from(*p) * 10, None),
+                        finished: None,
+                    })
+                    .collect();
+                let state = KafkaEnumeratorState {
+                    initial_discovery_done: true,
+                    splits: known,
+                    settings: None,
+                };
+                (state, held)
+            })
+            .collect();
+        for now in 1..=4 {
+            let mut known = BTreeMap::new();
+            let mut held = BTreeMap::new();
+            for index in 0..now {
+                let instance = Instance { index, count: now };
+                let (state, snapshots) = source_of(instance).reshare(parts.clone(), parallelism).unwrap();
+                assert!(state.initial_discovery_done);
+                for k in state.splits {
+                    assert!(instance_owns("t", k.split.partition, parallelism, instance));
+                    assert!(known.insert(k.split.partition, index).is_none(), "{was} → {now}: known twice");
+                }
+                for s in snapshots {
+                    assert!(instance_owns("t", s.split.partition, parallelism, instance));
+                    assert_eq!(s.split.next_offset, i64::from(s.split.partition) * 10);
+                    assert!(held.insert(s.split.partition, index).is_none(), "{was} → {now}: held twice");
+                }
+            }
+            assert_eq!(known.len(), partitions as usize, "{was} → {now}: every partition known once");
+            assert_eq!(held.len(), partitions as usize / 2, "{was} → {now}: every reader's split once");
+        }
+    }
+}
