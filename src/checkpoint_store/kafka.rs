@@ -217,7 +217,10 @@ impl KafkaCheckpointStore {
         let live: Vec<(String, Option<Vec<u8>>)> = {
             let scanned = self.scanned()?;
             let own = scanned.as_ref().map(|s| s.of(&self.config.owner)).unwrap_or_default();
-            own.into_iter().filter(|(_, v)| v.is_some()).map(|(k, _)| (k, None)).collect()
+            own.into_iter()
+                .filter(|(_, v)| v.is_some())
+                .map(|(k, _)| (k, None))
+                .collect()
         };
         *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = None;
         if !live.is_empty() {

@@ -153,7 +153,10 @@ fn generation(members: &[Member], generation: u64) -> Result<(usize, BTreeMap<us
 /// The members of `generation`, one per index, or the error naming those with no checkpoint.
 fn complete(members: &[Member], generation: u64, now: &str) -> Result<Vec<Member>, String> {
     let (count, top) = self::generation(members, generation)?;
-    let missing: Vec<String> = (0..count).filter(|i| !top.contains_key(i)).map(|i| i.to_string()).collect();
+    let missing: Vec<String> = (0..count)
+        .filter(|i| !top.contains_key(i))
+        .map(|i| i.to_string())
+        .collect();
     if !missing.is_empty() {
         return Err(format!(
             "changed since the job's state was written{now}, but instance {} of the {count} that wrote it has no \
@@ -203,10 +206,16 @@ mod tests {
     #[test]
     fn a_job_without_checkpoints_and_siblings_of_the_same_count_stay_in_the_first_generation() {
         let fresh = resolve("j", at(1, 3), &[]).unwrap();
-        assert_eq!((fresh.generation, fresh.owner.as_str(), fresh.reshare.len()), (0, "j#1", 0));
+        assert_eq!(
+            (fresh.generation, fresh.owner.as_str(), fresh.reshare.len()),
+            (0, "j#1", 0)
+        );
         let siblings = [member(0, 0, 3, None), member(0, 2, 3, None)];
         let started = resolve("j", at(1, 3), &siblings).unwrap();
-        assert_eq!((started.generation, started.owner.as_str(), started.reshare.len()), (0, "j#1", 0));
+        assert_eq!(
+            (started.generation, started.owner.as_str(), started.reshare.len()),
+            (0, "j#1", 0)
+        );
         let own = resolve("j", at(0, 3), &siblings).unwrap();
         assert_eq!((own.generation, own.owner.as_str(), own.reshare.len()), (0, "j#0", 0));
     }
@@ -242,7 +251,10 @@ mod tests {
     fn an_incomplete_or_mixed_generation_is_refused_naming_what_is_missing() {
         let partial = [member(0, 0, 3, None), member(0, 2, 3, None)];
         let e = resolve("j", at(0, 2), &partial).unwrap_err();
-        assert!(e.contains("instance 1 of the 3") && e.contains("job.instance.count = 3"), "{e}");
+        assert!(
+            e.contains("instance 1 of the 3") && e.contains("job.instance.count = 3"),
+            "{e}"
+        );
         let mixed = [member(0, 0, 3, None), member(0, 1, 2, None)];
         let e = resolve("j", at(0, 3), &mixed).unwrap_err();
         assert!(e.contains("different counts"), "{e}");
@@ -296,7 +308,14 @@ mod tests {
                     }
                     // a fresh start deals the splits as the generator's cut does
                     None => (0..SPLITS)
-                        .filter(|i| layout.generation == 0 && Instance { index: at.index, count: at.count }.owns(*i as u64))
+                        .filter(|i| {
+                            layout.generation == 0
+                                && Instance {
+                                    index: at.index,
+                                    count: at.count,
+                                }
+                                .owns(*i as u64)
+                        })
                         .map(|i| (i.to_string(), 0))
                         .collect(),
                 };
@@ -362,11 +381,18 @@ mod tests {
                     count,
                 };
                 let crash = rng.random_bool(0.2);
-                trace.push(format!("{}/{}{}", at.index, at.count, if crash { " crash" } else { "" }));
+                trace.push(format!(
+                    "{}/{}{}",
+                    at.index,
+                    at.count,
+                    if crash { " crash" } else { "" }
+                ));
                 if let Some(Err(e)) = model.run(at, &mut rng, crash) {
                     panic!("seed {seed}: {e}; runs {trace:?}");
                 }
-                model.disjoint().unwrap_or_else(|e| panic!("seed {seed}: {e}; runs {trace:?}"));
+                model
+                    .disjoint()
+                    .unwrap_or_else(|e| panic!("seed {seed}: {e}; runs {trace:?}"));
             }
             // the newest generation's instances, run in turn, finish the job
             for round in 0.. {
@@ -386,7 +412,9 @@ mod tests {
                     match run {
                         Some(Ok(())) => {}
                         Some(Err(e)) => panic!("seed {seed}: {e}; runs {trace:?}"),
-                        None => panic!("seed {seed}: instance {index} of the newest count {count} refused; runs {trace:?}"),
+                        None => {
+                            panic!("seed {seed}: instance {index} of the newest count {count} refused; runs {trace:?}")
+                        }
                     }
                 }
             }

@@ -161,7 +161,11 @@ impl<S: Source> Job<S> {
         }
         let was = checkpoints[0].instance.unwrap_or_default();
         let checkpoint_id = checkpoints.iter().map(|c| c.checkpoint_id).max().unwrap_or(0);
-        let completed_at = checkpoints.iter().map(|c| c.completed_at.clone()).max().unwrap_or_default();
+        let completed_at = checkpoints
+            .iter()
+            .map(|c| c.completed_at.clone())
+            .max()
+            .unwrap_or_default();
         let end_of_input = checkpoints.iter().all(|c| c.end_of_input);
         let stop_timestamp = checkpoints.iter().filter_map(|c| c.stop_timestamp).min();
         let source_settings = checkpoints[0].source_settings.clone();

@@ -484,7 +484,7 @@ mod reshare_tests {
             split.next_offset = if finished { split.end } else { split.next_offset + 7 };
             snapshots.push(SplitSnapshot {
                 split,
-                finished: finished.then(|| Finished {
+                finished: finished.then_some(Finished {
                     reason: FinishReason::StoppingOffset,
                     at: None,
                 }),
@@ -514,12 +514,16 @@ mod reshare_tests {
                     let (pending, snapshots) = source(Instance { index, count: now })
                         .reshare(parts.clone(), 2)
                         .expect("a share");
-                    let got = pending
-                        .iter()
-                        .map(|s| (s.id.clone(), (s.next_offset, false)))
-                        .chain(snapshots.iter().map(|s| (s.split.id.clone(), (s.split.next_offset, s.finished.is_some()))));
+                    let got = pending.iter().map(|s| (s.id.clone(), (s.next_offset, false))).chain(
+                        snapshots
+                            .iter()
+                            .map(|s| (s.split.id.clone(), (s.split.next_offset, s.finished.is_some()))),
+                    );
                     for (id, at) in got {
-                        assert!(dealt.insert(id.clone(), at).is_none(), "{was} → {now}: range {id} dealt twice");
+                        assert!(
+                            dealt.insert(id.clone(), at).is_none(),
+                            "{was} → {now}: range {id} dealt twice"
+                        );
                     }
                 }
                 assert_eq!(dealt, all, "{was} → {now}: every range once, where it was");

@@ -296,16 +296,30 @@ fn every_partition_moves_to_the_instance_discovery_deals_it_to_with_its_offset()
                 assert!(state.initial_discovery_done);
                 for k in state.splits {
                     assert!(instance_owns("t", k.split.partition, parallelism, instance));
-                    assert!(known.insert(k.split.partition, index).is_none(), "{was} → {now}: known twice");
+                    assert!(
+                        known.insert(k.split.partition, index).is_none(),
+                        "{was} → {now}: known twice"
+                    );
                 }
                 for s in snapshots {
                     assert!(instance_owns("t", s.split.partition, parallelism, instance));
                     assert_eq!(s.split.next_offset, i64::from(s.split.partition) * 10);
-                    assert!(held.insert(s.split.partition, index).is_none(), "{was} → {now}: held twice");
+                    assert!(
+                        held.insert(s.split.partition, index).is_none(),
+                        "{was} → {now}: held twice"
+                    );
                 }
             }
-            assert_eq!(known.len(), partitions as usize, "{was} → {now}: every partition known once");
-            assert_eq!(held.len(), partitions as usize / 2, "{was} → {now}: every reader's split once");
+            assert_eq!(
+                known.len(),
+                partitions as usize,
+                "{was} → {now}: every partition known once"
+            );
+            assert_eq!(
+                held.len(),
+                partitions as usize / 2,
+                "{was} → {now}: every reader's split once"
+            );
         }
     }
 }

@@ -116,8 +116,12 @@ impl Source for PeriodicSource {
         let mut splits = Vec::new();
         for (part, snapshots) in parts {
             let owned = |e: &EventDef| instance.owns_key(&e.id);
-            state.assignments.extend(part.assignments.into_iter().filter(|a| owned(&a.event)));
-            state.pending.extend(part.pending.into_iter().filter(|p| owned(&p.event)));
+            state
+                .assignments
+                .extend(part.assignments.into_iter().filter(|a| owned(&a.event)));
+            state
+                .pending
+                .extend(part.pending.into_iter().filter(|p| owned(&p.event)));
             splits.extend(snapshots.into_iter().filter(|s| owned(&s.split.event)));
         }
         Ok((state, splits))

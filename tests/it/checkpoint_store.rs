@@ -699,10 +699,16 @@ fn a_datagen_job_s_instance_count_changes_between_runs_and_every_index_is_writte
     let stop = ["--set", "job.max_duration=\"1500ms\""];
     let mut logs = run_instances(&text, 2, &stop);
     let after_two = written();
-    assert!(after_two > 0 && after_two < count, "two instances wrote {after_two} of {count}");
+    assert!(
+        after_two > 0 && after_two < count,
+        "two instances wrote {after_two} of {count}"
+    );
     let three = run_instances(&text, 3, &stop);
     for log in &three {
-        assert!(log.contains("job.instance.count changed"), "every instance of three cuts its share:\n{log}");
+        assert!(
+            log.contains("job.instance.count changed"),
+            "every instance of three cuts its share:\n{log}"
+        );
     }
     logs.extend(three);
     let after_three = written();
@@ -747,7 +753,10 @@ fn a_kafka_source_job_s_instance_count_changes_between_runs_and_every_record_is_
     assert!(after_two > 0 && after_two < n, "two instances wrote {after_two} of {n}");
     let three = run_instances(&text, 3, &stop);
     for log in &three {
-        assert!(log.contains("job.instance.count changed"), "every instance of three cuts its share:\n{log}");
+        assert!(
+            log.contains("job.instance.count changed"),
+            "every instance of three cuts its share:\n{log}"
+        );
     }
     logs.extend(three);
     let after_three = written();
