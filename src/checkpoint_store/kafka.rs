@@ -22,7 +22,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use tracing::{debug, info, warn};
 
 use super::layout::{self, Layout, Member};
-use super::records::{assemble, base_of, checkpoint_key, records_of, written_by};
+use super::records::{assemble, base_of, checkpoint_key, records_of, sink_to_recover, written_by};
 use super::scan::{reader, scan, Scan};
 use super::{KafkaStoreConfig, SinkTransactionSlot};
 use crate::core::{CheckpointStore, StateError, StoredCheckpoint};
@@ -88,9 +88,11 @@ impl KafkaCheckpointStore {
             }
             producer = producer_of(&config)?;
         }
-        if !layout.reshare.is_empty() {
+        if !layout.reshare.is_empty() && !sink_left_to_recover(&config, &found, &layout) {
             // the instances of the count before: none may commit another checkpoint (or its
-            // output) after their last ones are read; a transaction one left open is aborted
+            // output) after their last ones are read; a transaction one left open is aborted.
+            // (Where one left its sink something to recover, the job refuses the change: they are
+            // left running then.)
             for member in &layout.reshare {
                 fence(&config, member)?;
             }
@@ -357,6 +359,14 @@ fn fence(config: &KafkaStoreConfig, member: &Member) -> Result<()> {
     }
     info!(owner = %member.owner, "an instance of the count before fenced");
     Ok(())
+}
+
+/// Whether an instance `layout` cuts its share from left its sink something only it can recover
+/// (the job then refuses the change of count, see [`crate::core::Job`]).
+fn sink_left_to_recover(config: &KafkaStoreConfig, found: &Scan, layout: &Layout) -> bool {
+    found.checkpoints(&config.job).any(|(owner, bytes)| {
+        layout.reshare.iter().any(|m| m.owner == owner) && sink_to_recover(&checkpoint_key(owner), &config.job, bytes)
+    })
 }
 
 /// Where this instance stands, from the checkpoint records a scan found.

@@ -120,6 +120,17 @@ pub fn written_by(key: &str, job: &str, bytes: &[u8]) -> Option<crate::core::Ins
     serde_json::from_value(envelope.payload.get("instance")?.clone()).ok()
 }
 
+/// Whether the checkpoint record `bytes` under `key` leaves its sink something to recover that
+/// only the instance that wrote it can (a file's length, a transaction judged by its commit
+/// marker): a sink state other than none or one carried in the sink's transaction. A record
+/// that does not decode says no.
+pub fn sink_to_recover(key: &str, job: &str, bytes: &[u8]) -> bool {
+    decode(key, job, bytes)
+        .ok()
+        .and_then(|e| e.payload.get("sink").cloned())
+        .is_some_and(|sink| !sink.is_null() && sink["state_in_transaction"] != true)
+}
+
 /// The generation the checkpoint record `bytes` under `key` says its generation was cut from
 /// (see [`super::layout`]); `None` in the first generation, or for a record that does not decode.
 pub fn base_of(key: &str, job: &str, bytes: &[u8]) -> Option<u64> {
@@ -236,6 +247,29 @@ mod tests {
 
     fn latest(records: impl IntoIterator<Item = (String, Vec<u8>)>) -> BTreeMap<String, Option<Vec<u8>>> {
         records.into_iter().map(|(k, v)| (k, Some(v))).collect()
+    }
+
+    #[test]
+    fn a_job_record_says_its_base_and_whether_its_sink_has_something_to_recover() {
+        let record = |fields: serde_json::Value| {
+            let mut cp = checkpoint(4, &[("t-0", 5)]);
+            for (k, v) in fields.as_object().unwrap() {
+                cp.value[k] = v.clone();
+            }
+            records_of("j#1~2", "j", &cp).unwrap().pop().unwrap()
+        };
+        let (key, bytes) = record(json!({"generation": 2, "base": 1}));
+        assert_eq!(base_of(&key, "j", &bytes), Some(1));
+        assert!(!sink_to_recover(&key, "j", &bytes), "no sink state");
+        let (key, bytes) = record(json!({}));
+        assert_eq!(base_of(&key, "j", &bytes), None);
+        let carried = json!({"sink": {"transactional_id": "t", "transaction": null, "state_in_transaction": true}});
+        let (key, bytes) = record(carried);
+        assert!(!sink_to_recover(&key, "j", &bytes), "carried in the sink's transaction");
+        let (key, bytes) = record(json!({"sink": {"length": 120}}));
+        assert!(sink_to_recover(&key, "j", &bytes), "a file's length");
+        let (key, bytes) = record(json!({"sink": {"transactional_id": "t", "transaction": "3-x"}}));
+        assert!(sink_to_recover(&key, "j", &bytes), "a transaction judged by its marker");
     }
 
     #[test]

@@ -599,6 +599,10 @@ fn an_instance_started_after_its_siblings_checkpointed_starts_fresh_and_reads_it
     let (code, log) = run(&dir.config(&text), &["--set", third], MINUTE);
     assert_eq!(code, 2, "instance 2 of 3 beside the state of 2 instances:\n{log}");
     assert!(log.contains("job.instance.count") && log.contains("recover"), "{log}");
+    assert!(
+        !log.contains("fenced"),
+        "a refused change leaves the instances of the count before running:\n{log}"
+    );
 }
 
 #[test]
