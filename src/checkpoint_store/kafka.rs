@@ -22,7 +22,9 @@ use rdkafka::types::RDKafkaErrorCode;
 use tracing::{debug, info, warn};
 
 use super::layout::{self, Layout, Member};
-use super::records::{assemble, base_of, checkpoint_key, records_of, sink_to_recover, written_by};
+use super::records::{
+    assemble, base_of, check, checkpoint_key, claim_key, claim_record, records_of, sink_to_recover, written_by,
+};
 use super::scan::{reader, scan, Scan};
 use super::{KafkaStoreConfig, SinkTransactionSlot};
 use crate::core::{CheckpointStore, StateError, StoredCheckpoint};
@@ -45,8 +47,9 @@ const TOPIC_CONFIG: &[(&str, &str)] = &[
 pub struct KafkaCheckpointStore {
     config: KafkaStoreConfig,
     producer: Mutex<BaseProducer<TracingContext>>,
-    /// Where this instance stands among the job's generations of instances.
-    layout: Layout,
+    /// Where this instance stands among the job's generations of instances (`None`: its state
+    /// cannot be placed, see [`KafkaCheckpointStore::layout`]).
+    layout: Mutex<Option<Layout>>,
     /// What the scan at the opening found, until the next write or reset: the daemon's look
     /// before the sink starts and the job's restore see the same checkpoints (a second scan
     /// could find one the first missed, after the sink had started afresh).
@@ -70,14 +73,16 @@ impl KafkaCheckpointStore {
     /// take over the job's transactional id (a transaction a crashed process left open is
     /// aborted, and an older process still running is fenced), and find where this instance
     /// stands: with a changed `job.instance.count`, the instances of the count before are fenced
-    /// before their last checkpoints are read (see [`super::layout`]).
+    /// before their last checkpoints are read (see [`super::layout`]). State the store cannot
+    /// place (damaged, or of two counts at once) is reported by [`CheckpointStore::load`], so
+    /// that `--reset-state` can still start the job over.
     pub fn open(mut config: KafkaStoreConfig) -> Result<Self> {
         let exists = topic_exists(&config)?;
         admin_call(&config, exists)?;
         let mut producer = producer_of(&config)?;
-        let mut found = scan(&config)?;
-        let mut layout = layout_of(&config, &found)?;
-        if layout.generation > 0 {
+        let found = scan(&config)?;
+        let layout = layout_of(&config, &found).ok();
+        if let Some(layout) = layout.as_ref().filter(|l| l.generation > 0) {
             config.owner = layout.owner.clone();
             if config.sink_transactional_id.is_some() {
                 config.sink_transactional_id = Some(layout::sink_transactional_id(
@@ -88,45 +93,111 @@ impl KafkaCheckpointStore {
             }
             producer = producer_of(&config)?;
         }
-        if !layout.reshare.is_empty() && !sink_left_to_recover(&config, &found, &layout) {
-            // the instances of the count before: none may commit another checkpoint (or its
-            // output) after their last ones are read; a transaction one left open is aborted.
-            // (Where one left its sink something to recover, the job refuses the change: they are
-            // left running then.)
-            for member in &layout.reshare {
-                fence(&config, member)?;
-            }
-            found = scan(&config)?;
-            let again = layout_of(&config, &found)?;
-            if again != layout {
-                // another instance wrote meanwhile (a sibling of the new count checkpointed, or
-                // one of the old count finished a checkpoint before it was fenced): go by the
-                // newer view, whose members are fenced in turn
-                for member in again.reshare.iter().filter(|m| !layout.reshare.contains(m)) {
-                    fence(&config, member)?;
-                }
-                found = scan(&config)?;
-                layout = layout_of(&config, &found)?;
-            }
-        }
-        info!(
-            topic = %config.topic,
-            bootstrap = %config.bootstrap_servers,
-            owner = %config.owner,
-            generation = layout.generation,
-            reshare_from = layout.reshare.len(),
-            in_sink_transactions = config.sink_transactional_id.is_some(),
-            "checkpoint store: Kafka"
-        );
         let in_sink = config.sink_transactional_id.clone().map(SinkTransactionSlot::new);
-        Ok(KafkaCheckpointStore {
+        let store = KafkaCheckpointStore {
             config,
             producer: Mutex::new(producer),
-            layout,
+            layout: Mutex::new(layout),
             scanned: Mutex::new(Some(found)),
             reset: std::sync::atomic::AtomicBool::new(false),
             in_sink,
-        })
+        };
+        store.settle_reshare()?;
+        let layout = store.layout.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        info!(
+            topic = %store.config.topic,
+            bootstrap = %store.config.bootstrap_servers,
+            owner = %store.config.owner,
+            generation = layout.as_ref().map(|l| l.generation),
+            reshare_from = layout.as_ref().map_or(0, |l| l.reshare.len()),
+            in_sink_transactions = store.config.sink_transactional_id.is_some(),
+            "checkpoint store: Kafka"
+        );
+        Ok(store)
+    }
+
+    /// Before this instance reads the last checkpoints of the instances of the count before:
+    /// claim its generation (an instance of the old count that starts again finds the claim and
+    /// is refused), fence them (none commits another checkpoint, or its output, after they are
+    /// read; a transaction one left open is aborted), and read the topic again, until the
+    /// layout holds still. Where one of them left its sink something only it can recover, the
+    /// job refuses the change: nobody is claimed or fenced then.
+    fn settle_reshare(&self) -> Result<()> {
+        let mut fenced = std::collections::BTreeSet::new();
+        for _ in 0..5 {
+            let Some(layout) = self.layout.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
+                return Ok(());
+            };
+            let (claimed, to_recover) = {
+                let scanned = self.scanned()?;
+                let found = scanned.as_ref().map(|s| &s.records);
+                let claimed = found.is_some_and(|r| r.get(&claim_key(&layout.owner)).is_some_and(Option::is_some));
+                (
+                    claimed,
+                    scanned
+                        .as_ref()
+                        .is_some_and(|s| sink_left_to_recover(&self.config, s, &layout)),
+                )
+            };
+            if layout.reshare.is_empty() || to_recover {
+                return Ok(());
+            }
+            if !claimed {
+                let (key, value) = claim_record(
+                    &layout.owner,
+                    &self.config.job,
+                    self.config.instance,
+                    layout.generation,
+                    layout.base,
+                )
+                .map_err(|e| state_error(&self.config, &claim_key(&layout.owner), e))?;
+                self.transaction(&[(key, Some(value))])?;
+            }
+            for member in &layout.reshare {
+                if fenced.insert(member.owner.clone()) {
+                    fence(&self.config, member)?;
+                }
+            }
+            let found = scan(&self.config)?;
+            let again = layout_of(&self.config, &found).ok();
+            *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = Some(found);
+            if again.as_ref() == Some(&layout) {
+                return Ok(());
+            }
+            // another instance wrote meanwhile (one of the count before finished a checkpoint
+            // before it was fenced, a sibling checkpointed): go by the newer view, in the same
+            // generation, or stop
+            if again.as_ref().map(|l| (l.generation, &l.owner)) != Some((layout.generation, &layout.owner)) {
+                return Err(Error::runtime(
+                    format!(
+                        "checkpoint topic {} at {}",
+                        self.config.topic, self.config.bootstrap_servers
+                    ),
+                    "another instance of the job changed its instance count while this one started: start it again",
+                ));
+            }
+            *self.layout.lock().unwrap_or_else(|p| p.into_inner()) = again;
+        }
+        Err(Error::runtime(
+            format!(
+                "checkpoint topic {} at {}",
+                self.config.topic, self.config.bootstrap_servers
+            ),
+            "the checkpoints of the instances of the count before kept changing while this instance read them: \
+             stop them, then start it again",
+        ))
+    }
+
+    /// Where this instance stands; the error the store's state gives when it cannot be placed.
+    fn layout(&self) -> Result<Layout> {
+        if let Some(layout) = self.layout.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Ok(layout);
+        }
+        let scanned = self.scanned()?;
+        match scanned.as_ref() {
+            Some(found) => layout_of(&self.config, found),
+            None => Err(Error::runtime("kafka checkpoint store", "the topic was not read")),
+        }
     }
 
     /// The last scan's records, scanning again after a write or a reset.
@@ -212,22 +283,60 @@ impl KafkaCheckpointStore {
         result
     }
 
-    /// `--reset-state`: a tombstone for each of this instance's keys, in one transaction (other
-    /// jobs' and instances' records are untouched).
+    /// `--reset-state`: the job starts over. Every instance of it that holds state in the topic
+    /// (every count's) is fenced, then each of the job's keys gets a tombstone, in one
+    /// transaction (other jobs' records are untouched); this instance starts afresh where it
+    /// stands, and the others start afresh when they start again. (Starting one instance over
+    /// while its siblings keep theirs would overlap their generated ranges after a change of
+    /// count.)
     pub fn reset(&self) -> Result<()> {
         self.reset.store(true, std::sync::atomic::Ordering::Relaxed);
-        let live: Vec<(String, Option<Vec<u8>>)> = {
+        let owners: std::collections::BTreeSet<String> = {
             let scanned = self.scanned()?;
-            let own = scanned.as_ref().map(|s| s.of(&self.config.owner)).unwrap_or_default();
-            own.into_iter()
-                .filter(|(_, v)| v.is_some())
-                .map(|(k, _)| (k, None))
+            let found = scanned.as_ref().map(|s| s.records.keys().cloned().collect::<Vec<_>>());
+            found
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|k| k.split_once('/').map(|(owner, _)| owner.to_string()))
+                .filter(|owner| *owner != self.config.owner)
                 .collect()
         };
+        for owner in &owners {
+            let Some((generation, index)) = layout::parse_owner(&self.config.job, owner) else {
+                continue;
+            };
+            // the first generation's single instance is named by the job alone
+            let count = if owner == &self.config.job { 1 } else { 2 };
+            let member = Member {
+                owner: owner.clone(),
+                generation,
+                instance: Some(crate::core::Instance { index, count }),
+                base: None,
+                checkpointed: true,
+            };
+            fence(&self.config, &member)?;
+        }
+        let found = scan(&self.config)?;
+        let live: Vec<(String, Option<Vec<u8>>)> = found
+            .records
+            .into_iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(k, _)| (k, None))
+            .collect();
         *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        // this instance starts afresh in the generation it opened in (the first, when the state
+        // could not be placed), cut from nothing
+        let mut layout = self.layout.lock().unwrap_or_else(|p| p.into_inner());
+        *layout = Some(Layout {
+            generation: layout.as_ref().map_or(0, |l| l.generation),
+            owner: self.config.owner.clone(),
+            base: None,
+            reshare: Vec::new(),
+        });
+        drop(layout);
         if !live.is_empty() {
             self.transaction(&live)?;
-            warn!(topic = %self.config.topic, owner = %self.config.owner, keys = live.len(), "--reset-state: the job's state records replaced by tombstones; starting from scratch");
+            warn!(topic = %self.config.topic, job = %self.config.job, keys = live.len(), instances_fenced = owners.len(), "--reset-state: the job's state records replaced by tombstones; the job starts from scratch");
         }
         Ok(())
     }
@@ -242,32 +351,33 @@ impl CheckpointStore for KafkaCheckpointStore {
     }
 
     /// What the scan at the opening found, until a write or a reset (one restore, one answer).
+    /// Only this instance's records are read (and must be sound).
     fn load(&self) -> Result<Option<serde_json::Value>> {
+        self.layout()?;
         let scanned = self.scanned()?;
-        let records = scanned.as_ref().map(|s| &s.records);
-        let records = records.cloned().unwrap_or_default();
+        let records = scanned.as_ref().map(|s| s.of(&self.config.owner)).unwrap_or_default();
         assemble(&self.config.owner, &self.config.job, &records).map_err(|(key, e)| state_error(&self.config, &key, e))
     }
 
     /// The last checkpoints of the instances of the count before, when this instance has none
     /// of its own in the newest generation (none after `--reset-state`).
     fn load_reshare(&self) -> Result<Vec<serde_json::Value>> {
-        if self.reset.load(std::sync::atomic::Ordering::Relaxed) || self.layout.reshare.is_empty() {
+        let layout = self.layout()?;
+        if self.reset.load(std::sync::atomic::Ordering::Relaxed) || layout.reshare.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.load()?.is_some() {
             return Ok(Vec::new());
         }
         let scanned = self.scanned()?;
-        let records = scanned.as_ref().map(|s| s.records.clone()).unwrap_or_default();
-        if assemble(&self.config.owner, &self.config.job, &records)
-            .map_err(|(key, e)| state_error(&self.config, &key, e))?
-            .is_some()
-        {
+        let Some(found) = scanned.as_ref() else {
             return Ok(Vec::new());
-        }
-        self.layout
+        };
+        layout
             .reshare
             .iter()
             .map(|m| {
-                assemble(&m.owner, &self.config.job, &records)
+                assemble(&m.owner, &self.config.job, &found.of(&m.owner))
                     .map_err(|(key, e)| state_error(&self.config, &key, e))?
                     .ok_or_else(|| {
                         state_error(
@@ -285,11 +395,12 @@ impl CheckpointStore for KafkaCheckpointStore {
         // after a change of the instance count, the job record says its generation and the one it
         // was cut from: a sibling without a checkpoint yet cuts its share from the same
         let stamped;
-        let checkpoint = match self.layout.base {
+        let layout = self.layout()?;
+        let checkpoint = match layout.base {
             Some(base) => {
                 let mut c = checkpoint.clone();
                 if let Some(fields) = c.value.as_object_mut() {
-                    fields.insert("generation".into(), self.layout.generation.into());
+                    fields.insert("generation".into(), layout.generation.into());
                     fields.insert("base".into(), base.into());
                 }
                 stamped = c;
@@ -345,8 +456,9 @@ fn producer_of(config: &KafkaStoreConfig) -> Result<BaseProducer<TracingContext>
     }
 }
 
-/// Fence `member`, an instance of the count before: its store's transactional id, and its
-/// exactly-once sink's when the checkpoints travel in the sink's transactions.
+/// Fence `member`, another instance of the job (of the count before, or any at `--reset-state`):
+/// its store's transactional id, and its exactly-once sink's when the checkpoints travel in the
+/// sink's transactions.
 fn fence(config: &KafkaStoreConfig, member: &Member) -> Result<()> {
     drop(transactional_producer(
         config,
@@ -357,38 +469,45 @@ fn fence(config: &KafkaStoreConfig, member: &Member) -> Result<()> {
         let id = layout::sink_transactional_id(&config.job, member.generation, instance);
         drop(transactional_producer(config, &id, &config.sink_properties)?);
     }
-    info!(owner = %member.owner, "an instance of the count before fenced");
+    info!(owner = %member.owner, "another instance of the job fenced");
     Ok(())
 }
 
 /// Whether an instance `layout` cuts its share from left its sink something only it can recover
 /// (the job then refuses the change of count, see [`crate::core::Job`]).
 fn sink_left_to_recover(config: &KafkaStoreConfig, found: &Scan, layout: &Layout) -> bool {
-    found.checkpoints(&config.job).any(|(owner, bytes)| {
-        layout.reshare.iter().any(|m| m.owner == owner) && sink_to_recover(&checkpoint_key(owner), &config.job, bytes)
+    found.heads(&config.job).any(|(owner, key, bytes, checkpointed)| {
+        checkpointed && layout.reshare.iter().any(|m| m.owner == owner) && sink_to_recover(key, &config.job, bytes)
     })
 }
 
-/// Where this instance stands, from the checkpoint records a scan found.
+/// Where this instance stands, from the checkpoint and claim records a scan found. A damaged one
+/// stops the job (exit 3) naming its key.
 fn layout_of(config: &KafkaStoreConfig, found: &Scan) -> Result<Layout> {
-    let members: Vec<Member> = found
-        .checkpoints(&config.job)
-        .filter_map(|(owner, bytes)| {
-            let (generation, _) = layout::parse_owner(&config.job, owner)?;
-            let key = checkpoint_key(owner);
-            // the single instance of the first generation, whatever its record says
-            let instance = match owner == config.job {
-                true => Some(written_by(&key, &config.job, bytes).unwrap_or_default()),
-                false => written_by(&key, &config.job, bytes),
-            };
-            Some(Member {
-                owner: owner.to_string(),
-                generation,
-                instance,
-                base: base_of(&key, &config.job, bytes),
-            })
-        })
-        .collect();
+    let mut members: Vec<Member> = Vec::new();
+    for (owner, key, bytes, checkpointed) in found.heads(&config.job) {
+        check(key, &config.job, bytes).map_err(|e| state_error(config, key, e))?;
+        if let Some(m) = members.last_mut().filter(|m| m.owner == owner) {
+            // a claim beside the checkpoint of the same owner adds nothing
+            m.checkpointed |= checkpointed;
+            continue;
+        }
+        let Some((generation, _)) = layout::parse_owner(&config.job, owner) else {
+            continue;
+        };
+        // the single instance of the first generation, whatever its record says
+        let instance = match owner == config.job {
+            true => Some(written_by(key, &config.job, bytes).unwrap_or_default()),
+            false => written_by(key, &config.job, bytes),
+        };
+        members.push(Member {
+            owner: owner.to_string(),
+            generation,
+            instance,
+            base: base_of(key, &config.job, bytes),
+            checkpointed,
+        });
+    }
     layout::resolve(&config.job, config.instance, &members).map_err(|m| Error::config("job.instance.count", m))
 }
 
@@ -472,7 +591,7 @@ pub fn read_only(config: &KafkaStoreConfig) -> Result<Option<serde_json::Value>>
     }
     let found = scan(config)?;
     let owner = layout_of(config, &found)?.owner;
-    assemble(&owner, &config.job, &found.records).map_err(|(key, e)| state_error(config, &key, e))
+    assemble(&owner, &config.job, &found.of(&owner)).map_err(|(key, e)| state_error(config, &key, e))
 }
 
 fn state_error(config: &KafkaStoreConfig, key: &str, source: StateError) -> Error {

@@ -3,11 +3,12 @@
 //! keeps the names it always had (`<job>` alone, `<job>#<index>` for several instances); a count
 //! change starts the next, `<job>#<index>~<generation>`, whose job records name the generation
 //! they were cut from (`base`). An instance with no checkpoint of its own in the newest
-//! generation cuts its share from the last checkpoints of every instance of the base (see
-//! [`crate::core::Source::reshare`]); the base's records stay until they are no longer needed
-//! (they are never read again once the newest generation is complete, and a later change starts
-//! from the newest). Each generation has its own transactional ids too, so an instance of the new
-//! count never fences a sibling when it fences the instances of the old one.
+//! generation claims it (a record that says the generation began, so an instance of the count
+//! before that starts again is refused) and cuts its share from the last checkpoints of every
+//! instance of the base (see [`crate::core::Source::reshare`]). Older generations' records stay
+//! in the topic until `--reset-state`; only the base's are read, while the newest generation has
+//! instances without a checkpoint. Each generation has its own transactional ids too, so an
+//! instance of the new count never fences a sibling when it fences the instances of the old one.
 //! Pure: no Kafka here.
 
 use std::collections::BTreeMap;
@@ -25,6 +26,9 @@ pub struct Member {
     pub instance: Option<Instance>,
     /// The generation it was cut from (none in the first).
     pub base: Option<u64>,
+    /// It has a checkpoint (not only a claim: an instance about to cut its share claims its
+    /// generation first, so an instance of the count before that starts again finds it).
+    pub checkpointed: bool,
 }
 
 /// Where an instance stands.
@@ -92,7 +96,7 @@ pub fn resolve(job: &str, instance: Instance, members: &[Member]) -> Result<Layo
             reshare: Vec::new(),
         });
     };
-    let (count, top) = generation(members, newest)?;
+    let (count, top) = generation(members, newest, instance.count.max(1))?;
     let base = top.values().next().and_then(|m| m.base);
     if top.values().any(|m| m.base != base) {
         return Err(format!(
@@ -101,7 +105,7 @@ pub fn resolve(job: &str, instance: Instance, members: &[Member]) -> Result<Layo
         ));
     }
     if count == instance.count.max(1) {
-        let reshare = match (top.contains_key(&instance.index), base) {
+        let reshare = match (top.get(&instance.index).is_some_and(|m| m.checkpointed), base) {
             (false, Some(b)) => complete(members, b, "")?,
             _ => Vec::new(),
         };
@@ -122,11 +126,17 @@ pub fn resolve(job: &str, instance: Instance, members: &[Member]) -> Result<Layo
     })
 }
 
-/// The members of `generation` by index, and their count (every record must say the same).
-fn generation(members: &[Member], generation: u64) -> Result<(usize, BTreeMap<usize, &Member>), String> {
+/// The members of `generation` by index, and their count (every record must say the same; in
+/// the first generation, records of another count than `prefer` beside those of `prefer` are
+/// left over from a `--reset-state` of an older tidegate, which started one instance over, and
+/// are passed over).
+fn generation(members: &[Member], generation: u64, prefer: usize) -> Result<(usize, BTreeMap<usize, &Member>), String> {
+    let of = |m: &&Member| m.generation == generation;
+    let preferred = |m: &&Member| m.instance.is_some_and(|i| i.count == prefer);
+    let leftovers = generation == 0 && members.iter().filter(of).any(|m| preferred(&m));
     let mut count = None;
     let mut top = BTreeMap::new();
-    for m in members.iter().filter(|m| m.generation == generation) {
+    for m in members.iter().filter(of).filter(|m| !leftovers || preferred(m)) {
         let Some(i) = m.instance else {
             return Err(format!(
                 "the job's checkpoint under {} does not say which instance wrote it (an older tidegate's): its share \
@@ -152,9 +162,9 @@ fn generation(members: &[Member], generation: u64) -> Result<(usize, BTreeMap<us
 
 /// The members of `generation`, one per index, or the error naming those with no checkpoint.
 fn complete(members: &[Member], generation: u64, now: &str) -> Result<Vec<Member>, String> {
-    let (count, top) = self::generation(members, generation)?;
+    let (count, top) = self::generation(members, generation, 0)?;
     let missing: Vec<String> = (0..count)
-        .filter(|i| !top.contains_key(i))
+        .filter(|i| !top.get(i).is_some_and(|m| m.checkpointed))
         .map(|i| i.to_string())
         .collect();
     if !missing.is_empty() {
@@ -182,6 +192,7 @@ mod tests {
             generation,
             instance: Some(at(index, count)),
             base,
+            checkpointed: true,
         }
     }
 
@@ -248,6 +259,35 @@ mod tests {
     }
 
     #[test]
+    fn a_claimed_generation_turns_away_the_count_before_and_cuts_its_late_members_from_the_base() {
+        let mut members = vec![member(0, 0, 2, None), member(0, 1, 2, None)];
+        // instance 2 of 3 claimed generation 1 and has not checkpointed yet
+        members.push(Member {
+            checkpointed: false,
+            ..member(1, 2, 3, Some(0))
+        });
+        let old = resolve("j", at(0, 2), &members).unwrap_err();
+        assert!(old.contains("job.instance.count = 3"), "{old}");
+        for index in 0..3 {
+            let new = resolve("j", at(index, 3), &members).unwrap();
+            assert_eq!((new.generation, new.base, new.reshare.len()), (1, Some(0), 2));
+        }
+    }
+
+    #[test]
+    fn the_first_generation_passes_over_the_leftovers_of_another_count() {
+        // an older tidegate's --reset-state started instance 0 of 2 over beside a count-1 record
+        let members = [member(0, 0, 1, None), member(0, 0, 2, None), member(0, 1, 2, None)];
+        let two = resolve("j", at(1, 2), &members).unwrap();
+        assert_eq!((two.generation, two.owner.as_str(), two.reshare.len()), (0, "j#1", 0));
+        let one = resolve("j", at(0, 1), &members).unwrap();
+        assert_eq!((one.generation, one.owner.as_str()), (0, "j"));
+        assert!(resolve("j", at(0, 3), &members)
+            .unwrap_err()
+            .contains("different counts"));
+    }
+
+    #[test]
     fn an_incomplete_or_mixed_generation_is_refused_naming_what_is_missing() {
         let partial = [member(0, 0, 3, None), member(0, 2, 3, None)];
         let e = resolve("j", at(0, 2), &partial).unwrap_err();
@@ -255,7 +295,8 @@ mod tests {
             e.contains("instance 1 of the 3") && e.contains("job.instance.count = 3"),
             "{e}"
         );
-        let mixed = [member(0, 0, 3, None), member(0, 1, 2, None)];
+        // two counts in one generation after the first: two changes raced
+        let mixed = [member(1, 0, 3, Some(0)), member(1, 1, 2, Some(0))];
         let e = resolve("j", at(0, 3), &mixed).unwrap_err();
         assert!(e.contains("different counts"), "{e}");
         let unknown = [Member {
@@ -293,7 +334,22 @@ mod tests {
                 let members: Vec<Member> = self.records.values().map(|r| r.member.clone()).collect();
                 let layout = resolve("j", at, &members).ok()?;
                 let owned = |id: &String| at.owns_key(id);
-                let state: BTreeMap<String, u64> = match self.records.get(&layout.owner) {
+                let own = self.records.get(&layout.owner).filter(|r| r.member.checkpointed);
+                if own.is_none() && !layout.reshare.is_empty() {
+                    // the claim of the generation, before the instances of the base are read
+                    self.records.entry(layout.owner.clone()).or_insert_with(|| Record {
+                        member: Member {
+                            owner: layout.owner.clone(),
+                            generation: layout.generation,
+                            instance: Some(at),
+                            base: layout.base,
+                            checkpointed: false,
+                        },
+                        splits: BTreeMap::new(),
+                    });
+                }
+                let own = self.records.get(&layout.owner).filter(|r| r.member.checkpointed);
+                let state: BTreeMap<String, u64> = match own {
                     Some(own) => own.splits.clone(),
                     None if !layout.reshare.is_empty() => {
                         let mut cut = BTreeMap::new();
@@ -345,6 +401,7 @@ mod tests {
                             generation: layout.generation,
                             instance: Some(at),
                             base: layout.base,
+                            checkpointed: true,
                         },
                         splits: next,
                     },

@@ -34,6 +34,31 @@ fn enumerator_key(owner: &str) -> String {
     format!("{owner}/enumerator")
 }
 
+/// The key of `owner`'s claim of its generation (see [`super::layout`]).
+pub fn claim_key(owner: &str) -> String {
+    format!("{owner}/claim")
+}
+
+/// The claim of `owner`, instance `instance` of generation `generation` cut from `base`: the
+/// record that says the generation has begun before its first checkpoint.
+pub fn claim_record(
+    owner: &str,
+    job: &str,
+    instance: crate::core::Instance,
+    generation: u64,
+    base: Option<u64>,
+) -> Result<(String, Vec<u8>), StateError> {
+    let key = claim_key(owner);
+    let payload = serde_json::json!({"instance": instance, "generation": generation, "base": base});
+    let value = encode(&key, job, 0, payload)?;
+    Ok((key, value))
+}
+
+/// Whether the record `bytes` under `key` is sound (decodes, is `job`'s, its checksum holds).
+pub fn check(key: &str, job: &str, bytes: &[u8]) -> Result<(), StateError> {
+    decode(key, job, bytes).map(|_| ())
+}
+
 fn split_key(owner: &str, split_id: &str) -> String {
     format!("{owner}/split/{split_id}")
 }
@@ -43,7 +68,9 @@ fn split_key(owner: &str, split_id: &str) -> String {
 pub fn is_owned(owner: &str, key: &str) -> bool {
     key.strip_prefix(owner)
         .and_then(|rest| rest.strip_prefix('/'))
-        .is_some_and(|rest| rest == "checkpoint" || rest == "enumerator" || rest.starts_with("split/"))
+        .is_some_and(|rest| {
+            rest == "checkpoint" || rest == "enumerator" || rest == "claim" || rest.starts_with("split/")
+        })
 }
 
 /// The CRC32 of a record: its key, job, checkpoint id and payload (a record moved to another key

@@ -118,12 +118,17 @@ impl Scan {
             .collect()
     }
 
-    /// The owners holding a live checkpoint record, with it.
-    pub(super) fn checkpoints<'s>(&'s self, job: &'s str) -> impl Iterator<Item = (&'s str, &'s [u8])> + 's {
+    /// The owners holding a live checkpoint or claim record, with it (`true`: a checkpoint), a
+    /// checkpoint before a claim of the same owner.
+    pub(super) fn heads<'s>(&'s self, job: &'s str) -> impl Iterator<Item = (&'s str, &'s str, &'s [u8], bool)> + 's {
         self.records.iter().filter_map(move |(key, value)| {
-            let owner = key.strip_suffix("/checkpoint")?;
-            owner_of_key(job, key)?;
-            Some((owner, value.as_deref()?))
+            let owner = owner_of_key(job, key)?;
+            let checkpointed = match &key[owner.len()..] {
+                "/checkpoint" => true,
+                "/claim" => false,
+                _ => return None,
+            };
+            Some((owner, key.as_str(), value.as_deref()?, checkpointed))
         })
     }
 }

@@ -628,9 +628,19 @@ fn a_changed_instance_count_with_a_file_sink_is_refused_naming_job_instance_coun
         log.contains("job.instance.count") && log.contains("was 1") && log.contains("recover"),
         "the error names the key, the count before and why:\n{log}"
     );
-    // --reset-state starts this instance over, as it says
+    // --reset-state starts the job over, as it says: the one instance's records go too
     let (code, log) = run(&config, &["--set", two, "--reset-state"], MINUTE);
     assert_eq!(code, 0, "--reset-state:\n{log}");
+    let job_key = format!("{name}/checkpoint");
+    let last = state_records_uncommitted(&kafka, &state_topic)
+        .into_iter()
+        .rfind(|(k, _)| *k == job_key)
+        .map(|(_, v)| v);
+    assert_eq!(
+        last.as_deref(),
+        Some(""),
+        "the count-1 instance's job record is a tombstone after --reset-state:\n{log}"
+    );
 }
 
 /// A bounded data generator job at 2,000 records/s (the whole job's rate), into the exactly-once
@@ -769,6 +779,65 @@ fn a_kafka_source_job_s_instance_count_changes_between_runs_and_every_record_is_
         "three instances moved on from {after_two} to {after_three} of {n}"
     );
     logs.extend(run_instances(&text, 1, &[]));
+    let mut counts = BTreeMap::new();
+    for r in kafka.read_all(&out) {
+        let v = String::from_utf8(r.value.expect("a value")).expect("UTF-8");
+        *counts.entry(v).or_insert(0usize) += 1;
+    }
+    assert_each_once(&counts, n, &logs.join("\n-----\n"));
+}
+
+#[test]
+fn an_instance_of_the_count_before_started_again_after_the_change_began_is_refused() {
+    // A fenced pod restarted with the old spec before the new count's first checkpoint (a
+    // Deployment rolling back, a kubelet restart) finds the new generation's claim and stops,
+    // rather than resume its old share beside the new instance that now holds it.
+    let kafka = TestKafka::get();
+    let n = 3000;
+    let topic = source_topic(&kafka, "store-claim", 6, n);
+    let out = kafka.create_topic("store-claim-out", 1);
+    let state_topic = kafka.unique_topic("store-claim-state");
+    let name = kafka.unique_topic("store-claim-job");
+    let sink = format!(
+        "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{out}\"\ndelivery = \"exactly_once\"",
+        kafka.bootstrap
+    );
+    let text = job(&kafka, &name, &topic, 2, &sink, &kafka_store(&state_topic));
+    let mut logs = run_instances(&text, 2, &["--set", "job.max_duration=\"1500ms\""]);
+    // instance 0 of 3 cuts its share, its first checkpoint 20 s away
+    let new_dir = JobDir::new();
+    let new = Daemon::start(
+        &new_dir.config(&text),
+        &[
+            "--set",
+            "job.instance={\"index\":0,\"count\":3}",
+            "--set",
+            "checkpoint.interval=\"20s\"",
+        ],
+    );
+    let deadline = std::time::Instant::now() + MINUTE;
+    while !new.log_text().contains("job.instance.count changed") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new instance did not cut its share:\n{}",
+            new.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let old_dir = JobDir::new();
+    let old = ["--set", "job.instance={\"index\":0,\"count\":2}"];
+    let (code, log) = run(&old_dir.config(&text), &old, MINUTE);
+    assert_eq!(code, 2, "an instance of the count before must be refused:\n{log}");
+    assert!(
+        log.contains("job.instance.count = 3"),
+        "the error says the count now:\n{log}"
+    );
+    new.signal(libc::SIGTERM);
+    let (status, log) = new.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "the new instance, stopped:\n{log}");
+    logs.push(log);
+    // the three to the end: instance 0 from its own checkpoint, 1 and 2 cut from the two's
+    logs.extend(run_instances(&text, 3, &[]));
     let mut counts = BTreeMap::new();
     for r in kafka.read_all(&out) {
         let v = String::from_utf8(r.value.expect("a value")).expect("UTF-8");
