@@ -56,6 +56,9 @@ pub struct KafkaCheckpointStore {
     scanned: Mutex<Option<Scan>>,
     /// `--reset-state` ran: the job starts over, whatever other owners of its name hold.
     reset: std::sync::atomic::AtomicBool,
+    /// The layout was read again after every transactional id this instance writes under was
+    /// taken (see [`KafkaCheckpointStore::verify_layout`]).
+    verified: std::sync::atomic::AtomicBool,
     /// The exactly-once sink's transactions, when the checkpoints travel in them.
     in_sink: Option<SinkTransactionSlot>,
 }
@@ -100,6 +103,7 @@ impl KafkaCheckpointStore {
             layout: Mutex::new(layout),
             scanned: Mutex::new(Some(found)),
             reset: std::sync::atomic::AtomicBool::new(false),
+            verified: std::sync::atomic::AtomicBool::new(false),
             in_sink,
         };
         store.settle_reshare()?;
@@ -159,7 +163,7 @@ impl KafkaCheckpointStore {
                 }
             }
             let found = scan(&self.config)?;
-            let again = layout_of(&self.config, &found).ok();
+            let again = Some(layout_of(&self.config, &found)?);
             *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = Some(found);
             if again.as_ref() == Some(&layout) {
                 return Ok(());
@@ -186,6 +190,36 @@ impl KafkaCheckpointStore {
             "the checkpoints of the instances of the count before kept changing while this instance read them: \
              stop them, then start it again",
         ))
+    }
+
+    /// Before the first checkpoint: read the layout again, now that every transactional id this
+    /// instance writes under is taken (the store's, and the sink's, which takes it when it
+    /// starts). An instance of another count that claimed a newer generation before then may
+    /// have read this instance's checkpoints without fencing these ids (it fenced the ones taken
+    /// before): this instance stops rather than write what the other now holds. After this, a
+    /// newer claim comes with a fencing that reaches it.
+    fn verify_layout(&self) -> Result<()> {
+        if self.verified.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
+        let found = scan(&self.config)?;
+        let now = layout_of(&self.config, &found)?;
+        let was = self.layout()?;
+        if (now.generation, &now.owner) != (was.generation, &was.owner) {
+            return Err(Error::runtime(
+                format!(
+                    "checkpoint topic {} at {}",
+                    self.config.topic, self.config.bootstrap_servers
+                ),
+                format!(
+                    "an instance of the job with another job.instance.count claimed its state (generation {}) \
+                     while this one started: this one stops, its share is the other's now",
+                    now.generation.max(was.generation)
+                ),
+            ));
+        }
+        self.verified.store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Where this instance stands; the error the store's state gives when it cannot be placed.
@@ -291,33 +325,38 @@ impl KafkaCheckpointStore {
     /// count.)
     pub fn reset(&self) -> Result<()> {
         self.reset.store(true, std::sync::atomic::Ordering::Relaxed);
-        let owners: std::collections::BTreeSet<String> = {
-            let scanned = self.scanned()?;
-            let found = scanned.as_ref().map(|s| s.records.keys().cloned().collect::<Vec<_>>());
-            found
-                .unwrap_or_default()
-                .iter()
+        // fence every other owner the topic holds records of, until a scan after the fencing
+        // finds no new one: none of them writes after the tombstones
+        let mut fenced = std::collections::BTreeSet::new();
+        let found = loop {
+            let found = scan(&self.config)?;
+            let owners: Vec<String> = found
+                .records
+                .keys()
                 .filter_map(|k| k.split_once('/').map(|(owner, _)| owner.to_string()))
-                .filter(|owner| *owner != self.config.owner)
-                .collect()
+                .filter(|owner| *owner != self.config.owner && !fenced.contains(owner))
+                .collect();
+            if owners.is_empty() {
+                break found;
+            }
+            for owner in owners {
+                if let Some((generation, index)) = layout::parse_owner(&self.config.job, &owner) {
+                    // the first generation's single instance is named by the job alone
+                    let count = if owner == self.config.job { 1 } else { 2 };
+                    let member = Member {
+                        owner: owner.clone(),
+                        generation,
+                        instance: Some(crate::core::Instance { index, count }),
+                        base: None,
+                        checkpointed: true,
+                        offset: -1,
+                    };
+                    fence(&self.config, &member)?;
+                }
+                fenced.insert(owner);
+            }
         };
-        for owner in &owners {
-            let Some((generation, index)) = layout::parse_owner(&self.config.job, owner) else {
-                continue;
-            };
-            // the first generation's single instance is named by the job alone
-            let count = if owner == &self.config.job { 1 } else { 2 };
-            let member = Member {
-                owner: owner.clone(),
-                generation,
-                instance: Some(crate::core::Instance { index, count }),
-                base: None,
-                checkpointed: true,
-            };
-            fence(&self.config, &member)?;
-        }
-        let found = scan(&self.config)?;
-        let live: Vec<(String, Option<Vec<u8>>)> = found
+        let mut live: Vec<(String, Option<Vec<u8>>)> = found
             .records
             .into_iter()
             .filter(|(_, v)| v.is_some())
@@ -325,19 +364,38 @@ impl KafkaCheckpointStore {
             .collect();
         *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = None;
         // this instance starts afresh in the generation it opened in (the first, when the state
-        // could not be placed), cut from nothing
-        let mut layout = self.layout.lock().unwrap_or_else(|p| p.into_inner());
-        *layout = Some(Layout {
-            generation: layout.as_ref().map_or(0, |l| l.generation),
+        // could not be placed), cut from nothing; its claim says so at once, so a sibling that
+        // starts before its first checkpoint joins that generation afresh too
+        let generation = self
+            .layout
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or(0, |l| l.generation);
+        if generation > 0 {
+            let (key, value) = claim_record(
+                &self.config.owner,
+                &self.config.job,
+                self.config.instance,
+                generation,
+                None,
+            )
+            .map_err(|e| state_error(&self.config, &claim_key(&self.config.owner), e))?;
+            live.retain(|(k, _)| *k != key);
+            live.push((key, Some(value)));
+        }
+        *self.layout.lock().unwrap_or_else(|p| p.into_inner()) = Some(Layout {
+            generation,
             owner: self.config.owner.clone(),
             base: None,
             reshare: Vec::new(),
         });
-        drop(layout);
         if !live.is_empty() {
             self.transaction(&live)?;
-            warn!(topic = %self.config.topic, job = %self.config.job, keys = live.len(), instances_fenced = owners.len(), "--reset-state: the job's state records replaced by tombstones; the job starts from scratch");
+            warn!(topic = %self.config.topic, job = %self.config.job, keys = live.len(), instances_fenced = fenced.len(), "--reset-state: the job's state records replaced by tombstones; the job starts from scratch");
         }
+        // the ids this instance writes under were taken at the opening, before that scan
+        self.verified.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 }
@@ -395,6 +453,7 @@ impl CheckpointStore for KafkaCheckpointStore {
         // after a change of the instance count, the job record says its generation and the one it
         // was cut from: a sibling without a checkpoint yet cuts its share from the same
         let stamped;
+        self.verify_layout()?;
         let layout = self.layout()?;
         let checkpoint = match layout.base {
             Some(base) => {
@@ -476,8 +535,10 @@ fn fence(config: &KafkaStoreConfig, member: &Member) -> Result<()> {
 /// Whether an instance `layout` cuts its share from left its sink something only it can recover
 /// (the job then refuses the change of count, see [`crate::core::Job`]).
 fn sink_left_to_recover(config: &KafkaStoreConfig, found: &Scan, layout: &Layout) -> bool {
-    found.heads(&config.job).any(|(owner, key, bytes, checkpointed)| {
-        checkpointed && layout.reshare.iter().any(|m| m.owner == owner) && sink_to_recover(key, &config.job, bytes)
+    found.heads(&config.job).any(|h| {
+        h.checkpointed
+            && layout.reshare.iter().any(|m| m.owner == h.owner)
+            && sink_to_recover(h.key, &config.job, h.bytes)
     })
 }
 
@@ -485,11 +546,13 @@ fn sink_left_to_recover(config: &KafkaStoreConfig, found: &Scan, layout: &Layout
 /// stops the job (exit 3) naming its key.
 fn layout_of(config: &KafkaStoreConfig, found: &Scan) -> Result<Layout> {
     let mut members: Vec<Member> = Vec::new();
-    for (owner, key, bytes, checkpointed) in found.heads(&config.job) {
+    for head in found.heads(&config.job) {
+        let (owner, key, bytes) = (head.owner, head.key, head.bytes);
         check(key, &config.job, bytes).map_err(|e| state_error(config, key, e))?;
         if let Some(m) = members.last_mut().filter(|m| m.owner == owner) {
             // a claim beside the checkpoint of the same owner adds nothing
-            m.checkpointed |= checkpointed;
+            m.checkpointed |= head.checkpointed;
+            m.offset = m.offset.max(head.offset);
             continue;
         }
         let Some((generation, _)) = layout::parse_owner(&config.job, owner) else {
@@ -505,7 +568,8 @@ fn layout_of(config: &KafkaStoreConfig, found: &Scan) -> Result<Layout> {
             generation,
             instance,
             base: base_of(key, &config.job, bytes),
-            checkpointed,
+            checkpointed: head.checkpointed,
+            offset: head.offset,
         });
     }
     layout::resolve(&config.job, config.instance, &members).map_err(|m| Error::config("job.instance.count", m))

@@ -29,6 +29,8 @@ pub struct Member {
     /// It has a checkpoint (not only a claim: an instance about to cut its share claims its
     /// generation first, so an instance of the count before that starts again finds it).
     pub checkpointed: bool,
+    /// Where its latest record is in the topic (later records, higher offsets).
+    pub offset: i64,
 }
 
 /// Where an instance stands.
@@ -96,7 +98,7 @@ pub fn resolve(job: &str, instance: Instance, members: &[Member]) -> Result<Layo
             reshare: Vec::new(),
         });
     };
-    let (count, top) = generation(members, newest, instance.count.max(1))?;
+    let (count, top) = generation(members, newest)?;
     let base = top.values().next().and_then(|m| m.base);
     if top.values().any(|m| m.base != base) {
         return Err(format!(
@@ -127,16 +129,21 @@ pub fn resolve(job: &str, instance: Instance, members: &[Member]) -> Result<Layo
 }
 
 /// The members of `generation` by index, and their count (every record must say the same; in
-/// the first generation, records of another count than `prefer` beside those of `prefer` are
-/// left over from a `--reset-state` of an older tidegate, which started one instance over, and
-/// are passed over).
-fn generation(members: &[Member], generation: u64, prefer: usize) -> Result<(usize, BTreeMap<usize, &Member>), String> {
+/// the first generation, the records of other counts than that of its latest record are left
+/// over from a `--reset-state` of an older tidegate, which started one instance over, and are
+/// passed over).
+fn generation(members: &[Member], generation: u64) -> Result<(usize, BTreeMap<usize, &Member>), String> {
     let of = |m: &&Member| m.generation == generation;
-    let preferred = |m: &&Member| m.instance.is_some_and(|i| i.count == prefer);
-    let leftovers = generation == 0 && members.iter().filter(of).any(|m| preferred(&m));
+    let latest = members
+        .iter()
+        .filter(of)
+        .max_by_key(|m| m.offset)
+        .and_then(|m| m.instance);
+    let current =
+        |m: &&Member| generation > 0 || latest.is_none() || m.instance.map(|i| i.count) == latest.map(|i| i.count);
     let mut count = None;
     let mut top = BTreeMap::new();
-    for m in members.iter().filter(of).filter(|m| !leftovers || preferred(m)) {
+    for m in members.iter().filter(of).filter(current) {
         let Some(i) = m.instance else {
             return Err(format!(
                 "the job's checkpoint under {} does not say which instance wrote it (an older tidegate's): its share \
@@ -162,7 +169,7 @@ fn generation(members: &[Member], generation: u64, prefer: usize) -> Result<(usi
 
 /// The members of `generation`, one per index, or the error naming those with no checkpoint.
 fn complete(members: &[Member], generation: u64, now: &str) -> Result<Vec<Member>, String> {
-    let (count, top) = self::generation(members, generation, 0)?;
+    let (count, top) = self::generation(members, generation)?;
     let missing: Vec<String> = (0..count)
         .filter(|i| !top.get(i).is_some_and(|m| m.checkpointed))
         .map(|i| i.to_string())
@@ -193,6 +200,7 @@ mod tests {
             instance: Some(at(index, count)),
             base,
             checkpointed: true,
+            offset: 0,
         }
     }
 
@@ -276,15 +284,22 @@ mod tests {
 
     #[test]
     fn the_first_generation_passes_over_the_leftovers_of_another_count() {
-        // an older tidegate's --reset-state started instance 0 of 2 over beside a count-1 record
-        let members = [member(0, 0, 1, None), member(0, 0, 2, None), member(0, 1, 2, None)];
+        // an older tidegate's --reset-state started instance 0 of 2 over beside a count-1 record:
+        // the count of the latest record is the live one
+        let at_offset = |m: Member, offset| Member { offset, ..m };
+        let members = [
+            at_offset(member(0, 0, 1, None), 5),
+            at_offset(member(0, 0, 2, None), 9),
+            at_offset(member(0, 1, 2, None), 7),
+        ];
         let two = resolve("j", at(1, 2), &members).unwrap();
         assert_eq!((two.generation, two.owner.as_str(), two.reshare.len()), (0, "j#1", 0));
+        // a count of 1 now is a change from the live 2, not a return to the leftover
         let one = resolve("j", at(0, 1), &members).unwrap();
-        assert_eq!((one.generation, one.owner.as_str()), (0, "j"));
-        assert!(resolve("j", at(0, 3), &members)
-            .unwrap_err()
-            .contains("different counts"));
+        assert_eq!((one.generation, one.base), (1, Some(0)));
+        assert_eq!(one.reshare, members[1..].to_vec());
+        let three = resolve("j", at(0, 3), &members).unwrap();
+        assert_eq!((three.generation, three.reshare.len()), (1, 2));
     }
 
     #[test]
@@ -344,6 +359,7 @@ mod tests {
                             instance: Some(at),
                             base: layout.base,
                             checkpointed: false,
+                            offset: 0,
                         },
                         splits: BTreeMap::new(),
                     });
@@ -402,6 +418,7 @@ mod tests {
                             instance: Some(at),
                             base: layout.base,
                             checkpointed: true,
+                            offset: 0,
                         },
                         splits: next,
                     },

@@ -32,8 +32,9 @@ pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
     let context = || format!("reading checkpoint topic {} at {}", c.topic, c.bootstrap_servers);
     let high = high_watermark(c)?;
     let mut records = BTreeMap::new();
+    let mut offsets = BTreeMap::new();
     if high <= 0 {
-        return Ok(Scan { records });
+        return Ok(Scan { records, offsets });
     }
     let consumer = reader(c, &c.owner, "read_committed")?;
     let mut assignment = TopicPartitionList::new();
@@ -50,6 +51,7 @@ pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
                 if let Some(Ok(key)) = m.key_view::<str>() {
                     if owner_of_key(&c.job, key).is_some() {
                         records.insert(key.to_string(), m.payload().map(<[u8]>::to_vec));
+                        offsets.insert(key.to_string(), m.offset());
                     }
                 }
             }
@@ -72,7 +74,7 @@ pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
             if waiting {
                 info!(topic = %c.topic, offset = high, waited_ms = started.elapsed().as_millis() as u64, "checkpoint topic read to its end");
             }
-            return Ok(Scan { records });
+            return Ok(Scan { records, offsets });
         }
         if at_end && !waiting {
             // the end of the committed records, before the high watermark: an open transaction
@@ -106,6 +108,8 @@ pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
 /// tombstone).
 pub(super) struct Scan {
     pub(super) records: BTreeMap<String, Option<Vec<u8>>>,
+    /// The offset of each key's latest record (which of two records was written later).
+    pub(super) offsets: BTreeMap<String, i64>,
 }
 
 impl Scan {
@@ -118,9 +122,9 @@ impl Scan {
             .collect()
     }
 
-    /// The owners holding a live checkpoint or claim record, with it (`true`: a checkpoint), a
-    /// checkpoint before a claim of the same owner.
-    pub(super) fn heads<'s>(&'s self, job: &'s str) -> impl Iterator<Item = (&'s str, &'s str, &'s [u8], bool)> + 's {
+    /// The owners holding a live checkpoint or claim record, with it, a checkpoint before a claim
+    /// of the same owner.
+    pub(super) fn heads<'s>(&'s self, job: &'s str) -> impl Iterator<Item = Head<'s>> + 's {
         self.records.iter().filter_map(move |(key, value)| {
             let owner = owner_of_key(job, key)?;
             let checkpointed = match &key[owner.len()..] {
@@ -128,9 +132,26 @@ impl Scan {
                 "/claim" => false,
                 _ => return None,
             };
-            Some((owner, key.as_str(), value.as_deref()?, checkpointed))
+            Some(Head {
+                owner,
+                key,
+                bytes: value.as_deref()?,
+                checkpointed,
+                offset: self.offsets.get(key).copied().unwrap_or(-1),
+            })
         })
     }
+}
+
+/// An owner's checkpoint or claim record.
+pub(super) struct Head<'s> {
+    pub(super) owner: &'s str,
+    pub(super) key: &'s str,
+    pub(super) bytes: &'s [u8],
+    /// A checkpoint (else a claim).
+    pub(super) checkpointed: bool,
+    /// Where in the topic it was written.
+    pub(super) offset: i64,
 }
 
 /// The owner of `key` when it is one of `job`'s (`<owner>/…`, the owner `<job>`, `<job>#<i>` or
