@@ -125,6 +125,25 @@ fn value_counts(path: &Path) -> BTreeMap<String, usize> {
     counts
 }
 
+/// The exactly-once Kafka sink into `topic` (on the store's cluster: its transactions carry the
+/// checkpoints).
+fn eos_sink(kafka: &TestKafka, topic: &str) -> String {
+    format!(
+        "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{topic}\"\ndelivery = \"exactly_once\"",
+        kafka.bootstrap
+    )
+}
+
+/// How many times each value is in `topic`'s committed records.
+fn output_counts(kafka: &TestKafka, topic: &str) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for r in kafka.read_all(topic) {
+        let v = String::from_utf8(r.value.expect("a value")).expect("UTF-8");
+        *counts.entry(v).or_insert(0usize) += 1;
+    }
+    counts
+}
+
 fn assert_each_once(counts: &BTreeMap<String, usize>, n: usize, what: &str) {
     let missing: Vec<String> = (0..n)
         .map(|i| format!("value-{i}"))
@@ -145,10 +164,7 @@ fn a_replay_stopped_by_sigterm_resumes_from_an_empty_directory_exactly_once() {
     let out_topic = kafka.create_topic("store-out", 1);
     let state_topic = kafka.unique_topic("store-state");
     let name = kafka.unique_topic("store-job");
-    let sink = format!(
-        "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{out_topic}\"\ndelivery = \"exactly_once\"",
-        kafka.bootstrap
-    );
+    let sink = eos_sink(&kafka, &out_topic);
     let text = job(&kafka, &name, &topic, 2, &sink, &kafka_store(&state_topic));
     let port = free_port();
     let first_dir = JobDir::new();
@@ -175,11 +191,7 @@ fn a_replay_stopped_by_sigterm_resumes_from_an_empty_directory_exactly_once() {
         log.contains("resuming=true"),
         "the second run did not resume from the Kafka store:\n{log}"
     );
-    let mut counts = BTreeMap::new();
-    for r in kafka.read_all(&out_topic) {
-        let v = String::from_utf8(r.value.expect("a value")).expect("UTF-8");
-        *counts.entry(v).or_insert(0usize) += 1;
-    }
+    let counts = output_counts(&kafka, &out_topic);
     assert_each_once(
         &counts,
         n,
@@ -329,10 +341,7 @@ fn a_checkpoint_in_the_sink_s_transaction_is_lost_with_its_output_by_a_crash_bef
     let out_topic = kafka.create_topic("store-kip618-out", 1);
     let state_topic = kafka.unique_topic("store-kip618-state");
     let name = kafka.unique_topic("store-kip618-job");
-    let sink = format!(
-        "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{out_topic}\"\ndelivery = \"exactly_once\"",
-        kafka.bootstrap
-    );
+    let sink = eos_sink(&kafka, &out_topic);
     let dir = JobDir::new();
     let config = dir.config(&job(&kafka, &name, &topic, 2, &sink, &kafka_store(&state_topic)));
     let point = "checkpoint.after_state";
@@ -376,11 +385,7 @@ fn a_checkpoint_in_the_sink_s_transaction_is_lost_with_its_output_by_a_crash_bef
             "the crashed transaction is aborted at once and nothing is looked up ({unexpected:?}):\n{restart}"
         );
     }
-    let mut counts = BTreeMap::new();
-    for r in kafka.read_all(&out_topic) {
-        let v = String::from_utf8(r.value.expect("a value")).expect("UTF-8");
-        *counts.entry(v).or_insert(0usize) += 1;
-    }
+    let counts = output_counts(&kafka, &out_topic);
     assert_each_once(
         &counts,
         n,
@@ -468,10 +473,7 @@ fn a_second_process_fences_the_first_s_sink_and_the_output_holds_every_record_on
     let out_topic = kafka.create_topic("store-fence-eos-out", 1);
     let state_topic = kafka.unique_topic("store-fence-eos-state");
     let name = kafka.unique_topic("store-fence-eos-job");
-    let sink = format!(
-        "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{out_topic}\"\ndelivery = \"exactly_once\"",
-        kafka.bootstrap
-    );
+    let sink = eos_sink(&kafka, &out_topic);
     let text = job(&kafka, &name, &topic, 2, &sink, &kafka_store(&state_topic));
     let port = free_port();
     let first_dir = JobDir::new();
@@ -496,11 +498,7 @@ fn a_second_process_fences_the_first_s_sink_and_the_output_holds_every_record_on
     );
     let (status, second_log) = second.wait(MINUTE);
     assert_eq!(status.code(), Some(0), "the second process:\n{second_log}");
-    let mut counts = BTreeMap::new();
-    for r in kafka.read_all(&out_topic) {
-        let v = String::from_utf8(r.value.expect("a value")).expect("UTF-8");
-        *counts.entry(v).or_insert(0usize) += 1;
-    }
+    let counts = output_counts(&kafka, &out_topic);
     assert_each_once(
         &counts,
         n,
@@ -643,7 +641,7 @@ fn a_changed_instance_count_with_a_file_sink_is_refused_naming_job_instance_coun
     );
 }
 
-/// A bounded data generator job at 2,000 records/s (the whole job's rate), into a Kafka sink
+/// A bounded data generator job at 1,000 records/s (the whole job's rate), into a Kafka sink
 /// of `delivery` on the store's cluster (with `exactly_once`, its transactions carry the
 /// checkpoints).
 fn datagen_job(kafka: &TestKafka, name: &str, count: u64, out: &str, state_topic: &str, delivery: &str) -> String {
@@ -656,7 +654,7 @@ parallelism = 2
 [source]
 type = "datagen"
 count = {count}
-rate = 2000
+rate = 1000
 [source.fields]
 seq = {{ sequence = {{}} }}
 
@@ -714,7 +712,7 @@ fn an_at_least_once_datagen_job_s_instance_count_changes_and_clean_stops_write_e
 
 fn count_changes_write_every_index_once(delivery: &str) {
     let kafka = TestKafka::get();
-    let count = 6_000u64;
+    let count = 12_000u64;
     let out = kafka.create_topic("store-recount-out", 3);
     let state_topic = kafka.unique_topic("store-recount-state");
     let name = kafka.unique_topic("store-recount-job");
@@ -761,15 +759,12 @@ fn count_changes_write_every_index_once(delivery: &str) {
 #[test]
 fn a_kafka_source_job_s_instance_count_changes_between_runs_and_every_record_is_written_once() {
     let kafka = TestKafka::get();
-    let n = 3000;
+    let n = 4000;
     let topic = source_topic(&kafka, "store-recount-kafka", 6, n);
     let out = kafka.create_topic("store-recount-kafka-out", 1);
     let state_topic = kafka.unique_topic("store-recount-kafka-state");
     let name = kafka.unique_topic("store-recount-kafka-job");
-    let sink = format!(
-        "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{out}\"\ndelivery = \"exactly_once\"",
-        kafka.bootstrap
-    );
+    let sink = eos_sink(&kafka, &out);
     let text = job(&kafka, &name, &topic, 2, &sink, &kafka_store(&state_topic));
     let written = || kafka.read_all(&out).len();
     // the partitions move with their offsets: two instances, then three, then one to the end
@@ -791,11 +786,7 @@ fn a_kafka_source_job_s_instance_count_changes_between_runs_and_every_record_is_
         "three instances moved on from {after_two} to {after_three} of {n}"
     );
     logs.extend(run_instances(&text, 1, &[]));
-    let mut counts = BTreeMap::new();
-    for r in kafka.read_all(&out) {
-        let v = String::from_utf8(r.value.expect("a value")).expect("UTF-8");
-        *counts.entry(v).or_insert(0usize) += 1;
-    }
+    let counts = output_counts(&kafka, &out);
     assert_each_once(&counts, n, &logs.join("\n-----\n"));
 }
 
@@ -810,10 +801,7 @@ fn an_instance_of_the_count_before_started_again_after_the_change_began_is_refus
     let out = kafka.create_topic("store-claim-out", 1);
     let state_topic = kafka.unique_topic("store-claim-state");
     let name = kafka.unique_topic("store-claim-job");
-    let sink = format!(
-        "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{out}\"\ndelivery = \"exactly_once\"",
-        kafka.bootstrap
-    );
+    let sink = eos_sink(&kafka, &out);
     let text = job(&kafka, &name, &topic, 2, &sink, &kafka_store(&state_topic));
     let mut logs = run_instances(&text, 2, &["--set", "job.max_duration=\"1500ms\""]);
     // instance 0 of 3 cuts its share, its first checkpoint 20 s away
@@ -850,10 +838,6 @@ fn an_instance_of_the_count_before_started_again_after_the_change_began_is_refus
     logs.push(log);
     // the three to the end: instance 0 from its own checkpoint, 1 and 2 cut from the two's
     logs.extend(run_instances(&text, 3, &[]));
-    let mut counts = BTreeMap::new();
-    for r in kafka.read_all(&out) {
-        let v = String::from_utf8(r.value.expect("a value")).expect("UTF-8");
-        *counts.entry(v).or_insert(0usize) += 1;
-    }
+    let counts = output_counts(&kafka, &out);
     assert_each_once(&counts, n, &logs.join("\n-----\n"));
 }
