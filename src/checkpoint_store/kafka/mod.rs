@@ -11,6 +11,10 @@
 //! [`super::StateInTransaction`]); the store's own producer then only writes `--reset-state`'s
 //! tombstones.
 
+mod generations;
+mod producer;
+mod topic;
+
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -30,18 +34,12 @@ use super::{KafkaStoreConfig, SinkTransactionSlot};
 use crate::core::{CheckpointStore, StateError, StoredCheckpoint};
 use crate::error::{kafka, Error, Result};
 use crate::kafka::client::{client_config, fetch_metadata, TracingContext};
+use generations::{fence, layout_of};
+use producer::{producer_of, transactional_producer};
+use topic::{admin_call, topic_exists};
 
 /// How long a call to the cluster may take (metadata, a transaction, watermarks).
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The settings of a topic the store creates: compacted; a segment rolls every hour so the
-/// cleaner can drop superseded values; a value stays at least a minute before it may be compacted.
-const TOPIC_CONFIG: &[(&str, &str)] = &[
-    ("cleanup.policy", "compact"),
-    ("segment.ms", "3600000"),
-    ("min.compaction.lag.ms", "60000"),
-    ("delete.retention.ms", "86400000"),
-];
 
 /// A job's checkpoints in a compacted Kafka topic.
 pub struct KafkaCheckpointStore {
@@ -118,108 +116,6 @@ impl KafkaCheckpointStore {
             "checkpoint store: Kafka"
         );
         Ok(store)
-    }
-
-    /// Before this instance reads the last checkpoints of the instances of the count before:
-    /// claim its generation (an instance of the old count that starts again finds the claim and
-    /// is refused), fence them (none commits another checkpoint, or its output, after they are
-    /// read; a transaction one left open is aborted), and read the topic again, until the
-    /// layout holds still. Where one of them left its sink something only it can recover, the
-    /// job refuses the change: nobody is claimed or fenced then.
-    fn settle_reshare(&self) -> Result<()> {
-        let mut fenced = std::collections::BTreeSet::new();
-        for _ in 0..5 {
-            let Some(layout) = self.layout.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
-                return Ok(());
-            };
-            let (claimed, to_recover) = {
-                let scanned = self.scanned()?;
-                let found = scanned.as_ref().map(|s| &s.records);
-                let claimed = found.is_some_and(|r| r.get(&claim_key(&layout.owner)).is_some_and(Option::is_some));
-                (
-                    claimed,
-                    scanned
-                        .as_ref()
-                        .is_some_and(|s| sink_left_to_recover(&self.config, s, &layout)),
-                )
-            };
-            if layout.reshare.is_empty() || to_recover {
-                return Ok(());
-            }
-            if !claimed {
-                let (key, value) = claim_record(
-                    &layout.owner,
-                    &self.config.job,
-                    self.config.instance,
-                    layout.generation,
-                    layout.base,
-                )
-                .map_err(|e| state_error(&self.config, &claim_key(&layout.owner), e))?;
-                self.transaction(&[(key, Some(value))])?;
-            }
-            for member in &layout.reshare {
-                if fenced.insert(member.owner.clone()) {
-                    fence(&self.config, member)?;
-                }
-            }
-            let found = scan(&self.config)?;
-            let again = Some(layout_of(&self.config, &found)?);
-            *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = Some(found);
-            if again.as_ref() == Some(&layout) {
-                return Ok(());
-            }
-            // another instance wrote meanwhile (one of the count before finished a checkpoint
-            // before it was fenced, a sibling checkpointed): go by the newer view, in the same
-            // generation, or stop
-            if again.as_ref().map(|l| (l.generation, &l.owner)) != Some((layout.generation, &layout.owner)) {
-                return Err(Error::runtime(
-                    format!(
-                        "checkpoint topic {} at {}",
-                        self.config.topic, self.config.bootstrap_servers
-                    ),
-                    "another instance of the job changed its instance count while this one started: start it again",
-                ));
-            }
-            *self.layout.lock().unwrap_or_else(|p| p.into_inner()) = again;
-        }
-        Err(Error::runtime(
-            format!(
-                "checkpoint topic {} at {}",
-                self.config.topic, self.config.bootstrap_servers
-            ),
-            "the checkpoints of the instances of the count before kept changing while this instance read them: \
-             stop them, then start it again",
-        ))
-    }
-
-    /// Before the first checkpoint: read the layout again, now that every transactional id this
-    /// instance writes under is taken (the store's, and the sink's, which takes it when it
-    /// starts). An instance of another count that claimed a newer generation before then may
-    /// have read this instance's checkpoints without fencing these ids (it fenced the ones taken
-    /// before): this instance stops rather than write what the other now holds. After this, a
-    /// newer claim comes with a fencing that reaches it.
-    fn verify_layout(&self) -> Result<()> {
-        if self.verified.load(std::sync::atomic::Ordering::Relaxed) {
-            return Ok(());
-        }
-        let found = scan(&self.config)?;
-        let now = layout_of(&self.config, &found)?;
-        let was = self.layout()?;
-        if (now.generation, &now.owner) != (was.generation, &was.owner) {
-            return Err(Error::runtime(
-                format!(
-                    "checkpoint topic {} at {}",
-                    self.config.topic, self.config.bootstrap_servers
-                ),
-                format!(
-                    "an instance of the job with another job.instance.count claimed its state (generation {}) \
-                     while this one started: this one stops, its share is the other's now",
-                    now.generation.max(was.generation)
-                ),
-            ));
-        }
-        self.verified.store(true, std::sync::atomic::Ordering::Relaxed);
-        Ok(())
     }
 
     /// Where this instance stands; the error the store's state gives when it cannot be placed.
@@ -495,121 +391,6 @@ impl CheckpointStore for KafkaCheckpointStore {
     }
 }
 
-/// The store's producer, its transactions initialised: under the sink's transactional id when
-/// the checkpoints travel in the sink's transactions (the store's own id initialised once too:
-/// a process of this job that writes its state in its own transactions, an older tidegate or a
-/// config that names the sink's cluster otherwise, is fenced, and a store transaction it left
-/// open aborted, before the restore reads), else under the store's own.
-fn producer_of(config: &KafkaStoreConfig) -> Result<BaseProducer<TracingContext>> {
-    match &config.sink_transactional_id {
-        Some(sink_id) => {
-            drop(transactional_producer(
-                config,
-                &config.own_transactional_id(),
-                &config.properties,
-            )?);
-            // the sink's principal: its producer writes the state records from now on
-            transactional_producer(config, sink_id, &config.sink_properties)
-        }
-        None => transactional_producer(config, &config.transactional_id(), &config.properties),
-    }
-}
-
-/// Fence `member`, another instance of the job (of the count before, or any at `--reset-state`):
-/// its store's transactional id, and its exactly-once sink's when the checkpoints travel in the
-/// sink's transactions.
-fn fence(config: &KafkaStoreConfig, member: &Member) -> Result<()> {
-    drop(transactional_producer(
-        config,
-        &format!("tidegate.state.{}", member.owner),
-        &config.properties,
-    )?);
-    if let (Some(_), Some(instance)) = (&config.sink_transactional_id, member.instance) {
-        let id = layout::sink_transactional_id(&config.job, member.generation, instance);
-        drop(transactional_producer(config, &id, &config.sink_properties)?);
-    }
-    info!(owner = %member.owner, "another instance of the job fenced");
-    Ok(())
-}
-
-/// Whether an instance `layout` cuts its share from left its sink something only it can recover
-/// (the job then refuses the change of count, see [`crate::core::Job`]).
-fn sink_left_to_recover(config: &KafkaStoreConfig, found: &Scan, layout: &Layout) -> bool {
-    found.heads(&config.job).any(|h| {
-        h.checkpointed
-            && layout.reshare.iter().any(|m| m.owner == h.owner)
-            && sink_to_recover(h.key, &config.job, h.bytes)
-    })
-}
-
-/// Where this instance stands, from the checkpoint and claim records a scan found. A damaged one
-/// stops the job (exit 3) naming its key.
-fn layout_of(config: &KafkaStoreConfig, found: &Scan) -> Result<Layout> {
-    let mut members: Vec<Member> = Vec::new();
-    for head in found.heads(&config.job) {
-        let (owner, key, bytes) = (head.owner, head.key, head.bytes);
-        check(key, &config.job, bytes).map_err(|e| state_error(config, key, e))?;
-        if let Some(m) = members.last_mut().filter(|m| m.owner == owner) {
-            // a claim beside the checkpoint of the same owner adds nothing
-            m.checkpointed |= head.checkpointed;
-            m.offset = m.offset.max(head.offset);
-            continue;
-        }
-        let Some((generation, _)) = layout::parse_owner(&config.job, owner) else {
-            continue;
-        };
-        // the single instance of the first generation, whatever its record says
-        let instance = match owner == config.job {
-            true => Some(written_by(key, &config.job, bytes).unwrap_or_default()),
-            false => written_by(key, &config.job, bytes),
-        };
-        members.push(Member {
-            owner: owner.to_string(),
-            generation,
-            instance,
-            base: base_of(key, &config.job, bytes),
-            checkpointed: head.checkpointed,
-            offset: head.offset,
-        });
-    }
-    layout::resolve(&config.job, config.instance, &members).map_err(|m| Error::config("job.instance.count", m))
-}
-
-/// A transactional producer of the store's cluster under `id`, its transactions initialised: a
-/// transaction a crashed process left open under `id` is aborted, and a process still running
-/// with it is fenced.
-fn transactional_producer(
-    config: &KafkaStoreConfig,
-    id: &str,
-    properties: &std::collections::BTreeMap<String, String>,
-) -> Result<BaseProducer<TracingContext>> {
-    let producer: BaseProducer<TracingContext> = client_config(
-        &config.bootstrap_servers,
-        &[
-            ("transactional.id", id),
-            ("enable.idempotence", "true"),
-            ("acks", "all"),
-            ("transaction.timeout.ms", "60000"),
-            ("client.id", "tidegate-state"),
-            // a checkpoint's records leave at once: nothing else would join them
-            ("linger.ms", "0"),
-        ],
-        properties,
-    )
-    .create_with_context(TracingContext::new("state-store"))
-    .map_err(|e| kafka("creating the checkpoint store's producer", e))?;
-    producer.init_transactions(TIMEOUT).map_err(|e| {
-        kafka(
-            format!(
-                "initialising the checkpoint store's transactions (transactional.id {id}) at {}",
-                config.bootstrap_servers
-            ),
-            e,
-        )
-    })?;
-    Ok(producer)
-}
-
 /// A failed step of the store's transaction, in context.
 /// A fencing error (another producer took over the transactional id) says so.
 fn store_error(c: &KafkaStoreConfig, what: &str, e: KafkaError) -> Error {
@@ -632,20 +413,6 @@ fn store_error(c: &KafkaStoreConfig, what: &str, e: KafkaError) -> Error {
     )
 }
 
-/// Whether the topic exists; an unreachable cluster is an error naming its address.
-fn topic_exists(config: &KafkaStoreConfig) -> Result<bool> {
-    let reader = reader(config, &config.owner, "read_committed")?;
-    let what = format!(
-        "reaching the checkpoint store's cluster at {} ({}.bootstrap_servers)",
-        config.bootstrap_servers, config.cluster_of
-    );
-    let metadata = fetch_metadata(&reader, None, TIMEOUT, &config.properties, &what)?;
-    Ok(metadata
-        .topics()
-        .iter()
-        .any(|t| t.name() == config.topic && t.error().is_none() && !t.partitions().is_empty()))
-}
-
 /// The job's last checkpoint, read without taking over its transactional id (`state show`,
 /// `plan`: a running job is not fenced); `None` when the topic or the instance's records are
 /// missing.
@@ -665,75 +432,6 @@ fn state_error(config: &KafkaStoreConfig, key: &str, source: StateError) -> Erro
             config.topic, config.bootstrap_servers
         )),
         source,
-    }
-}
-
-/// Create the topic (`exists == false`), or check the existing one is compacted only.
-fn admin_call(config: &KafkaStoreConfig, exists: bool) -> Result<()> {
-    let topic = config.topic.as_str();
-    let context = format!("checkpoint topic {topic} at {}", config.bootstrap_servers);
-    let admin: AdminClient<TracingContext> = client_config(&config.bootstrap_servers, &[], &config.properties)
-        .create_with_context(TracingContext::new("state-admin"))
-        .map_err(|e| kafka("creating the checkpoint store's admin client", e))?;
-    let options = AdminOptions::new()
-        .operation_timeout(Some(TIMEOUT))
-        .request_timeout(Some(TIMEOUT));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("starting a runtime for the admin client", e))?;
-    if !exists {
-        let mut new_topic = NewTopic::new(topic, 1, TopicReplication::Fixed(-1));
-        for (k, v) in TOPIC_CONFIG {
-            new_topic = new_topic.set(k, v);
-        }
-        let results = runtime
-            .block_on(admin.create_topics([&new_topic], &options))
-            .map_err(|e| kafka(format!("creating {context}"), e))?;
-        for r in results {
-            match r {
-                Ok(_) => {
-                    // created with TOPIC_CONFIG: compacted by construction (a describe right
-                    // after the creation may not list the topic's configs yet)
-                    info!(topic, "checkpoint topic created (cleanup.policy=compact)");
-                    return Ok(());
-                }
-                // another process created it meanwhile: checked below like any existing topic
-                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((_, code)) => return Err(Error::runtime(format!("creating {context}"), code)),
-            }
-        }
-    }
-    // a topic created a moment ago may be described without its configs: ask again, a while
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let policy = loop {
-        let described = runtime
-            .block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options))
-            .map_err(|e| kafka(format!("describing {context}"), e))?;
-        let policy = match described.into_iter().next() {
-            Some(Ok(resource)) => resource.get("cleanup.policy").and_then(|e| e.value.clone()),
-            // created by another process a moment ago and not known to every broker yet (several
-            // instances create the topic at once): ask again, like a topic without configs
-            Some(Err(RDKafkaErrorCode::UnknownTopicOrPartition)) if Instant::now() < deadline => None,
-            Some(Err(code)) => return Err(Error::runtime(format!("describing {context}"), code)),
-            None => None,
-        };
-        if policy.is_some() || Instant::now() >= deadline {
-            break policy;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    match policy.as_deref() {
-        Some("compact") => Ok(()),
-        other => Err(Error::config(
-            "checkpoint.topic",
-            format!(
-                "{context} has cleanup.policy={}: the checkpoint store needs a compacted topic \
-                 (cleanup.policy=compact, without delete, or retention would remove a job's state); \
-                 choose another topic or change its policy",
-                other.unwrap_or("unknown")
-            ),
-        )),
     }
 }
 
