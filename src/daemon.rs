@@ -95,6 +95,18 @@ pub fn run(args: RunArgs) -> Result<()> {
 /// `checkpoint.path`.
 pub fn run_loaded(config: Config, state: Option<&Path>, reset_state: bool, no_progress: bool) -> Result<()> {
     init_logging(config.log.format);
+    if config.job.member.is_some() {
+        if let Some(path) = state {
+            return Err(Error::config(
+                "--state",
+                format!(
+                    "names a state file ({}), but the members of a consumer group keep their checkpoints in Kafka",
+                    path.display()
+                ),
+            ));
+        }
+        return crate::coordination::run(config, reset_state, no_progress);
+    }
     let state_path = state.map(Path::to_path_buf).or_else(|| config.checkpoint.path.clone());
     let opened = crate::checkpoint_store::open(&config, state)?;
     // read (and check) the state before anything starts: damaged state stops us here, untouched
@@ -179,43 +191,79 @@ async fn run_config(
     no_progress: bool,
     resuming: bool,
 ) -> Result<()> {
-    let stats = Arc::new(JobStats::default());
-    let metrics = Metrics::install(Arc::clone(&stats), &config.job.name)?;
-    let _server = match config.metrics.listen {
-        Some(addr) => {
-            let endpoint = crate::metrics::Endpoint {
-                metrics: Arc::clone(&metrics),
-                status: Arc::new(crate::metrics::StatusBoard::new(
-                    config.job.name.clone(),
-                    Arc::clone(&stats),
-                )),
-                control: config.metrics.control,
-            };
-            Some(crate::metrics::serve(addr, endpoint).await?)
-        }
-        None => None,
-    };
-    let (stop_tx, stop_rx) = watch::channel(false);
-    tokio::spawn(handle_signals(stop_tx));
+    let session = Session::start(config).await?;
+    let stop = session.stop.clone();
+    session.run_job(config, store, sink, stop, no_progress, resuming).await
+}
 
-    let mut options = JobOptions::new(config.job.name.clone(), config.job.parallelism);
-    options.checkpoint_interval = Some(config.checkpoint.interval);
-    options.max_duration = config.job.max_duration;
-    options.instance = config.job.instance;
-    info!(job = %config.job.name, source = config.source.kind(), parallelism = config.job.parallelism, resuming, "starting");
+/// What outlives one run of the job in a process: its counters, the metrics endpoint, and the
+/// signals (a group member runs its job again on each new assignment).
+pub(crate) struct Session {
+    stats: Arc<JobStats>,
+    metrics: Arc<Metrics>,
+    _server: Option<tokio::task::JoinHandle<()>>,
+    /// Set by the first SIGTERM or SIGINT.
+    pub(crate) stop: watch::Receiver<bool>,
+}
 
-    let source_ctx = source_context(config);
-    let job = RunJob {
-        sink,
-        options,
-        store,
-        stats,
-        stop: stop_rx,
-        no_progress,
-    };
-    let outcome = config.source.visit(&source_ctx, job)?.await;
-    metrics.sync();
-    outcome
+impl Session {
+    /// Install the metrics (serving them when `metrics.listen` says so) and the signal handlers.
+    pub(crate) async fn start(config: &Config) -> Result<Session> {
+        let stats = Arc::new(JobStats::default());
+        let metrics = Metrics::install(Arc::clone(&stats), &config.job.name)?;
+        let _server = match config.metrics.listen {
+            Some(addr) => {
+                let endpoint = crate::metrics::Endpoint {
+                    metrics: Arc::clone(&metrics),
+                    status: Arc::new(crate::metrics::StatusBoard::new(
+                        config.job.name.clone(),
+                        Arc::clone(&stats),
+                    )),
+                    control: config.metrics.control,
+                };
+                Some(crate::metrics::serve(addr, endpoint).await?)
+            }
+            None => None,
+        };
+        let (stop_tx, stop) = watch::channel(false);
+        tokio::spawn(handle_signals(stop_tx));
+        Ok(Session {
+            stats,
+            metrics,
+            _server,
+            stop,
+        })
+    }
+
+    /// Run the configured job once, stopping it gracefully when `stop` turns true.
+    pub(crate) async fn run_job(
+        &self,
+        config: &Config,
+        store: Option<Arc<dyn CheckpointStore>>,
+        sink: Box<dyn Sink<Record>>,
+        stop: watch::Receiver<bool>,
+        no_progress: bool,
+        resuming: bool,
+    ) -> Result<()> {
+        let mut options = JobOptions::new(config.job.name.clone(), config.job.parallelism);
+        options.checkpoint_interval = Some(config.checkpoint.interval);
+        options.max_duration = config.job.max_duration;
+        options.instance = config.job.instance;
+        info!(job = %config.job.name, source = config.source.kind(), parallelism = config.job.parallelism, resuming, "starting");
+
+        let source_ctx = source_context(config);
+        let job = RunJob {
+            sink,
+            options,
+            store,
+            stats: Arc::clone(&self.stats),
+            stop,
+            no_progress,
+        };
+        let outcome = config.source.visit(&source_ctx, job)?.await;
+        self.metrics.sync();
+        outcome
+    }
 }
 
 /// Runs the configured source's job (the visitor the registry hands the built source to).

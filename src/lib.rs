@@ -12,6 +12,7 @@ pub(crate) mod checkpoint_store;
 pub mod cli;
 pub(crate) mod config;
 pub(crate) mod connector;
+pub(crate) mod coordination;
 pub(crate) mod daemon;
 pub(crate) mod datagen;
 pub(crate) mod expr;

@@ -66,6 +66,30 @@ pub fn sink_transactional_id(job: &str, generation: u64, instance: Instance) -> 
     }
 }
 
+/// The owner name of member `member` of a group-coordinated job: `<job>@<member>`. Group members
+/// have no generations: a member's checkpoints hold the splits it was last assigned.
+pub fn member_owner(job: &str, member: &str) -> String {
+    format!("{job}@{member}")
+}
+
+/// The owner name of one run of member `member` (its job on one assignment): `<job>@<member>~<run>`.
+/// A split is restored from the newest checkpoint that holds it, so a run never writes over the
+/// checkpoints of the runs before it: the last one to hold a split keeps it until a newer run
+/// holds it.
+pub fn member_run_owner(job: &str, member: &str, run: &str) -> String {
+    format!("{job}@{member}~{run}")
+}
+
+/// The member an owner name of a group-coordinated `job` names (`<job>@<member>`, with the run
+/// after a `~`).
+pub fn parse_member<'o>(job: &str, owner: &'o str) -> Option<&'o str> {
+    owner
+        .strip_prefix(job)?
+        .strip_prefix('@')
+        .filter(|m| !m.is_empty() && !m.contains(['/', '@', '#']))
+        .map(|m| m.split_once('~').map_or(m, |(member, _)| member))
+}
+
 /// The generation and index an owner name of `job` says (`<job>`: index 0 of the first), or
 /// `None` when it is not one of `job`'s.
 pub fn parse_owner(job: &str, owner: &str) -> Option<(u64, usize)> {

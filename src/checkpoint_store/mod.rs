@@ -54,6 +54,9 @@ pub struct KafkaStoreConfig {
     pub job: String,
     /// `job.instance`: which share of the job this process has, of how many.
     pub instance: crate::core::Instance,
+    /// `job.member` with `job.coordination = "group"`: the owner is `<job>@<member>`, and the
+    /// splits a member restores are each from the newest checkpoint of any member that holds it.
+    pub member: Option<String>,
     /// The key prefix of this instance's records: the job's name, with the instance when the job
     /// runs as several (`<job>#<index>`), and the generation after a change of the instance count
     /// ([`layout::owner_of`]; the first generation's until the store is open).
@@ -84,7 +87,21 @@ impl KafkaStoreConfig {
     /// does not carry the checkpoints (and fenced when it does, see
     /// [`kafka::KafkaCheckpointStore::open`]).
     pub fn own_transactional_id(&self) -> String {
-        format!("tidegate.state.{}", self.owner)
+        match &self.member {
+            // one id per member, whichever run of it writes
+            Some(member) => format!("tidegate.state.{}", layout::member_owner(&self.job, member)),
+            None => format!("tidegate.state.{}", self.owner),
+        }
+    }
+
+    /// A group member's store for its run on a new assignment: its records under keys of their
+    /// own, `<job>@<member>~<run>`, so that no later run overwrites the checkpoint that last
+    /// held a split another member has not checkpointed yet (see [`layout::member_run_owner`]).
+    pub fn for_run(mut self, run: &str) -> Self {
+        if let Some(member) = &self.member {
+            self.owner = layout::member_run_owner(&self.job, member, run);
+        }
+        self
     }
 }
 
@@ -151,12 +168,12 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
                     "not used with checkpoint.store = \"kafka\" (the state is in checkpoint.topic): remove it",
                 ));
             }
-            if let Some(c) = job.name.chars().find(|c| matches!(c, '/' | '#')) {
+            if let Some(c) = job.name.chars().find(|c| matches!(c, '/' | '#' | '@')) {
                 return Err(Error::config(
                     "job.name",
                     format!(
                         "must not contain '{c}' with checkpoint.store = \"kafka\" (the name starts the keys of the \
-                         job's state records, '#' marks an instance and '/' ends the name)"
+                         job's state records, '#' marks an instance, '@' a group member and '/' ends the name)"
                     ),
                 ));
             }
@@ -198,7 +215,10 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
             if topic.trim().is_empty() {
                 return Err(Error::config("checkpoint.topic", "must not be empty"));
             }
-            let owner = layout::owner_of(&job.name, 0, job.instance);
+            let owner = match &job.member {
+                Some(member) => layout::member_owner(&job.name, member),
+                None => layout::owner_of(&job.name, 0, job.instance),
+            };
             // an exactly-once sink on the same cluster carries the checkpoints in its transactions
             let (sink_transactional_id, sink_properties) = match sink {
                 SinkConfig::Kafka(k)
@@ -219,6 +239,7 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
                 properties,
                 job: job.name.clone(),
                 instance: job.instance,
+                member: job.member.clone(),
                 owner,
                 sink_transactional_id,
                 sink_properties,

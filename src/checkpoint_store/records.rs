@@ -256,10 +256,48 @@ pub fn assemble(
     Ok(Some(Value::Object(checkpoint)))
 }
 
+/// Whether a read of `owner`'s records (`latest`) caught a checkpoint half way: a part of it (a
+/// split's or the enumerator's record) newer than its job record, which its transaction writes
+/// last. A read that stops at the end of the log as it was when the read began can cut another
+/// process's transaction that way (a group member checkpointing while another restores); the rest
+/// of that transaction is in the log by then, and a second read finds it whole.
+pub fn torn(owner: &str, job: &str, latest: &BTreeMap<String, Option<Vec<u8>>>) -> bool {
+    let id = |key: &str| match latest.get(key) {
+        Some(Some(bytes)) => decode(key, job, bytes).ok().map(|e| e.checkpoint_id),
+        _ => None,
+    };
+    let Some(head) = id(&checkpoint_key(owner)) else {
+        return false;
+    };
+    latest
+        .keys()
+        .filter(|k| k.as_str() != checkpoint_key(owner) && k.as_str() != claim_key(owner))
+        .any(|k| id(k).is_some_and(|part| part > head))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_read_that_caught_a_checkpoint_half_way_is_told_from_damage() {
+        let first = records_of("j@a", "j", &checkpoint(1, &[("t-0", 5), ("t-1", 7)])).unwrap();
+        let second = records_of("j@a", "j", &checkpoint(2, &[("t-0", 9)])).unwrap();
+        let whole = latest(first.clone());
+        assert!(!torn("j@a", "j", &whole));
+        // the second checkpoint's split record read, its job record not yet
+        let mut half = whole.clone();
+        half.insert(second[0].0.clone(), Some(second[0].1.clone()));
+        assert!(torn("j@a", "j", &half));
+        assert!(assemble("j@a", "j", &half).is_err(), "assembled, it is inconsistent");
+        let both = latest(first.into_iter().chain(second));
+        assert!(!torn("j@a", "j", &both));
+        assert_eq!(
+            assemble("j@a", "j", &both).unwrap().unwrap()["splits"],
+            json!([{"next": 9}])
+        );
+    }
 
     fn checkpoint(id: u64, splits: &[(&str, u64)]) -> StoredCheckpoint {
         StoredCheckpoint {

@@ -158,7 +158,8 @@ pub(super) struct Head<'s> {
 /// `<job>#<i>~<generation>`: see [`super::layout`]).
 fn owner_of_key<'k>(job: &str, key: &'k str) -> Option<&'k str> {
     let (owner, _) = key.split_once('/')?;
-    super::layout::parse_owner(job, owner).map(|_| owner)
+    let ours = super::layout::parse_owner(job, owner).is_some() || super::layout::parse_member(job, owner).is_some();
+    ours.then_some(owner)
 }
 
 /// The end of partition 0 of the state topic, uncommitted records included: what a scan must

@@ -284,6 +284,7 @@ pub fn validate(path: &Path, tree: Value) -> Result<Config> {
     let (kind, body) = tagged("sink", raw.sink, SinkConfig::TYPES)?;
     let sink = SinkConfig::validate(&kind, body)?;
     let store = crate::checkpoint_store::validate(&raw.checkpoint, &job, &source, &sink)?;
+    crate::coordination::validate(&job, &source, &sink, &store)?;
     let checkpoint = CheckpointConfig {
         store,
         path: raw.checkpoint.path.map(PathBuf::from),
@@ -336,6 +337,7 @@ fn validate_job(path: &Path, raw: RawJob) -> Result<JobConfig> {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "tidegate".into())
     });
+    let instance_set = raw.instance.is_some();
     let instance = match raw.instance {
         None => Instance::default(),
         Some(i) => {
@@ -352,7 +354,34 @@ fn validate_job(path: &Path, raw: RawJob) -> Result<JobConfig> {
             }
         }
     };
+    let member = match raw.coordination.as_deref().unwrap_or("static") {
+        "static" => {
+            if raw.member.is_some() {
+                return Err(Error::config(
+                    "job.member",
+                    "only used with job.coordination = \"group\"",
+                ));
+            }
+            None
+        }
+        "group" => {
+            if instance_set {
+                return Err(Error::config(
+                    "job.instance",
+                    "not used with job.coordination = \"group\" (the consumer group assigns the partitions): remove it",
+                ));
+            }
+            Some(member_name(raw.member)?)
+        }
+        other => {
+            return Err(Error::config(
+                "job.coordination",
+                format!("unknown coordination {other:?}; one of static, group"),
+            ))
+        }
+    };
     Ok(JobConfig {
+        member,
         name,
         parallelism: positive("job.parallelism", raw.parallelism)?,
         max_duration: optional_duration("job.max_duration", raw.max_duration.as_deref())?,
@@ -365,6 +394,31 @@ fn validate_job(path: &Path, raw: RawJob) -> Result<JobConfig> {
         )?,
         queue_capacity: positive("job.queue_capacity", raw.queue_capacity)?,
     })
+}
+
+/// `job.member`, or the host name: letters, digits, `.`, `_` and `-` (it names state records and
+/// transactional ids).
+fn member_name(configured: Option<String>) -> Result<String> {
+    let name = match configured {
+        Some(name) => name,
+        None => std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| Error::config("job.member", "required: no host name to default to"))?,
+    };
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Err(Error::config(
+            "job.member",
+            format!("{name:?} must be letters, digits, '.', '_' and '-' only"),
+        ));
+    }
+    Ok(name)
 }
 
 /// Split a `source`/`sink` table into its `type` and the rest.

@@ -61,6 +61,13 @@ pub struct RawJob {
     /// Capacity of each reader's queue of fetched batches (Flink's default is 2).
     #[serde(default = "two")]
     pub queue_capacity: i64,
+    /// How the processes of a job share its splits: "static" (the default: `job.instance`) or
+    /// "group" (a Kafka source's partitions assigned by the consumer group `tidegate-<job>`;
+    /// needs checkpoint.store = "kafka").
+    pub coordination: Option<String>,
+    /// With coordination = "group": this process's name in the group, unique among the job's
+    /// processes (its state records' keys and transactional ids). Default: the host name.
+    pub member: Option<String>,
 }
 
 impl Default for RawJob {
@@ -72,6 +79,8 @@ impl Default for RawJob {
             instance: None,
             fetcher_mode: None,
             queue_capacity: 2,
+            coordination: None,
+            member: None,
         }
     }
 }

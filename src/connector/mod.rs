@@ -34,6 +34,9 @@ pub struct JobConfig {
     pub fetcher_mode: FetcherMode,
     /// Capacity of each reader's queue of fetched batches.
     pub queue_capacity: usize,
+    /// `job.coordination = "group"`: this process's member name (`job.member`); `None`: static
+    /// instances (`job.instance`).
+    pub member: Option<String>,
 }
 
 /// What a source is built with, besides its own config.

@@ -145,7 +145,7 @@ impl<S: Source> Job<S> {
             checkpoints.push(cp);
         }
         let mut seen = std::collections::HashSet::new();
-        for cp in &checkpoints {
+        for cp in checkpoints.iter().filter(|_| !store.parts_may_overlap()) {
             for snap in &cp.splits {
                 let id = snap.split.split_id();
                 if !seen.insert(id.clone()) {
@@ -170,14 +170,16 @@ impl<S: Source> Job<S> {
         let stop_timestamp = checkpoints.iter().filter_map(|c| c.stop_timestamp).min();
         let source_settings = checkpoints[0].source_settings.clone();
         let (job, source) = (checkpoints[0].job.clone(), checkpoints[0].source.clone());
+        let parts_count = checkpoints.len();
         let parts = checkpoints.into_iter().map(|c| (c.enumerator, c.splits)).collect();
         let (enumerator, splits) = self.source.reshare(parts, self.options.parallelism)?;
         info!(
+            parts = parts_count,
             was = was.count,
             now = self.options.instance.count,
             index = self.options.instance.index,
             splits = splits.len(),
-            "job.instance.count changed: this instance's share cut from the last checkpoints of the instances before"
+            "this instance's share cut from the last checkpoints of the instances before (a changed job.instance.count, or a consumer group's new assignment)"
         );
         Ok(Some(Checkpoint {
             job,

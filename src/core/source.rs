@@ -79,7 +79,9 @@ pub trait Source: Send + Sync + 'static {
     /// run before, and the answer is the enumerator state and the snapshots of the splits this
     /// instance owns now, for a job of `parallelism` readers. Every split of `parts` must end up
     /// with exactly one instance of the new count (each instance cuts its share from the same
-    /// parts), the one that would own it were it discovered now. The default refuses: a source
+    /// parts), the one that would own it were it discovered now. Parts come oldest first; where
+    /// two hold a split (a consumer group's members, [`crate::CheckpointStore::parts_may_overlap`]),
+    /// the later one's stands. The default refuses: a source
     /// whose splits cannot move between instances.
     fn reshare(&self, parts: Vec<Share<Self>>, parallelism: usize) -> Result<Share<Self>> {
         let _ = (parts, parallelism);

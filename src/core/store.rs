@@ -37,6 +37,14 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
         Ok(Vec::new())
     }
 
+    /// Whether [`CheckpointStore::load_reshare`]'s checkpoints may hold the same split (a group
+    /// member's older checkpoint beside the newer one of the member that took the split over):
+    /// they come oldest first then, and the newest holding a split stands. Otherwise (the
+    /// default) a split in two of them is damaged state.
+    fn parts_may_overlap(&self) -> bool {
+        false
+    }
+
     /// Whether a job would resume from something: its last checkpoint, or the checkpoints its
     /// share is cut from.
     fn resumes(&self) -> Result<bool> {

@@ -309,7 +309,7 @@ pub fn discover(
             }
         }
     }
-    partitions.retain(|(t, p)| instance_owns(t, *p, parallelism, settings.instance));
+    partitions.retain(|(t, p)| settings.owns(t, *p, parallelism));
     // ids are a check, not a need: a broker without them (or refusing the call) leaves it out,
     // and so does one slow to answer (librdkafka may wait for a controller it does not know):
     // the check must not hold a discovery for the whole request timeout

@@ -65,6 +65,9 @@ pub(crate) struct KafkaSourceSettings {
     /// Timeout of metadata and offset requests.
     pub(crate) request_timeout: Duration,
     pub(crate) instance: Instance,
+    /// With `job.coordination = "group"`: the partitions the consumer group assigned to this
+    /// process (`None`: the instance's share, [`discovery::instance_owns`]).
+    pub(crate) assignment: Option<Arc<std::collections::BTreeSet<TopicPartition>>>,
     /// librdkafka's `auto.offset.reset` for a position deleted by retention: `error` (default),
     /// `earliest` or `latest`.
     pub(crate) offset_reset: String,
@@ -83,7 +86,18 @@ impl KafkaSourceSettings {
             properties: BTreeMap::new(),
             request_timeout: Duration::from_secs(30),
             instance: Instance::default(),
+            assignment: None,
             offset_reset: "error".to_string(),
+        }
+    }
+}
+
+impl KafkaSourceSettings {
+    /// Whether this process reads a partition: the group's assignment, or the instance's share.
+    pub(crate) fn owns(&self, topic: &str, partition: i32, parallelism: usize) -> bool {
+        match &self.assignment {
+            Some(assigned) => assigned.iter().any(|(t, p)| t == topic && *p == partition),
+            None => discovery::instance_owns(topic, partition, parallelism, self.instance),
         }
     }
 }
@@ -406,20 +420,46 @@ impl Source for KafkaSource {
     /// The partitions move with their positions to the instance discovery deals them to now;
     /// partitions no instance knew are discovered as new ones.
     fn reshare(&self, parts: Vec<crate::core::Share<Self>>, parallelism: usize) -> Result<crate::core::Share<Self>> {
-        let instance = self.settings.instance;
-        let owns = |s: &KafkaPartitionSplit| discovery::instance_owns(&s.topic, s.partition, parallelism, instance);
+        let owns = |s: &KafkaPartitionSplit| self.settings.owns(&s.topic, s.partition, parallelism);
         let mut state = KafkaEnumeratorState {
             initial_discovery_done: true,
             ..Default::default()
         };
-        let mut splits = Vec::new();
+        // parts come oldest first: where two hold a split (a group member's checkpoint from
+        // before another member took the split over), the newer one's stands
+        let mut known = std::collections::BTreeMap::new();
+        let mut splits = std::collections::BTreeMap::new();
         for (part, snapshots) in parts {
             state.initial_discovery_done &= part.initial_discovery_done;
             state.settings = state.settings.or(part.settings);
-            state.splits.extend(part.splits.into_iter().filter(|k| owns(&k.split)));
-            splits.extend(snapshots.into_iter().filter(|s| owns(&s.split)));
+            let (held, snapshots): (Vec<_>, Vec<_>) = (
+                part.splits.into_iter().filter(|k| owns(&k.split)).collect(),
+                snapshots.into_iter().filter(|s| owns(&s.split)).collect(),
+            );
+            let ids: std::collections::BTreeSet<Arc<str>> = held
+                .iter()
+                .map(|k| crate::core::SourceSplit::split_id(&k.split))
+                .chain(snapshots.iter().map(|s| crate::core::SourceSplit::split_id(&s.split)))
+                .collect();
+            for id in &ids {
+                known.remove(id);
+                splits.remove(id);
+            }
+            known.extend(
+                held.into_iter()
+                    .map(|k| (crate::core::SourceSplit::split_id(&k.split), k)),
+            );
+            splits.extend(
+                snapshots
+                    .into_iter()
+                    .map(|s| (crate::core::SourceSplit::split_id(&s.split), s)),
+            );
         }
-        Ok((state, splits))
+        state.splits = known.into_values().collect();
+        // a group member's partition that no member held yet starts where the config says,
+        // as it would have had it been assigned at the first start
+        state.initial_discovery_done &= self.settings.assignment.is_none();
+        Ok((state, splits.into_values().collect()))
     }
 
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {

@@ -20,6 +20,7 @@ mod examples;
 mod faults;
 mod filters;
 mod formats;
+mod group;
 mod instances;
 mod kafka_source;
 mod kubernetes;

@@ -27,7 +27,7 @@ use tracing::{debug, info, warn};
 
 use super::layout::{self, Layout, Member};
 use super::records::{
-    assemble, base_of, check, checkpoint_key, claim_key, claim_record, records_of, sink_to_recover, written_by,
+    assemble, base_of, check, checkpoint_key, claim_key, claim_record, records_of, sink_to_recover, torn, written_by,
 };
 use super::scan::{reader, scan, Scan};
 use super::{KafkaStoreConfig, SinkTransactionSlot};
@@ -40,6 +40,9 @@ use topic::{admin_call, topic_exists};
 
 /// How long a call to the cluster may take (metadata, a transaction, watermarks).
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// How many times a group member reads the topic again when a read cut another member's
+/// checkpoint (each read cuts at most the checkpoints in flight at its end).
+const TORN_READS: usize = 20;
 
 /// A job's checkpoints in a compacted Kafka topic.
 pub struct KafkaCheckpointStore {
@@ -82,6 +85,9 @@ impl KafkaCheckpointStore {
         admin_call(&config, exists)?;
         let mut producer = producer_of(&config)?;
         let found = scan(&config)?;
+        if config.member.is_some() {
+            return Ok(Self::group_member(config, producer, found));
+        }
         let layout = layout_of(&config, &found).ok();
         if let Some(layout) = layout.as_ref().filter(|l| l.generation > 0) {
             config.owner = layout.owner.clone();
@@ -116,6 +122,72 @@ impl KafkaCheckpointStore {
             "checkpoint store: Kafka"
         );
         Ok(store)
+    }
+
+    /// The store of a group member (`job.coordination = "group"`): no generations to settle, its
+    /// ids are its own (`<job>@<member>`); see [`CheckpointStore::load_reshare`].
+    fn group_member(config: KafkaStoreConfig, producer: BaseProducer<TracingContext>, found: Scan) -> Self {
+        let in_sink = config.sink_transactional_id.clone().map(SinkTransactionSlot::new);
+        let layout = Layout {
+            generation: 0,
+            owner: config.owner.clone(),
+            base: None,
+            reshare: Vec::new(),
+        };
+        info!(
+            topic = %config.topic,
+            bootstrap = %config.bootstrap_servers,
+            owner = %config.owner,
+            in_sink_transactions = config.sink_transactional_id.is_some(),
+            "checkpoint store: Kafka, as a member of the job's consumer group"
+        );
+        KafkaCheckpointStore {
+            config,
+            producer: Mutex::new(producer),
+            layout: Mutex::new(Some(layout)),
+            scanned: Mutex::new(Some(found)),
+            reset: std::sync::atomic::AtomicBool::new(false),
+            verified: std::sync::atomic::AtomicBool::new(true),
+            in_sink,
+        }
+    }
+
+    /// The last checkpoint of every member of the job's group, oldest first (by where each was
+    /// written in the topic): a split is restored from the newest that holds it.
+    fn group_checkpoints(&self) -> Result<Vec<serde_json::Value>> {
+        let mut scanned = self.scanned()?;
+        // the other members checkpoint while this one reads: a read that cut one's transaction
+        // is read again (the rest of that transaction is in the log by then)
+        for _ in 0..TORN_READS {
+            let torn = scanned.as_ref().is_some_and(|found| {
+                found
+                    .heads(&self.config.job)
+                    .filter(|h| layout::parse_member(&self.config.job, h.owner).is_some())
+                    .any(|h| torn(h.owner, &self.config.job, &found.of(h.owner)))
+            });
+            if !torn {
+                break;
+            }
+            debug!("the read of the checkpoint topic cut another member's checkpoint; reading again");
+            *scanned = Some(scan(&self.config)?);
+        }
+        let Some(found) = scanned.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let mut heads: Vec<(i64, &str)> = found
+            .heads(&self.config.job)
+            .filter(|h| h.checkpointed && layout::parse_member(&self.config.job, h.owner).is_some())
+            .map(|h| (h.offset, h.owner))
+            .collect();
+        heads.sort();
+        heads
+            .into_iter()
+            .filter_map(|(_, owner)| {
+                assemble(owner, &self.config.job, &found.of(owner))
+                    .map_err(|(key, e)| state_error(&self.config, &key, e))
+                    .transpose()
+            })
+            .collect()
     }
 
     /// Where this instance stands; the error the store's state gives when it cannot be placed.
@@ -307,6 +379,10 @@ impl CheckpointStore for KafkaCheckpointStore {
     /// What the scan at the opening found, until a write or a reset (one restore, one answer).
     /// Only this instance's records are read (and must be sound).
     fn load(&self) -> Result<Option<serde_json::Value>> {
+        if self.config.member.is_some() {
+            // a member's own last checkpoint is one part of what it restores
+            return Ok(None);
+        }
         self.layout()?;
         let scanned = self.scanned()?;
         let records = scanned.as_ref().map(|s| s.of(&self.config.owner)).unwrap_or_default();
@@ -315,7 +391,14 @@ impl CheckpointStore for KafkaCheckpointStore {
 
     /// The last checkpoints of the instances of the count before, when this instance has none
     /// of its own in the newest generation (none after `--reset-state`).
+    /// A group member: the last checkpoints of every member (its own included), oldest first.
     fn load_reshare(&self) -> Result<Vec<serde_json::Value>> {
+        if self.config.member.is_some() {
+            if self.reset.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(Vec::new());
+            }
+            return self.group_checkpoints();
+        }
         let layout = self.layout()?;
         if self.reset.load(std::sync::atomic::Ordering::Relaxed) || layout.reshare.is_empty() {
             return Ok(Vec::new());
@@ -389,6 +472,10 @@ impl CheckpointStore for KafkaCheckpointStore {
     fn commits_with_sink(&self) -> bool {
         self.in_sink.is_some()
     }
+
+    fn parts_may_overlap(&self) -> bool {
+        self.config.member.is_some()
+    }
 }
 
 /// A failed step of the store's transaction, in context.
@@ -421,7 +508,10 @@ pub fn read_only(config: &KafkaStoreConfig) -> Result<Option<serde_json::Value>>
         return Ok(None);
     }
     let found = scan(config)?;
-    let owner = layout_of(config, &found)?.owner;
+    let owner = match &config.member {
+        Some(_) => config.owner.clone(),
+        None => layout_of(config, &found)?.owner,
+    };
     assemble(&owner, &config.job, &found.of(&owner)).map_err(|(key, e)| state_error(config, &key, e))
 }
 
@@ -453,6 +543,7 @@ mod tests {
             properties: BTreeMap::new(),
             job: "j".into(),
             instance: crate::core::Instance::default(),
+            member: None,
             owner: "j".into(),
             sink_transactional_id: None,
             sink_properties: BTreeMap::new(),

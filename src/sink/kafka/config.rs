@@ -96,7 +96,9 @@ pub struct KafkaSinkConfig {
 
 /// The transactional id of a job's exactly-once Kafka sink.
 pub fn transactional_id(job: &JobConfig) -> String {
-    if job.instance.count > 1 {
+    if let Some(member) = &job.member {
+        format!("tidegate-{}@{member}", job.name)
+    } else if job.instance.count > 1 {
         format!("tidegate-{}-{}", job.name, job.instance.index)
     } else {
         format!("tidegate-{}", job.name)

@@ -1,0 +1,194 @@
+//! Instances coordinated by Kafka's group protocol (`job.coordination = "group"`): each process
+//! is a member of the consumer group `tidegate-<job>` that reads no records itself; the broker's
+//! assignment to it is the set of partitions its job reads. A rebalance is eager (Kafka Connect's
+//! first protocol): every member stops its job with a final checkpoint before it releases its
+//! partitions, and starts it again on its new assignment, each split restored from the newest
+//! checkpoint of the Kafka store that holds it, whichever member wrote it.
+
+mod membership;
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tracing::info;
+
+use crate::checkpoint_store::StoreConfig;
+use crate::config::Config;
+use crate::connector::{JobConfig, SinkConfig, SourceConfig};
+use crate::error::{Error, Result};
+pub use membership::{Change, Membership};
+
+/// The consumer group of a job's members.
+pub fn group_id(job: &str) -> String {
+    format!("tidegate-{job}")
+}
+
+/// Check a group-coordinated job against its source, sink and store: a Kafka source subscribed
+/// by topic names (or partitions), state in the Kafka store (any member may take any split), and
+/// a sink whose output does not stay on one machine or with one transactional id.
+pub fn validate(job: &JobConfig, source: &SourceConfig, sink: &SinkConfig, store: &StoreConfig) -> Result<()> {
+    if job.member.is_none() {
+        return Ok(());
+    }
+    let SourceConfig::Kafka(k) = source else {
+        return Err(Error::config(
+            "job.coordination",
+            format!(
+                "\"group\" assigns a Kafka source's partitions, not a {} source's work: use job.instance",
+                source.kind()
+            ),
+        ));
+    };
+    if matches!(k.settings.subscription, crate::kafka::Subscription::Pattern(_)) {
+        return Err(Error::config(
+            "source.topic_pattern",
+            "not used with job.coordination = \"group\" (the group subscribes by topic name): list source.topics",
+        ));
+    }
+    let StoreConfig::Kafka(store) = store else {
+        return Err(Error::config(
+            "checkpoint.store",
+            "must be \"kafka\" with job.coordination = \"group\": a member takes over partitions another member \
+             checkpointed, so the state must be where every member can read it",
+        ));
+    };
+    match sink {
+        SinkConfig::File(_) => Err(Error::config(
+            "sink.type",
+            "\"file\" is not used with job.coordination = \"group\": a file's output (and its recovery) stays on \
+             the machine that wrote it; write to Kafka",
+        )),
+        SinkConfig::Kafka(s)
+            if s.settings.delivery == crate::sink::kafka::Delivery::ExactlyOnce
+                && store.sink_transactional_id.is_none() =>
+        {
+            Err(Error::config(
+                "checkpoint.bootstrap_servers",
+                "with job.coordination = \"group\" and an exactly-once Kafka sink, the checkpoints must travel in the \
+                 sink's transactions (KIP-618): keep the Kafka store on the sink's cluster",
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The topics a group member subscribes to (the listed partitions' topics when the source names
+/// partitions: the assignment is then narrowed to them by discovery).
+pub fn topics(source: &SourceConfig) -> Vec<String> {
+    match source {
+        SourceConfig::Kafka(k) => match &k.settings.subscription {
+            crate::kafka::Subscription::Topics(t) => t.clone(),
+            crate::kafka::Subscription::Partitions(_, t) => t.clone(),
+            crate::kafka::Subscription::Pattern(_) => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+/// Run a group-coordinated job: join the group, and run the job on each assignment until a
+/// revocation (stop with a final checkpoint, release, wait for the next), a signal, or the end
+/// of the job's input on every partition assigned (a bounded replay: the member leaves, and the
+/// splits it finished are finished for whoever is assigned them next).
+pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
+    let member = config.job.member.clone().unwrap_or_default();
+    let SourceConfig::Kafka(source) = &config.source else {
+        return Err(Error::config("job.coordination", "\"group\" needs a Kafka source"));
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tidegate")
+        .build()
+        .map_err(|e| Error::io("starting the async runtime", e))?;
+    let result = (|| {
+        let session = runtime.block_on(crate::daemon::Session::start(&config))?;
+        let mut signal = session.stop.clone();
+        let mut membership = Membership::join(
+            &config.job.name,
+            &member,
+            &source.settings.bootstrap_servers,
+            &source.settings.properties,
+            &topics(&config.source),
+        )?;
+        let mut reset = reset_state;
+        loop {
+            let change = runtime.block_on(async {
+                tokio::select! {
+                    change = membership.next() => change,
+                    _ = signal.wait_for(|stop| *stop) => None,
+                }
+            });
+            let assigned = match change {
+                None => return Ok(()),
+                Some(Change::Revoked) => {
+                    membership.release();
+                    continue;
+                }
+                Some(Change::Assigned(partitions)) => partitions,
+            };
+            let mut run = config.clone();
+            if let SourceConfig::Kafka(k) = &mut run.source {
+                k.settings.assignment = Some(Arc::new(assigned.clone()));
+            }
+            if let StoreConfig::Kafka(k) = &mut run.checkpoint.store {
+                *k = k.clone().for_run(&run_id());
+            }
+            let opened = crate::checkpoint_store::open(&run, None)?;
+            if std::mem::take(&mut reset) {
+                opened.reset(|| Ok(()))?;
+            }
+            let resuming = match &opened.store {
+                Some(s) => s.resumes()?,
+                None => false,
+            };
+            if !resuming {
+                run.source.check_before_start()?;
+            }
+            let sink = crate::daemon::sink_of(&run, resuming, opened.sink_slot())?;
+            info!(member = %member, partitions = assigned.len(), resuming, "group member: running the job on its assignment");
+            let (stop_tx, stop) = watch::channel(false);
+            let mut revoked = false;
+            let outcome = runtime.block_on(async {
+                let job = session.run_job(&run, opened.store, sink, stop, no_progress, resuming);
+                tokio::pin!(job);
+                loop {
+                    tokio::select! {
+                        outcome = &mut job => break outcome,
+                        change = membership.next(), if !revoked => {
+                            // a revocation, or the membership ended: stop with a final checkpoint
+                            if !matches!(change, Some(Change::Assigned(_))) {
+                                revoked = true;
+                                let _ = stop_tx.send(true);
+                            }
+                        }
+                        _ = signal.wait_for(|stop| *stop) => {
+                            let _ = stop_tx.send(true);
+                        }
+                    }
+                }
+            });
+            outcome?;
+            if !revoked || *signal.borrow() {
+                // the job ended by itself (its assignment's input ended, max_duration) or a
+                // signal stopped it: leave the group
+                return Ok(());
+            }
+            membership.release();
+        }
+    })();
+    crate::daemon::shut_down(runtime);
+    result
+}
+
+/// A name for one run of this member's job, unique among its runs: the time it began, in
+/// milliseconds (hexadecimal), one later than the run before at least.
+fn run_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    // one thread (the group loop) asks
+    let id = now.max(LAST.load(Ordering::SeqCst) + 1);
+    LAST.store(id, Ordering::SeqCst);
+    format!("{id:x}")
+}

@@ -1,0 +1,202 @@
+//! Instances coordinated by Kafka's group protocol (`job.coordination = "group"`) against the
+//! real broker: a live tail scaled from one member to three and back to two while records keep
+//! coming, and a bounded replay whose member is killed (`kill -9`) and started again with an
+//! empty directory, each into the exactly-once Kafka sink that carries the checkpoints: every
+//! record once.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::common::{wait_until, TestKafka, TestRecord};
+use crate::daemon_util::*;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Records `value-<from>` … `value-<to - 1>` dealt over `partitions` partitions of `topic`.
+fn produce(kafka: &TestKafka, topic: &str, partitions: i32, from: usize, to: usize) {
+    let records: Vec<TestRecord> = (from..to)
+        .map(|i| TestRecord::to((i % partitions as usize) as i32, format!("value-{i}")))
+        .collect();
+    kafka.produce(topic, &records);
+}
+
+/// A group-coordinated job reading `topic` into the exactly-once sink `out`, its checkpoints in
+/// `state` (in the sink's transactions); `stop` lines for a bounded replay.
+fn group_job(kafka: &TestKafka, name: &str, topic: &str, out: &str, state: &str, stop: &str) -> String {
+    format!(
+        r#"
+[job]
+name = "{name}"
+parallelism = 2
+coordination = "group"
+
+[source]
+type = "kafka"
+bootstrap_servers = "{bootstrap}"
+topics = ["{topic}"]
+format = "string"
+{stop}
+properties = {{ "session.timeout.ms" = "6000" }}
+
+[sink]
+type = "kafka"
+bootstrap_servers = "{bootstrap}"
+topic = "{out}"
+delivery = "exactly_once"
+
+[checkpoint]
+interval = "300ms"
+store = "kafka"
+topic = "{state}"
+"#,
+        bootstrap = kafka.bootstrap
+    )
+}
+
+/// How many times each value is in `topic`'s records committed so far.
+fn committed_counts(kafka: &TestKafka, topic: &str) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for r in kafka.read_committed_now(topic) {
+        let v = String::from_utf8(r.value.expect("a value")).expect("UTF-8");
+        *counts.entry(v).or_insert(0usize) += 1;
+    }
+    counts
+}
+
+fn assert_each_once(counts: &BTreeMap<String, usize>, n: usize, what: &str) {
+    let missing: Vec<String> = (0..n)
+        .map(|i| format!("value-{i}"))
+        .filter(|v| !counts.contains_key(v))
+        .take(5)
+        .collect();
+    let repeated: Vec<(&String, &usize)> = counts.iter().filter(|(_, c)| **c > 1).take(5).collect();
+    assert!(missing.is_empty(), "{what}: missing {missing:?}…");
+    assert!(repeated.is_empty(), "{what}: repeated {repeated:?}…");
+    assert_eq!(counts.len(), n, "{what}: unexpected records");
+}
+
+/// A member `name` of the job, in its own empty directory.
+fn member(text: &str, name: &str) -> (JobDir, Daemon) {
+    let dir = JobDir::new();
+    let set = format!("job.member={name}");
+    let daemon = Daemon::start(&dir.config(text), &["--set", &set]);
+    (dir, daemon)
+}
+
+/// Wait until `topic` holds `n` distinct values; `daemons`' logs are shown if it does not.
+fn wait_for_output(kafka: &TestKafka, topic: &str, n: usize, daemons: &[&Daemon]) {
+    let deadline = std::time::Instant::now() + MINUTE * 2;
+    while committed_counts(kafka, topic).len() < n {
+        if std::time::Instant::now() > deadline {
+            let logs: Vec<String> = daemons.iter().map(|d| d.log_text()).collect();
+            panic!(
+                "{topic} did not reach {n} records; the members' logs:\n{}",
+                logs.join("\n-----\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// How many assignments a member's log shows it running its job on, and the last one's size.
+fn assignments(log: &str) -> Vec<usize> {
+    log.lines()
+        .filter(|l| l.contains("running the job on its assignment"))
+        .filter_map(|l| l.split("partitions=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn a_live_tail_scales_from_one_member_to_three_and_back_to_two_with_every_record_once() {
+    let kafka = TestKafka::get();
+    let partitions = 6;
+    let topic = kafka.create_topic("group-tail", partitions);
+    let out = kafka.create_topic("group-tail-out", 3);
+    let state = kafka.unique_topic("group-tail-state");
+    let name = kafka.unique_topic("group-tail-job");
+    let text = group_job(&kafka, &name, &topic, &out, &state, "");
+
+    produce(&kafka, &topic, partitions, 0, 1000);
+    let (_d0, m0) = member(&text, "m0");
+    wait_for_output(&kafka, &out, 1000, &[&m0]);
+
+    // two more members: the group deals the six partitions over three
+    let (_d1, m1) = member(&text, "m1");
+    let (_d2, m2) = member(&text, "m2");
+    wait_until("three members share the partitions", MINUTE, || {
+        [&m0, &m1, &m2]
+            .iter()
+            .all(|m| assignments(&m.log_text()).last() == Some(&2))
+    });
+    produce(&kafka, &topic, partitions, 1000, 2000);
+    wait_for_output(&kafka, &out, 2000, &[&m0, &m1, &m2]);
+
+    // one leaves (SIGTERM: a final checkpoint); its partitions move to the other two
+    m0.signal(libc::SIGTERM);
+    let (status, log0) = m0.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "m0's stop:\n{log0}");
+    wait_until("two members share the partitions", MINUTE, || {
+        [&m1, &m2].iter().all(|m| assignments(&m.log_text()).last() == Some(&3))
+    });
+    produce(&kafka, &topic, partitions, 2000, 3000);
+    wait_for_output(&kafka, &out, 3000, &[&m1, &m2]);
+    for m in [m1, m2] {
+        m.signal(libc::SIGTERM);
+        let (status, log) = m.wait(MINUTE);
+        assert_eq!(status.code(), Some(0), "a member's stop:\n{log}");
+    }
+    let mut counts = BTreeMap::new();
+    for r in kafka.read_all(&out) {
+        *counts
+            .entry(String::from_utf8(r.value.expect("a value")).expect("UTF-8"))
+            .or_insert(0usize) += 1;
+    }
+    assert_each_once(&counts, 3000, "a live tail scaled 1 → 3 → 2");
+}
+
+#[test]
+fn a_group_member_killed_mid_replay_and_started_again_with_an_empty_directory_writes_every_record_once() {
+    let kafka = TestKafka::get();
+    let partitions = 6;
+    let n = 6000;
+    let topic = kafka.create_topic("group-kill", partitions);
+    let out = kafka.create_topic("group-kill-out", 3);
+    let state = kafka.unique_topic("group-kill-state");
+    let name = kafka.unique_topic("group-kill-job");
+    produce(&kafka, &topic, partitions, 0, n);
+    let text = group_job(
+        &kafka,
+        &name,
+        &topic,
+        &out,
+        &state,
+        "stopping_offsets = \"latest\"\nmax_rate = 600",
+    );
+    let (_d0, m0) = member(&text, "m0");
+    let (_d1, m1) = member(&text, "m1");
+    let (_d2, m2) = member(&text, "m2");
+    wait_until("three members share the partitions", MINUTE, || {
+        [&m0, &m1, &m2]
+            .iter()
+            .all(|m| assignments(&m.log_text()).last() == Some(&2))
+    });
+    wait_until("a part of the replay written", MINUTE, || {
+        committed_counts(&kafka, &out).len() >= n / 4
+    });
+    let killed = m1.kill9();
+    assert!(!assignments(&killed).is_empty(), "{killed}");
+    let (_d1b, m1b) = member(&text, "m1");
+    let mut logs = Vec::new();
+    for (who, m) in [("m0", m0), ("m1 again", m1b), ("m2", m2)] {
+        let (status, log) = m.wait(MINUTE * 4);
+        assert_eq!(status.code(), Some(0), "{who}:\n{log}");
+        logs.push(log);
+    }
+    let mut counts = BTreeMap::new();
+    for r in kafka.read_all(&out) {
+        *counts
+            .entry(String::from_utf8(r.value.expect("a value")).expect("UTF-8"))
+            .or_insert(0usize) += 1;
+    }
+    assert_each_once(&counts, n, "three members, one killed and started again");
+}
