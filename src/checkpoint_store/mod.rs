@@ -114,7 +114,51 @@ pub trait StateInTransaction: Send + Sync {
     /// Send `records` (key, value) to partition 0 of `topic` inside the sink's open transaction
     /// (beginning one if nothing was written since the last commit), and wait until every one is
     /// acknowledged. The sink's next commit commits them.
-    fn write_in_transaction(&self, topic: &str, records: &[(String, Vec<u8>)]) -> Result<()>;
+    fn write_in_transaction(
+        &self,
+        topic: &str,
+        records: &[(String, Vec<u8>)],
+        fence: Option<&GroupFence>,
+    ) -> Result<()>;
+}
+
+/// A group member's proof of membership in its checkpoint's transaction (KIP-447): the source
+/// positions the checkpoint holds, committed to the job's consumer group as offsets with the
+/// member's group metadata, so that the transaction of a member the group has dropped (its
+/// partitions given to another) fails to commit.
+pub struct GroupFence {
+    /// The member's group metadata, as of its assignment.
+    pub metadata: Arc<rdkafka::consumer::ConsumerGroupMetadata>,
+    /// `(topic, partition, next offset)` of each split the checkpoint holds.
+    pub offsets: Vec<(String, i32, i64)>,
+}
+
+impl GroupFence {
+    /// The fence of checkpoint `value` (a Kafka source's: each split's topic, partition and
+    /// next offset) for the member of `metadata`.
+    pub fn of(metadata: &Arc<rdkafka::consumer::ConsumerGroupMetadata>, value: &serde_json::Value) -> GroupFence {
+        let offsets = value["splits"]
+            .as_array()
+            .map(|splits| {
+                splits
+                    .iter()
+                    .filter_map(|s| {
+                        let split = &s["split"];
+                        let offset = split["next_offset"].as_i64().filter(|o| *o >= 0)?;
+                        Some((
+                            split["topic"].as_str()?.to_string(),
+                            i32::try_from(split["partition"].as_i64()?).ok()?,
+                            offset,
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        GroupFence {
+            metadata: Arc::clone(metadata),
+            offsets,
+        }
+    }
 }
 
 /// Where the sink puts its [`StateInTransaction`] when it is built (the store is opened first),
@@ -260,6 +304,14 @@ pub struct OpenStore {
 }
 
 impl OpenStore {
+    /// A group member's run: every checkpoint's transaction carries the member's group
+    /// metadata (KIP-447), so a member the group dropped cannot commit.
+    pub fn fence_with_group(&self, metadata: Arc<rdkafka::consumer::ConsumerGroupMetadata>) {
+        if let Some(k) = &self.kafka {
+            k.fence_with_group(metadata);
+        }
+    }
+
     /// Where the exactly-once Kafka sink attaches itself when the checkpoints travel in its
     /// transactions (`None`: they do not). Pass it to [`crate::daemon::sink_of`].
     pub fn sink_slot(&self) -> Option<SinkTransactionSlot> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, ConsumerGroupMetadata, Rebalance};
 use rdkafka::error::KafkaError;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
@@ -25,10 +25,10 @@ use crate::kafka::TopicPartition;
 const RELEASE_TIMEOUT_MS: &str = "300000";
 
 /// What the group did to this member.
-#[derive(Debug)]
 pub enum Change {
-    /// These partitions are this member's now (maybe none).
-    Assigned(BTreeSet<TopicPartition>),
+    /// These partitions are this member's now (maybe none), with its group metadata for the
+    /// checkpoints' transactions (KIP-447).
+    Assigned(BTreeSet<TopicPartition>, Option<Arc<ConsumerGroupMetadata>>),
     /// Every partition is taken back: stop the job with a final checkpoint, then
     /// [`Membership::release`].
     Revoked,
@@ -85,7 +85,8 @@ impl ConsumerContext for GroupContext {
                 .collect();
             info!(partitions = partitions.len(), "group rebalance: partitions assigned");
             self.holding.store(true, Ordering::SeqCst);
-            let _ = self.changes.send(Change::Assigned(partitions));
+            let metadata = consumer.group_metadata().map(Arc::new);
+            let _ = self.changes.send(Change::Assigned(partitions, metadata));
         }
     }
 }

@@ -123,8 +123,9 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
                     membership.release();
                     continue;
                 }
-                Some(Change::Assigned(partitions)) => partitions,
+                Some(Change::Assigned(partitions, metadata)) => (partitions, metadata),
             };
+            let (assigned, metadata) = assigned;
             let mut run = config.clone();
             if let SourceConfig::Kafka(k) = &mut run.source {
                 k.settings.assignment = Some(Arc::new(assigned.clone()));
@@ -133,6 +134,9 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
                 *k = k.clone().for_run(&run_id());
             }
             let opened = crate::checkpoint_store::open(&run, None)?;
+            if let Some(metadata) = metadata {
+                opened.fence_with_group(metadata);
+            }
             if std::mem::take(&mut reset) {
                 opened.reset(|| Ok(()))?;
             }
@@ -155,7 +159,7 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
                         outcome = &mut job => break outcome,
                         change = membership.next(), if !revoked => {
                             // a revocation, or the membership ended: stop with a final checkpoint
-                            if !matches!(change, Some(Change::Assigned(_))) {
+                            if !matches!(change, Some(Change::Assigned(..))) {
                                 revoked = true;
                                 let _ = stop_tx.send(true);
                             }

@@ -200,3 +200,60 @@ fn a_group_member_killed_mid_replay_and_started_again_with_an_empty_directory_wr
     }
     assert_each_once(&counts, n, "three members, one killed and started again");
 }
+
+#[test]
+fn a_member_the_group_dropped_while_it_was_paused_cannot_commit_and_every_record_is_written_once() {
+    // a member stopped (SIGSTOP) past its session timeout is dropped from the group and its
+    // partitions given to the others; woken up, it still holds an open transaction and its job
+    // goes on: its group metadata in that transaction (KIP-447) makes the commit fail
+    let kafka = TestKafka::get();
+    let partitions = 6;
+    let n = 9000;
+    let topic = kafka.create_topic("group-zombie", partitions);
+    let out = kafka.create_topic("group-zombie-out", 3);
+    let state = kafka.unique_topic("group-zombie-state");
+    let name = kafka.unique_topic("group-zombie-job");
+    produce(&kafka, &topic, partitions, 0, n);
+    let text = group_job(
+        &kafka,
+        &name,
+        &topic,
+        &out,
+        &state,
+        "stopping_offsets = \"latest\"\nmax_rate = 300",
+    );
+    let (_d0, m0) = member(&text, "m0");
+    let (_d1, m1) = member(&text, "m1");
+    let (_d2, m2) = member(&text, "m2");
+    wait_until("three members share the partitions", MINUTE, || {
+        [&m0, &m1, &m2]
+            .iter()
+            .all(|m| assignments(&m.log_text()).last() == Some(&2))
+    });
+    wait_until("a part of the replay written", MINUTE, || {
+        committed_counts(&kafka, &out).len() >= n / 6
+    });
+    m1.signal(libc::SIGSTOP);
+    wait_until("the other two take the paused member's partitions", MINUTE, || {
+        [&m0, &m2].iter().all(|m| assignments(&m.log_text()).last() == Some(&3))
+    });
+    // the others read on from the paused member's last checkpoint meanwhile
+    std::thread::sleep(Duration::from_secs(2));
+    m1.signal(libc::SIGCONT);
+    let (status, log1) = m1.wait(MINUTE * 2);
+    for (who, m) in [("m0", m0), ("m2", m2)] {
+        let (status, log) = m.wait(MINUTE * 4);
+        assert_eq!(status.code(), Some(0), "{who}:\n{log}");
+    }
+    let mut counts = BTreeMap::new();
+    for r in kafka.read_all(&out) {
+        *counts
+            .entry(String::from_utf8(r.value.expect("a value")).expect("UTF-8"))
+            .or_insert(0usize) += 1;
+    }
+    assert_each_once(
+        &counts,
+        n,
+        &format!("a member dropped while paused (it exited with {status}):\n{log1}"),
+    );
+}

@@ -62,6 +62,8 @@ pub struct KafkaCheckpointStore {
     verified: std::sync::atomic::AtomicBool,
     /// The exactly-once sink's transactions, when the checkpoints travel in them.
     in_sink: Option<SinkTransactionSlot>,
+    /// A group member's metadata, proving its membership in each checkpoint's transaction.
+    group: std::sync::OnceLock<std::sync::Arc<rdkafka::consumer::ConsumerGroupMetadata>>,
 }
 
 impl std::fmt::Debug for KafkaCheckpointStore {
@@ -109,6 +111,7 @@ impl KafkaCheckpointStore {
             reset: std::sync::atomic::AtomicBool::new(false),
             verified: std::sync::atomic::AtomicBool::new(false),
             in_sink,
+            group: std::sync::OnceLock::new(),
         };
         store.settle_reshare()?;
         let layout = store.layout.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -149,6 +152,7 @@ impl KafkaCheckpointStore {
             reset: std::sync::atomic::AtomicBool::new(false),
             verified: std::sync::atomic::AtomicBool::new(true),
             in_sink,
+            group: std::sync::OnceLock::new(),
         }
     }
 
@@ -188,6 +192,12 @@ impl KafkaCheckpointStore {
                     .transpose()
             })
             .collect()
+    }
+
+    /// See [`super::OpenStore::fence_with_group`]: only with the checkpoints in the sink's
+    /// transactions (a group-coordinated job's exactly-once sink).
+    pub fn fence_with_group(&self, metadata: std::sync::Arc<rdkafka::consumer::ConsumerGroupMetadata>) {
+        let _ = self.group.set(metadata);
     }
 
     /// Where this instance stands; the error the store's state gives when it cannot be placed.
@@ -457,7 +467,8 @@ impl CheckpointStore for KafkaCheckpointStore {
                 )
             })?;
             let started = Instant::now();
-            sink.write_in_transaction(&self.config.topic, &records)?;
+            let fence = self.group.get().map(|g| super::GroupFence::of(g, &checkpoint.value));
+            sink.write_in_transaction(&self.config.topic, &records, fence.as_ref())?;
             debug!(
                 records = records.len(),
                 flushed_ms = started.elapsed().as_millis() as u64,

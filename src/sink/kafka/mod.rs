@@ -531,7 +531,12 @@ struct SinkStateWriter {
 }
 
 impl StateInTransaction for SinkStateWriter {
-    fn write_in_transaction(&self, topic: &str, records: &[(String, Vec<u8>)]) -> Result<()> {
+    fn write_in_transaction(
+        &self,
+        topic: &str,
+        records: &[(String, Vec<u8>)],
+        fence: Option<&crate::checkpoint_store::GroupFence>,
+    ) -> Result<()> {
         let mut transactions = lock(&self.transactions);
         transactions.begin_if_needed(&self.producer, topic)?;
         let fenced = || transactions.fenced();
@@ -574,7 +579,7 @@ impl StateInTransaction for SinkStateWriter {
             let result = flush_now(&self.producer, slice);
             check_failure(&self.producer, &self.failure, &self.properties, fenced)?;
             match result {
-                Ok(()) => return Ok(()),
+                Ok(()) => break,
                 Err(e) if std::time::Instant::now() >= deadline => {
                     return Err(failed(
                         format!("waiting for the state records' acknowledgements from {topic}"),
@@ -583,6 +588,14 @@ impl StateInTransaction for SinkStateWriter {
                 }
                 Err(_) => {}
             }
+        }
+        match fence.filter(|f| !f.offsets.is_empty()) {
+            Some(fence) => transaction::send_group_offsets(&self.producer, fence, self.timeout).inspect_err(|_| {
+                // refused: abort now, so that the members reading the topics after this one
+                // need not wait for the broker to time the transaction out
+                transactions.abort_open(&self.producer);
+            }),
+            None => Ok(()),
         }
     }
 }

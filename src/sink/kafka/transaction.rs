@@ -244,7 +244,7 @@ impl Transactions {
     pub(super) fn abort_open(&mut self, producer: &ThreadedProducer<DeliveryContext>) {
         if self.open.take().is_some() {
             if let Err(e) = producer.abort_transaction(self.timeout) {
-                warn!(error = %e, "aborting the last, empty transaction failed");
+                warn!(error = %e, "aborting the open transaction failed; the broker aborts it after transaction.timeout.ms");
             }
         }
     }
@@ -260,6 +260,43 @@ const STUCK_MARGIN: Duration = Duration::from_secs(10);
 /// the cause, so that a restart (which fences the stuck producer and aborts its transaction)
 /// resumes from the last checkpoint with nothing lost or repeated. The stuck thread keeps the
 /// producer alive until the process exits.
+/// A group member's checkpoint positions, committed to its consumer group inside the open
+/// transaction with its group metadata (KIP-447): the broker refuses them when the group has
+/// moved on without this member, and the transaction cannot commit.
+pub(super) fn send_group_offsets(
+    producer: &Arc<ThreadedProducer<DeliveryContext>>,
+    fence: &crate::checkpoint_store::GroupFence,
+    timeout: Duration,
+) -> Result<()> {
+    let mut offsets = TopicPartitionList::new();
+    for (topic, partition, offset) in &fence.offsets {
+        offsets
+            .add_partition_offset(topic, *partition, Offset::Offset(*offset))
+            .map_err(|e| crate::error::kafka("building the group's offsets", e))?;
+    }
+    send_marker(producer, offsets, &fence.metadata, timeout, 0)?.map_err(|e| {
+        let dropped = matches!(
+            e.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::IllegalGeneration
+                    | RDKafkaErrorCode::UnknownMemberId
+                    | RDKafkaErrorCode::FencedInstanceId
+                    | RDKafkaErrorCode::RebalanceInProgress
+            )
+        );
+        let why = if dropped {
+            ": the consumer group moved on without this member (its partitions are another's now), so its \
+             transaction is refused (KIP-447); stopping, a restart rejoins the group"
+        } else {
+            ""
+        };
+        crate::error::kafka(
+            format!("committing the checkpoint's positions to the job's consumer group in its transaction{why}"),
+            e,
+        )
+    })
+}
+
 fn send_marker(
     producer: &Arc<ThreadedProducer<DeliveryContext>>,
     marker: TopicPartitionList,
