@@ -207,6 +207,11 @@ pub(crate) struct Session {
 }
 
 impl Session {
+    /// The job's counters, over every run of it in this process.
+    pub(crate) fn stats(&self) -> &Arc<JobStats> {
+        &self.stats
+    }
+
     /// Install the metrics (serving them when `metrics.listen` says so) and the signal handlers.
     pub(crate) async fn start(config: &Config) -> Result<Session> {
         let stats = Arc::new(JobStats::default());

@@ -152,9 +152,10 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
             let (stop_tx, stop) = watch::channel(false);
             let mut revoked = false;
             let outcome = runtime.block_on(async {
+                let first = tokio::spawn(first_record(Arc::clone(session.stats()), std::time::Instant::now()));
                 let job = session.run_job(&run, opened.store, sink, stop, no_progress, resuming);
                 tokio::pin!(job);
-                loop {
+                let outcome = loop {
                     tokio::select! {
                         outcome = &mut job => break outcome,
                         change = membership.next(), if !revoked => {
@@ -168,7 +169,9 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
                             let _ = stop_tx.send(true);
                         }
                     }
-                }
+                };
+                first.abort();
+                outcome
             });
             outcome?;
             if !revoked || *signal.borrow() {
@@ -195,4 +198,18 @@ fn run_id() -> String {
     let id = now.max(LAST.load(Ordering::SeqCst) + 1);
     LAST.store(id, Ordering::SeqCst);
     format!("{id:x}")
+}
+
+/// Log the first record written on an assignment, and how long after its run began: with the
+/// other members' logs, the pause a rebalance makes (tests/it/group.rs measures it).
+async fn first_record(stats: Arc<crate::core::JobStats>, began: std::time::Instant) {
+    use std::sync::atomic::Ordering;
+    let before = stats.records_written.load(Ordering::Relaxed);
+    while stats.records_written.load(Ordering::Relaxed) == before {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    info!(
+        after_ms = began.elapsed().as_millis() as u64,
+        "group member: first record written on this assignment"
+    );
 }

@@ -98,6 +98,12 @@ fn wait_for_output(kafka: &TestKafka, topic: &str, n: usize, daemons: &[&Daemon]
     }
 }
 
+/// When the last line of `log` that contains `what` was written.
+fn last_time(log: &str, what: &str) -> Option<std::time::SystemTime> {
+    let line = log.lines().filter(|l| l.contains(what)).last()?;
+    humantime::parse_rfc3339(line.split_whitespace().next()?).ok()
+}
+
 /// How many assignments a member's log shows it running its job on, and the last one's size.
 fn assignments(log: &str) -> Vec<usize> {
     log.lines()
@@ -114,7 +120,8 @@ fn a_live_tail_scales_from_one_member_to_three_and_back_to_two_with_every_record
     let out = kafka.create_topic("group-tail-out", 3);
     let state = kafka.unique_topic("group-tail-state");
     let name = kafka.unique_topic("group-tail-job");
-    let text = group_job(&kafka, &name, &topic, &out, &state, "");
+    // each member reads at most 200 records a second: a backlog waits while the group rebalances
+    let text = group_job(&kafka, &name, &topic, &out, &state, "max_rate = 200");
 
     produce(&kafka, &topic, partitions, 0, 1000);
     let (_d0, m0) = member(&text, "m0");
@@ -131,15 +138,37 @@ fn a_live_tail_scales_from_one_member_to_three_and_back_to_two_with_every_record
     produce(&kafka, &topic, partitions, 1000, 2000);
     wait_for_output(&kafka, &out, 2000, &[&m0, &m1, &m2]);
 
-    // one leaves (SIGTERM: a final checkpoint); its partitions move to the other two
+    // one leaves (SIGTERM: a final checkpoint) with records waiting in every partition; its
+    // partitions move to the other two
+    produce(&kafka, &topic, partitions, 2000, 3000);
     m0.signal(libc::SIGTERM);
     let (status, log0) = m0.wait(MINUTE);
     assert_eq!(status.code(), Some(0), "m0's stop:\n{log0}");
     wait_until("two members share the partitions", MINUTE, || {
         [&m1, &m2].iter().all(|m| assignments(&m.log_text()).last() == Some(&3))
     });
-    produce(&kafka, &topic, partitions, 2000, 3000);
     wait_for_output(&kafka, &out, 3000, &[&m1, &m2]);
+    // the pause: from the first revocation of that rebalance to the last of the new owners'
+    // first records on their assignments
+    let logs = [m1.log_text(), m2.log_text()];
+    let revoked = logs
+        .iter()
+        .map(|l| last_time(l, "partitions revoked").expect("a revocation"))
+        .min()
+        .expect("two logs");
+    let first = logs
+        .iter()
+        .map(|l| last_time(l, "first record written on this assignment").expect("a first record"))
+        .max()
+        .expect("two logs");
+    let pause = first
+        .duration_since(revoked)
+        .expect("the first record after the revocation");
+    println!(
+        "group: rebalance pause, 3 → 2 members over {partitions} partitions (revocation → the new owners' first records): {} ms",
+        pause.as_millis()
+    );
+    assert!(pause < Duration::from_secs(30), "a rebalance took {pause:?}");
     for m in [m1, m2] {
         m.signal(libc::SIGTERM);
         let (status, log) = m.wait(MINUTE);
