@@ -7,6 +7,8 @@ pub mod layout;
 pub mod records;
 mod scan;
 
+pub use scan::RESTORE_WAIT;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -137,23 +139,23 @@ impl GroupFence {
     /// The fence of checkpoint `value` (a Kafka source's: each split's topic, partition and
     /// next offset) for the member of `metadata`.
     pub fn of(metadata: &Arc<rdkafka::consumer::ConsumerGroupMetadata>, value: &serde_json::Value) -> GroupFence {
-        let offsets = value["splits"]
-            .as_array()
-            .map(|splits| {
-                splits
-                    .iter()
-                    .filter_map(|s| {
-                        let split = &s["split"];
-                        let offset = split["next_offset"].as_i64().filter(|o| *o >= 0)?;
-                        Some((
-                            split["topic"].as_str()?.to_string(),
-                            i32::try_from(split["partition"].as_i64()?).ok()?,
-                            offset,
-                        ))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        // the readers' splits, and the enumerator's not yet handed to a reader (a checkpoint
+        // that holds any split carries the fence: an older position of it must not win)
+        let mut offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        let listed = [&value["enumerator"]["splits"], &value["splits"]];
+        for s in listed.into_iter().filter_map(|l| l.as_array()).flatten() {
+            let split = &s["split"];
+            let (Some(topic), Some(partition), Some(offset)) = (
+                split["topic"].as_str(),
+                split["partition"].as_i64().and_then(|p| i32::try_from(p).ok()),
+                split["next_offset"].as_i64(),
+            ) else {
+                continue;
+            };
+            // an offset not resolved yet (earliest, latest) commits as the partition's start
+            offsets.insert((topic.to_string(), partition), offset.max(0));
+        }
+        let offsets = offsets.into_iter().map(|((t, p), o)| (t, p, o)).collect();
         GroupFence {
             metadata: Arc::clone(metadata),
             offsets,

@@ -20,7 +20,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a restore waits for another producer's open transaction on the state topic to end:
 /// longer than the transaction timeout of tidegate's producers (60 s, the store's and the Kafka
 /// sink's default), so a crashed process's transaction is aborted by the broker meanwhile.
-const RESTORE_WAIT: Duration = Duration::from_secs(150);
+pub const RESTORE_WAIT: Duration = Duration::from_secs(150);
 
 /// The latest value of each of the job's keys (`None`: a tombstone), committed records only,
 /// read up to the partition's high watermark as it was when the scan began. A `read_committed`

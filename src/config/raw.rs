@@ -53,7 +53,8 @@ pub struct RawJob {
     /// the input ends or a signal arrives.
     pub max_duration: Option<String>,
     /// This process's share of the splits when one job runs as several processes:
-    /// `{ index = 0, count = 3 }`. Each instance needs its own state file.
+    /// `{ index = 0, count = 3 }`. Each instance needs its own state file (or keeps its own keys
+    /// in the Kafka store, where the count may change between runs).
     pub instance: Option<RawInstance>,
     /// Fetcher threads per reader: "single" (one for all its splits) or "per_split".
     #[serde(default)]
@@ -62,8 +63,9 @@ pub struct RawJob {
     #[serde(default = "two")]
     pub queue_capacity: i64,
     /// How the processes of a job share its splits: "static" (the default: `job.instance`) or
-    /// "group" (a Kafka source's partitions assigned by the consumer group `tidegate-<job>`;
-    /// needs checkpoint.store = "kafka").
+    /// "group" (a Kafka source's partitions assigned by the consumer group `tidegate-<job>`,
+    /// which every process of the job joins; processes may come and go while it runs; needs
+    /// checkpoint.store = "kafka" and a Kafka sink: see docs/scaling.md).
     pub coordination: Option<String>,
     /// With coordination = "group": this process's name in the group, unique among the job's
     /// processes (its state records' keys and transactional ids). Default: the host name.
@@ -110,10 +112,11 @@ pub struct RawCheckpoint {
     /// resumes exactly.
     pub store: Option<String>,
     /// With `store = "kafka"`: the compacted topic of the state records, shared by jobs (keys
-    /// start with `job.name`, and `#<index>` with several `job.instance`s); created with
-    /// `cleanup.policy=compact` when missing. A changed `job.instance` count is refused (exit 2);
-    /// a renamed job cannot be told from a new one: it finds no state and starts from scratch,
-    /// its old records left under the old name. Default "tidegate-state".
+    /// start with `job.name`, then `#<index>` with several `job.instance`s, `~<generation>` after
+    /// a change of their count, or `@<member>~<run>` with `job.coordination = "group"`); created
+    /// with `cleanup.policy=compact` when missing. A renamed job cannot be told from a new one: it
+    /// finds no state and starts from scratch, its old records left under the old name. Default
+    /// "tidegate-state".
     pub topic: Option<String>,
     /// With `store = "kafka"`: the cluster of the state topic. Default: the Kafka source's
     /// `bootstrap_servers`, else the Kafka sink's.

@@ -260,3 +260,76 @@ fn an_exactly_once_sink_on_the_store_s_cluster_carries_the_checkpoints() {
         );
     }
 }
+
+/// `job.coordination = "group"` is checked against the rest of the job: each refusal names the
+/// key to change.
+#[test]
+fn a_group_coordinated_job_names_what_does_not_fit_it() {
+    let _env = env_lock();
+    let group = ["job.coordination=group", "job.member=m0", "checkpoint.store=kafka"];
+    let cases: [(Vec<&str>, &str); 9] = [
+        (
+            vec![
+                "sink.type=kafka",
+                "sink.bootstrap_servers=127.0.0.1:9092",
+                "sink.topic=out",
+                "sink.delivery=exactly_once",
+                "sink.transaction_timeout=5m",
+            ],
+            "sink.transaction_timeout",
+        ),
+        (vec!["job.coordination=gang"], "job.coordination"),
+        (vec!["job.member=m0"], "job.member"),
+        (
+            vec!["job.coordination=group", "job.member=m 0", "checkpoint.store=kafka"],
+            "job.member",
+        ),
+        (
+            vec![
+                "job.coordination=group",
+                "job.instance={\"index\":0,\"count\":2}",
+                "checkpoint.store=kafka",
+            ],
+            "job.instance",
+        ),
+        (vec!["job.coordination=group", "job.member=m0"], "checkpoint.store"),
+        (
+            vec!["source.topic_pattern=trades.*", "source.topics=null"],
+            "source.topic_pattern",
+        ),
+        (vec!["sink.type=file", "sink.path=out.jsonl"], "sink.type"),
+        (
+            vec![
+                "sink.type=kafka",
+                "sink.bootstrap_servers=127.0.0.1:9093",
+                "sink.topic=out",
+                "sink.delivery=exactly_once",
+            ],
+            "checkpoint.bootstrap_servers",
+        ),
+    ];
+    for (sets, key) in cases {
+        let mut all: Vec<&str> = if sets.iter().any(|s| s.starts_with("job.coordination")) || sets == ["job.member=m0"]
+        {
+            Vec::new()
+        } else {
+            group.to_vec()
+        };
+        all.extend(sets.iter().copied());
+        let e = error_of(BASE, &all);
+        assert_eq!(key_of(&e), key, "{all:?}: {e}");
+    }
+    // a datagen job keeps static instances
+    let mut datagen = group.to_vec();
+    datagen.push("checkpoint.bootstrap_servers=127.0.0.1:9092");
+    let e = error_of(
+        "[source]\ntype = \"datagen\"\ncount = 1\n[source.fields]\nn = { sequence = {} }\n[sink]\ntype = \"null\"\n",
+        &datagen,
+    );
+    assert_eq!(key_of(&e), "job.coordination", "{e}");
+    // and a job that fits loads, its member named
+    let dir = tempfile::tempdir().unwrap();
+    let sets: Vec<String> = group.iter().map(|s| s.to_string()).collect();
+    let config = load(&write(&dir, BASE), &sets).expect("a group member's config");
+    assert_eq!(config.job.member.as_deref(), Some("m0"));
+}

@@ -23,6 +23,10 @@ pub fn group_id(job: &str) -> String {
     format!("tidegate-{job}")
 }
 
+/// The longest `sink.transaction_timeout` of a group member: a killed member's transaction must
+/// end (time out) before the others' restore gives up waiting for it.
+const MAX_TRANSACTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Check a group-coordinated job against its source, sink and store: a Kafka source subscribed
 /// by topic names (or partitions), state in the Kafka store (any member may take any split), and
 /// a sink whose output does not stay on one machine or with one transactional id.
@@ -58,6 +62,20 @@ pub fn validate(job: &JobConfig, source: &SourceConfig, sink: &SinkConfig, store
             "\"file\" is not used with job.coordination = \"group\": a file's output (and its recovery) stays on \
              the machine that wrote it; write to Kafka",
         )),
+        SinkConfig::Kafka(s)
+            if s.settings.delivery == crate::sink::kafka::Delivery::ExactlyOnce
+                && s.settings.transaction_timeout > MAX_TRANSACTION_TIMEOUT =>
+        {
+            Err(Error::config(
+                "sink.transaction_timeout",
+                format!(
+                    "must be at most {} with job.coordination = \"group\": a killed member's open transaction \
+                     holds the checkpoint topic until it times out, and the other members wait for it at most {}",
+                    humantime::format_duration(MAX_TRANSACTION_TIMEOUT),
+                    humantime::format_duration(crate::checkpoint_store::RESTORE_WAIT),
+                ),
+            ))
+        }
         SinkConfig::Kafka(s)
             if s.settings.delivery == crate::sink::kafka::Delivery::ExactlyOnce
                 && store.sink_transactional_id.is_none() =>
@@ -137,20 +155,24 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
             if let Some(metadata) = metadata {
                 opened.fence_with_group(metadata);
             }
-            if std::mem::take(&mut reset) {
-                opened.reset(|| Ok(()))?;
-            }
+            // --reset-state: the first run starts the whole job over (every member's records and
+            // every static instance's get tombstones; members still running keep theirs: stop
+            // them first), after the checks a first start makes
+            let reset_now = std::mem::take(&mut reset);
             let resuming = match &opened.store {
-                Some(s) => s.resumes()?,
-                None => false,
+                Some(s) if !reset_now => s.resumes()?,
+                _ => false,
             };
             if !resuming {
                 run.source.check_before_start()?;
             }
+            if reset_now {
+                opened.reset(|| Ok(()))?;
+            }
             let sink = crate::daemon::sink_of(&run, resuming, opened.sink_slot())?;
             info!(member = %member, partitions = assigned.len(), resuming, "group member: running the job on its assignment");
             let (stop_tx, stop) = watch::channel(false);
-            let mut revoked = false;
+            let (mut revoked, mut signalled) = (false, false);
             let outcome = runtime.block_on(async {
                 let first = tokio::spawn(first_record(Arc::clone(session.stats()), std::time::Instant::now()));
                 let job = session.run_job(&run, opened.store, sink, stop, no_progress, resuming);
@@ -165,7 +187,8 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
                                 let _ = stop_tx.send(true);
                             }
                         }
-                        _ = signal.wait_for(|stop| *stop) => {
+                        _ = signal.wait_for(|stop| *stop), if !signalled => {
+                            signalled = true;
                             let _ = stop_tx.send(true);
                         }
                     }

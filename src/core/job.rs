@@ -173,14 +173,21 @@ impl<S: Source> Job<S> {
         let parts_count = checkpoints.len();
         let parts = checkpoints.into_iter().map(|c| (c.enumerator, c.splits)).collect();
         let (enumerator, splits) = self.source.reshare(parts, self.options.parallelism)?;
-        info!(
-            parts = parts_count,
-            was = was.count,
-            now = self.options.instance.count,
-            index = self.options.instance.index,
-            splits = splits.len(),
-            "this instance's share cut from the last checkpoints of the instances before (a changed job.instance.count, or a consumer group's new assignment)"
-        );
+        if store.parts_may_overlap() {
+            info!(
+                parts = parts_count,
+                splits = splits.len(),
+                "group member: its assignment's splits restored from the newest checkpoints that hold them"
+            );
+        } else {
+            info!(
+                was = was.count,
+                now = self.options.instance.count,
+                index = self.options.instance.index,
+                splits = splits.len(),
+                "job.instance.count changed: this instance's share cut from the last checkpoints of the instances before"
+            );
+        }
         Ok(Some(Checkpoint {
             job,
             source,

@@ -421,8 +421,12 @@ impl Source for KafkaSource {
     /// partitions no instance knew are discovered as new ones.
     fn reshare(&self, parts: Vec<crate::core::Share<Self>>, parallelism: usize) -> Result<crate::core::Share<Self>> {
         let owns = |s: &KafkaPartitionSplit| self.settings.owns(&s.topic, s.partition, parallelism);
+        let group = self.settings.assignment.is_some();
         let mut state = KafkaEnumeratorState {
-            initial_discovery_done: true,
+            // static instances: every one of them discovered; a group member's parts: any of
+            // them (a partition no part mentions is then a new one, read from its start, as
+            // Flink reads partitions discovered after the first discovery)
+            initial_discovery_done: !group,
             ..Default::default()
         };
         // parts come oldest first: where two hold a split (a group member's checkpoint from
@@ -430,8 +434,13 @@ impl Source for KafkaSource {
         let mut known = std::collections::BTreeMap::new();
         let mut splits = std::collections::BTreeMap::new();
         for (part, snapshots) in parts {
-            state.initial_discovery_done &= part.initial_discovery_done;
-            state.settings = state.settings.or(part.settings);
+            if group {
+                state.initial_discovery_done |= part.initial_discovery_done;
+            } else {
+                state.initial_discovery_done &= part.initial_discovery_done;
+            }
+            // the newest part's settings (a group member's parts include old runs)
+            state.settings = part.settings.or(state.settings);
             let (held, snapshots): (Vec<_>, Vec<_>) = (
                 part.splits.into_iter().filter(|k| owns(&k.split)).collect(),
                 snapshots.into_iter().filter(|s| owns(&s.split)).collect(),
@@ -456,9 +465,6 @@ impl Source for KafkaSource {
             );
         }
         state.splits = known.into_values().collect();
-        // a group member's partition that no member held yet starts where the config says,
-        // as it would have had it been assigned at the first start
-        state.initial_discovery_done &= self.settings.assignment.is_none();
         Ok((state, splits.into_values().collect()))
     }
 

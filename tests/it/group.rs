@@ -286,3 +286,42 @@ fn a_member_the_group_dropped_while_it_was_paused_cannot_commit_and_every_record
         &format!("a member dropped while paused (it exited with {status}):\n{log1}"),
     );
 }
+
+#[test]
+fn a_job_s_state_of_the_other_coordination_is_refused_naming_job_coordination() {
+    // static instances' checkpoints read by a group member (or the reverse) would start every
+    // partition over: refused, with the way out named
+    let kafka = TestKafka::get();
+    let partitions = 2;
+    let topic = kafka.create_topic("group-switch", partitions);
+    let out = kafka.create_topic("group-switch-out", 1);
+    let state = kafka.unique_topic("group-switch-state");
+    let name = kafka.unique_topic("group-switch-job");
+    produce(&kafka, &topic, partitions, 0, 100);
+    let text = group_job(&kafka, &name, &topic, &out, &state, "stopping_offsets = \"latest\"");
+    let dir = JobDir::new();
+    let config = dir.config(&text);
+    let static_run = ["--set", "job.coordination=static"];
+    let (code, log) = run(&config, &static_run, MINUTE);
+    assert_eq!(code, 0, "the static run:\n{log}");
+    let (code, log) = run(&config, &["--set", "job.member=m0"], MINUTE);
+    assert_eq!(code, 2, "a group member over static state:\n{log}");
+    assert!(
+        log.contains("job.coordination") && log.contains("--reset-state"),
+        "{log}"
+    );
+    // a member started with --reset-state starts the job over: every record once more
+    let (code, log) = run(&config, &["--set", "job.member=m0", "--reset-state"], MINUTE);
+    assert_eq!(code, 0, "a group member's --reset-state:\n{log}");
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for r in kafka.read_all(&out) {
+        *counts
+            .entry(String::from_utf8(r.value.expect("a value")).expect("UTF-8"))
+            .or_insert(0) += 1;
+    }
+    assert!(counts.len() == 100 && counts.values().all(|c| *c == 2), "{counts:?}");
+    // now the state is a group's
+    let (code, log) = run(&config, &static_run, MINUTE);
+    assert_eq!(code, 2, "static instances over a group's state:\n{log}");
+    assert!(log.contains("job.coordination") && log.contains("group"), "{log}");
+}

@@ -142,6 +142,19 @@ pub(super) fn layout_of(config: &KafkaStoreConfig, found: &Scan) -> Result<Layou
     let mut members: Vec<Member> = Vec::new();
     for head in found.heads(&config.job) {
         let (owner, key, bytes) = (head.owner, head.key, head.bytes);
+        if layout::parse_owner(&config.job, owner).is_none() {
+            if head.checkpointed && layout::parse_member(&config.job, owner).is_some() {
+                return Err(Error::config(
+                    "job.coordination",
+                    format!(
+                        "is \"static\", but the checkpoint topic holds the checkpoints of members of the job's \
+                         consumer group ({key}): run it with job.coordination = \"group\", or start it over with \
+                         --reset-state"
+                    ),
+                ));
+            }
+            continue;
+        }
         check(key, &config.job, bytes).map_err(|e| state_error(config, key, e))?;
         if let Some(m) = members.last_mut().filter(|m| m.owner == owner) {
             // a claim beside the checkpoint of the same owner adds nothing

@@ -178,6 +178,19 @@ impl KafkaCheckpointStore {
         let Some(found) = scanned.as_ref() else {
             return Ok(Vec::new());
         };
+        if let Some(head) = found
+            .heads(&self.config.job)
+            .find(|h| h.checkpointed && layout::parse_owner(&self.config.job, h.owner).is_some())
+        {
+            return Err(Error::config(
+                "job.coordination",
+                format!(
+                    "is \"group\", but the checkpoint topic holds the checkpoints of the job's static instances \
+                     ({}): finish the job with job.coordination = \"static\", or start it over with --reset-state",
+                    head.key
+                ),
+            ));
+        }
         let mut heads: Vec<(i64, &str)> = found
             .heads(&self.config.job)
             .filter(|h| h.checkpointed && layout::parse_member(&self.config.job, h.owner).is_some())
@@ -520,7 +533,16 @@ pub fn read_only(config: &KafkaStoreConfig) -> Result<Option<serde_json::Value>>
     }
     let found = scan(config)?;
     let owner = match &config.member {
-        Some(_) => config.owner.clone(),
+        // the member's newest run
+        Some(member) => {
+            let mine = |h: &super::scan::Head<'_>| {
+                h.checkpointed && layout::parse_member(&config.job, h.owner) == Some(member.as_str())
+            };
+            match found.heads(&config.job).filter(mine).max_by_key(|h| h.offset) {
+                Some(head) => head.owner.to_string(),
+                None => return Ok(None),
+            }
+        }
         None => layout_of(config, &found)?.owner,
     };
     assemble(&owner, &config.job, &found.of(&owner)).map_err(|(key, e)| state_error(config, &key, e))
