@@ -38,7 +38,7 @@ pub enum StoreConfig {
     /// The state file at `checkpoint.path` (or `--state`); none: no state kept.
     File,
     /// A compacted Kafka topic.
-    Kafka(KafkaStoreConfig),
+    Kafka(Box<KafkaStoreConfig>),
 }
 
 /// The Kafka store's settings.
@@ -278,7 +278,7 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
                 }
                 _ => (None, BTreeMap::new()),
             };
-            Ok(StoreConfig::Kafka(KafkaStoreConfig {
+            Ok(StoreConfig::Kafka(Box::new(KafkaStoreConfig {
                 bootstrap_servers,
                 cluster_of,
                 topic,
@@ -289,7 +289,7 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
                 owner,
                 sink_transactional_id,
                 sink_properties,
-            }))
+            })))
         }
         other => Err(Error::config(
             "checkpoint.store",
@@ -352,7 +352,7 @@ pub fn open(config: &Config, state: Option<&Path>) -> Result<OpenStore> {
                     ),
                 ));
             }
-            let store = Arc::new(kafka::KafkaCheckpointStore::open(k.clone())?);
+            let store = Arc::new(kafka::KafkaCheckpointStore::open((**k).clone())?);
             Ok(OpenStore {
                 store: Some(Arc::clone(&store) as Arc<dyn CheckpointStore>),
                 kafka: Some(store),

@@ -162,7 +162,7 @@ impl Membership {
                 // leave the group at once, so the others rebalance without waiting for the
                 // session to time out (a revocation now has nothing to wait for)
                 consumer.context().holding.store(false, Ordering::SeqCst);
-                let _ = consumer.unsubscribe();
+                consumer.unsubscribe();
                 let _ = consumer.poll(Duration::from_millis(100));
             })
             .map_err(|e| Error::io("starting the consumer group's thread", e))?;

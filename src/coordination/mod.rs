@@ -149,7 +149,7 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
                 k.settings.assignment = Some(Arc::new(assigned.clone()));
             }
             if let StoreConfig::Kafka(k) = &mut run.checkpoint.store {
-                *k = k.clone().for_run(&run_id());
+                **k = (**k).clone().for_run(&run_id());
             }
             let opened = crate::checkpoint_store::open(&run, None)?;
             if let Some(metadata) = metadata {

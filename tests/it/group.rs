@@ -100,7 +100,7 @@ fn wait_for_output(kafka: &TestKafka, topic: &str, n: usize, daemons: &[&Daemon]
 
 /// When the last line of `log` that contains `what` was written.
 fn last_time(log: &str, what: &str) -> Option<std::time::SystemTime> {
-    let line = log.lines().filter(|l| l.contains(what)).last()?;
+    let line = log.lines().rfind(|l| l.contains(what))?;
     humantime::parse_rfc3339(line.split_whitespace().next()?).ok()
 }
 
@@ -324,4 +324,95 @@ fn a_job_s_state_of_the_other_coordination_is_refused_naming_job_coordination() 
     let (code, log) = run(&config, &static_run, MINUTE);
     assert_eq!(code, 2, "static instances over a group's state:\n{log}");
     assert!(log.contains("job.coordination") && log.contains("group"), "{log}");
+}
+
+/// As [`produce`], each value a JSON string (`"value-<i>"`).
+fn produce_json(kafka: &TestKafka, topic: &str, partitions: i32, from: usize, to: usize) {
+    let records: Vec<TestRecord> = (from..to)
+        .map(|i| TestRecord::to((i % partitions as usize) as i32, format!("\"value-{i}\"")))
+        .collect();
+    kafka.produce(topic, &records);
+}
+
+/// The tail config of docker/k8s/live-tail.yaml's ConfigMap (parsed with PyYAML), for this
+/// machine's broker and `topic`, `out`, `name`.
+fn deployment_config(kafka: &TestKafka, topic: &str, out: &str, name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/k8s/live-tail.yaml");
+    let out_json = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
+        ])
+        .arg(&path)
+        .output()
+        .expect("python3");
+    assert!(
+        out_json.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out_json.stderr)
+    );
+    let docs: Vec<serde_json::Value> = serde_json::from_slice(&out_json.stdout).expect("JSON");
+    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").expect("a Deployment");
+    let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(args[2], "/etc/tidegate/tail.toml", "{args}");
+    let text = docs.iter().find(|d| d["kind"] == "ConfigMap").expect("a ConfigMap")["data"]["tail.toml"]
+        .as_str()
+        .expect("tail.toml")
+        .to_string();
+    text.replace("kafka:9092", &kafka.bootstrap)
+        .replace("\"events\"", &format!("\"{topic}\""))
+        .replace("\"events-copy\"", &format!("\"{out}\""))
+        .replace("\"events-tail\"", &format!("\"{name}\""))
+}
+
+#[test]
+fn the_kubernetes_deployment_s_live_tail_scales_two_three_one_with_every_record_once() {
+    let kafka = TestKafka::get();
+    let partitions = 6;
+    let topic = kafka.create_topic("k8s-tail", partitions);
+    let out = kafka.unique_topic("k8s-tail-out");
+    let name = kafka.unique_topic("k8s-tail-job");
+    let text = deployment_config(&kafka, &topic, &out, &name);
+    assert!(text.contains("coordination = \"group\""), "{text}");
+    produce_json(&kafka, &topic, partitions, 0, 600);
+    // pods named as a Deployment's are (the member name is the pod's host name)
+    let (_a, pod_a) = member(&text, "tidegate-events-tail-7d4b9-a");
+    let (_b, pod_b) = member(&text, "tidegate-events-tail-7d4b9-b");
+    wait_for_output(&kafka, &out, 600, &[&pod_a, &pod_b]);
+    // kubectl scale --replicas=3
+    let (_c, pod_c) = member(&text, "tidegate-events-tail-7d4b9-c");
+    wait_until("three pods share the partitions", MINUTE, || {
+        [&pod_a, &pod_b, &pod_c]
+            .iter()
+            .all(|m| assignments(&m.log_text()).last() == Some(&2))
+    });
+    produce_json(&kafka, &topic, partitions, 600, 1200);
+    wait_for_output(&kafka, &out, 1200, &[&pod_a, &pod_b, &pod_c]);
+    // kubectl scale --replicas=1: two pods get SIGTERM
+    pod_a.signal(libc::SIGTERM);
+    pod_b.signal(libc::SIGTERM);
+    for pod in [pod_a, pod_b] {
+        let (status, log) = pod.wait(MINUTE);
+        assert_eq!(status.code(), Some(0), "a pod scaled away:\n{log}");
+    }
+    wait_until("one pod holds every partition", MINUTE, || {
+        assignments(&pod_c.log_text()).last() == Some(&6)
+    });
+    produce_json(&kafka, &topic, partitions, 1200, 1800);
+    wait_for_output(&kafka, &out, 1800, &[&pod_c]);
+    pod_c.signal(libc::SIGTERM);
+    let (status, log) = pod_c.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "the last pod:\n{log}");
+    let mut counts = BTreeMap::new();
+    for r in kafka.read_all(&out) {
+        *counts
+            .entry(
+                String::from_utf8(r.value.expect("a value"))
+                    .expect("UTF-8")
+                    .trim_matches('"')
+                    .to_string(),
+            )
+            .or_insert(0usize) += 1;
+    }
+    assert_each_once(&counts, 1800, "the Deployment scaled 2 → 3 → 1");
 }
