@@ -332,4 +332,19 @@ fn a_group_coordinated_job_names_what_does_not_fit_it() {
     let sets: Vec<String> = group.iter().map(|s| s.to_string()).collect();
     let config = load(&write(&dir, BASE), &sets).expect("a group member's config");
     assert_eq!(config.job.member.as_deref(), Some("m0"));
+    // without job.member, the host name (a pod's name on Kubernetes)
+    let was = std::env::var("HOSTNAME").ok();
+    std::env::set_var("HOSTNAME", "tidegate-events-tail-7d4b9-x2k8q");
+    let sets: Vec<String> = ["job.coordination=group", "checkpoint.store=kafka"]
+        .map(String::from)
+        .to_vec();
+    let loaded = load(&write(&dir, BASE), &sets);
+    match was {
+        Some(h) => std::env::set_var("HOSTNAME", h),
+        None => std::env::remove_var("HOSTNAME"),
+    }
+    assert_eq!(
+        loaded.expect("a member named by its host").job.member.as_deref(),
+        Some("tidegate-events-tail-7d4b9-x2k8q")
+    );
 }
