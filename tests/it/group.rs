@@ -190,6 +190,30 @@ fn a_live_tail_scales_from_one_member_to_three_and_back_to_two_with_every_record
             .or_insert(0usize) += 1;
     }
     assert_each_once(&counts, 3000, "a live tail scaled 1 → 3 → 2");
+    // a run whose every partition a newer run holds is removed when a member next opens the
+    // store: the last two deals' runs stay (3 and 2 here), the earlier ones went
+    let runs = live_runs(&kafka, &state);
+    println!(
+        "group: runs with live checkpoints after the 1 → 3 → 2 tail: {}",
+        runs.len()
+    );
+    assert!(runs.len() <= 5, "{} runs kept: {runs:?}", runs.len());
+}
+
+/// The owners (`<job>@<member>~<run>`) whose job record is live in the state topic.
+fn live_runs(kafka: &TestKafka, state: &str) -> Vec<String> {
+    let mut latest: BTreeMap<String, bool> = BTreeMap::new();
+    for r in kafka.read_all(state) {
+        let key = String::from_utf8(r.key.expect("a key")).expect("UTF-8");
+        if let Some(owner) = key.strip_suffix("/checkpoint") {
+            latest.insert(owner.to_string(), r.value.is_some());
+        }
+    }
+    latest
+        .into_iter()
+        .filter(|(_, live)| *live)
+        .map(|(owner, _)| owner)
+        .collect()
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Where an instance of the Kafka store stands among the job's generations of instances (see
 //! [`crate::checkpoint_store::layout`]): the layout read from the topic's checkpoint and claim
 //! records, the claim and the fencing of the count before when this instance cuts its share,
-//! and the second read before its first checkpoint.
+//! the second read before its first checkpoint, and `--reset-state`'s fencing of every owner.
 
 use super::*;
 
@@ -180,4 +180,88 @@ pub(super) fn layout_of(config: &KafkaStoreConfig, found: &Scan) -> Result<Layou
         });
     }
     layout::resolve(&config.job, config.instance, &members).map_err(|m| Error::config("job.instance.count", m))
+}
+
+impl KafkaCheckpointStore {
+    /// `--reset-state`: the job starts over. Every instance of it that holds state in the topic
+    /// (every count's) is fenced, then each of the job's keys gets a tombstone, in one
+    /// transaction (other jobs' records are untouched); this instance starts afresh where it
+    /// stands, and the others start afresh when they start again. (Starting one instance over
+    /// while its siblings keep theirs would overlap their generated ranges after a change of
+    /// count.)
+    pub fn reset(&self) -> Result<()> {
+        self.reset.store(true, std::sync::atomic::Ordering::Relaxed);
+        // fence every other owner the topic holds records of, until a scan after the fencing
+        // finds no new one: none of them writes after the tombstones
+        let mut fenced = std::collections::BTreeSet::new();
+        let found = loop {
+            let found = scan(&self.config)?;
+            let owners: Vec<String> = found
+                .records
+                .keys()
+                .filter_map(|k| k.split_once('/').map(|(owner, _)| owner.to_string()))
+                .filter(|owner| *owner != self.config.owner && !fenced.contains(owner))
+                .collect();
+            if owners.is_empty() {
+                break found;
+            }
+            for owner in owners {
+                if let Some((generation, index)) = layout::parse_owner(&self.config.job, &owner) {
+                    // the first generation's single instance is named by the job alone
+                    let count = if owner == self.config.job { 1 } else { 2 };
+                    let member = Member {
+                        owner: owner.clone(),
+                        generation,
+                        instance: Some(crate::core::Instance { index, count }),
+                        base: None,
+                        checkpointed: true,
+                        offset: -1,
+                    };
+                    fence(&self.config, &member)?;
+                }
+                fenced.insert(owner);
+            }
+        };
+        let mut live: Vec<(String, Option<Vec<u8>>)> = found
+            .records
+            .into_iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(k, _)| (k, None))
+            .collect();
+        *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        // this instance starts afresh in the generation it opened in (the first, when the state
+        // could not be placed), cut from nothing; its claim says so at once, so a sibling that
+        // starts before its first checkpoint joins that generation afresh too
+        let generation = self
+            .layout
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or(0, |l| l.generation);
+        if generation > 0 {
+            let (key, value) = claim_record(
+                &self.config.owner,
+                &self.config.job,
+                self.config.instance,
+                generation,
+                None,
+            )
+            .map_err(|e| state_error(&self.config, &claim_key(&self.config.owner), e))?;
+            live.retain(|(k, _)| *k != key);
+            live.push((key, Some(value)));
+        }
+        *self.layout.lock().unwrap_or_else(|p| p.into_inner()) = Some(Layout {
+            generation,
+            owner: self.config.owner.clone(),
+            base: None,
+            reshare: Vec::new(),
+        });
+        if !live.is_empty() {
+            self.transaction(&live)?;
+            warn!(topic = %self.config.topic, job = %self.config.job, keys = live.len(), instances_fenced = fenced.len(), "--reset-state: the job's state records replaced by tombstones; the job starts from scratch");
+        }
+        // the ids this instance writes under were taken at the opening, before that scan
+        self.verified.store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
 }

@@ -12,6 +12,7 @@
 //! tombstones.
 
 mod generations;
+mod members;
 mod producer;
 mod topic;
 
@@ -27,14 +28,14 @@ use tracing::{debug, info, warn};
 
 use super::layout::{self, Layout, Member};
 use super::records::{
-    assemble, base_of, check, checkpoint_key, claim_key, claim_record, records_of, sink_to_recover, torn, written_by,
+    assemble, base_of, check, checkpoint_key, claim_key, claim_record, records_of, sink_to_recover, written_by,
 };
 use super::scan::{reader, scan, Scan};
 use super::{KafkaStoreConfig, SinkTransactionSlot};
 use crate::core::{CheckpointStore, StateError, StoredCheckpoint};
 use crate::error::{kafka, Error, Result};
 use crate::kafka::client::{client_config, fetch_metadata, TracingContext};
-use generations::{fence, layout_of};
+use generations::layout_of;
 use producer::{producer_of, transactional_producer};
 use topic::{admin_call, topic_exists};
 
@@ -88,7 +89,9 @@ impl KafkaCheckpointStore {
         let mut producer = producer_of(&config)?;
         let found = scan(&config)?;
         if config.member.is_some() {
-            return Ok(Self::group_member(config, producer, found));
+            let store = Self::group_member(config, producer, found);
+            store.remove_superseded_runs();
+            return Ok(store);
         }
         let layout = layout_of(&config, &found).ok();
         if let Some(layout) = layout.as_ref().filter(|l| l.generation > 0) {
@@ -125,92 +128,6 @@ impl KafkaCheckpointStore {
             "checkpoint store: Kafka"
         );
         Ok(store)
-    }
-
-    /// The store of a group member (`job.coordination = "group"`): no generations to settle, its
-    /// ids are its own (`<job>@<member>`); see [`CheckpointStore::load_reshare`].
-    fn group_member(config: KafkaStoreConfig, producer: BaseProducer<TracingContext>, found: Scan) -> Self {
-        let in_sink = config.sink_transactional_id.clone().map(SinkTransactionSlot::new);
-        let layout = Layout {
-            generation: 0,
-            owner: config.owner.clone(),
-            base: None,
-            reshare: Vec::new(),
-        };
-        info!(
-            topic = %config.topic,
-            bootstrap = %config.bootstrap_servers,
-            owner = %config.owner,
-            in_sink_transactions = config.sink_transactional_id.is_some(),
-            "checkpoint store: Kafka, as a member of the job's consumer group"
-        );
-        KafkaCheckpointStore {
-            config,
-            producer: Mutex::new(producer),
-            layout: Mutex::new(Some(layout)),
-            scanned: Mutex::new(Some(found)),
-            reset: std::sync::atomic::AtomicBool::new(false),
-            verified: std::sync::atomic::AtomicBool::new(true),
-            in_sink,
-            group: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// The last checkpoint of every member of the job's group, oldest first (by where each was
-    /// written in the topic): a split is restored from the newest that holds it.
-    fn group_checkpoints(&self) -> Result<Vec<serde_json::Value>> {
-        let mut scanned = self.scanned()?;
-        // the other members checkpoint while this one reads: a read that cut one's transaction
-        // is read again (the rest of that transaction is in the log by then)
-        for _ in 0..TORN_READS {
-            let torn = scanned.as_ref().is_some_and(|found| {
-                found
-                    .heads(&self.config.job)
-                    .filter(|h| layout::parse_member(&self.config.job, h.owner).is_some())
-                    .any(|h| torn(h.owner, &self.config.job, &found.of(h.owner)))
-            });
-            if !torn {
-                break;
-            }
-            debug!("the read of the checkpoint topic cut another member's checkpoint; reading again");
-            *scanned = Some(scan(&self.config)?);
-        }
-        let Some(found) = scanned.as_ref() else {
-            return Ok(Vec::new());
-        };
-        if let Some(head) = found
-            .heads(&self.config.job)
-            .find(|h| h.checkpointed && layout::parse_owner(&self.config.job, h.owner).is_some())
-        {
-            return Err(Error::config(
-                "job.coordination",
-                format!(
-                    "is \"group\", but the checkpoint topic holds the checkpoints of the job's static instances \
-                     ({}): finish the job with job.coordination = \"static\", or start it over with --reset-state",
-                    head.key
-                ),
-            ));
-        }
-        let mut heads: Vec<(i64, &str)> = found
-            .heads(&self.config.job)
-            .filter(|h| h.checkpointed && layout::parse_member(&self.config.job, h.owner).is_some())
-            .map(|h| (h.offset, h.owner))
-            .collect();
-        heads.sort();
-        heads
-            .into_iter()
-            .filter_map(|(_, owner)| {
-                assemble(owner, &self.config.job, &found.of(owner))
-                    .map_err(|(key, e)| state_error(&self.config, &key, e))
-                    .transpose()
-            })
-            .collect()
-    }
-
-    /// See [`super::OpenStore::fence_with_group`]: only with the checkpoints in the sink's
-    /// transactions (a group-coordinated job's exactly-once sink).
-    pub fn fence_with_group(&self, metadata: std::sync::Arc<rdkafka::consumer::ConsumerGroupMetadata>) {
-        let _ = self.group.set(metadata);
     }
 
     /// Where this instance stands; the error the store's state gives when it cannot be placed.
@@ -306,88 +223,6 @@ impl KafkaCheckpointStore {
             }
         }
         result
-    }
-
-    /// `--reset-state`: the job starts over. Every instance of it that holds state in the topic
-    /// (every count's) is fenced, then each of the job's keys gets a tombstone, in one
-    /// transaction (other jobs' records are untouched); this instance starts afresh where it
-    /// stands, and the others start afresh when they start again. (Starting one instance over
-    /// while its siblings keep theirs would overlap their generated ranges after a change of
-    /// count.)
-    pub fn reset(&self) -> Result<()> {
-        self.reset.store(true, std::sync::atomic::Ordering::Relaxed);
-        // fence every other owner the topic holds records of, until a scan after the fencing
-        // finds no new one: none of them writes after the tombstones
-        let mut fenced = std::collections::BTreeSet::new();
-        let found = loop {
-            let found = scan(&self.config)?;
-            let owners: Vec<String> = found
-                .records
-                .keys()
-                .filter_map(|k| k.split_once('/').map(|(owner, _)| owner.to_string()))
-                .filter(|owner| *owner != self.config.owner && !fenced.contains(owner))
-                .collect();
-            if owners.is_empty() {
-                break found;
-            }
-            for owner in owners {
-                if let Some((generation, index)) = layout::parse_owner(&self.config.job, &owner) {
-                    // the first generation's single instance is named by the job alone
-                    let count = if owner == self.config.job { 1 } else { 2 };
-                    let member = Member {
-                        owner: owner.clone(),
-                        generation,
-                        instance: Some(crate::core::Instance { index, count }),
-                        base: None,
-                        checkpointed: true,
-                        offset: -1,
-                    };
-                    fence(&self.config, &member)?;
-                }
-                fenced.insert(owner);
-            }
-        };
-        let mut live: Vec<(String, Option<Vec<u8>>)> = found
-            .records
-            .into_iter()
-            .filter(|(_, v)| v.is_some())
-            .map(|(k, _)| (k, None))
-            .collect();
-        *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        // this instance starts afresh in the generation it opened in (the first, when the state
-        // could not be placed), cut from nothing; its claim says so at once, so a sibling that
-        // starts before its first checkpoint joins that generation afresh too
-        let generation = self
-            .layout
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map_or(0, |l| l.generation);
-        if generation > 0 {
-            let (key, value) = claim_record(
-                &self.config.owner,
-                &self.config.job,
-                self.config.instance,
-                generation,
-                None,
-            )
-            .map_err(|e| state_error(&self.config, &claim_key(&self.config.owner), e))?;
-            live.retain(|(k, _)| *k != key);
-            live.push((key, Some(value)));
-        }
-        *self.layout.lock().unwrap_or_else(|p| p.into_inner()) = Some(Layout {
-            generation,
-            owner: self.config.owner.clone(),
-            base: None,
-            reshare: Vec::new(),
-        });
-        if !live.is_empty() {
-            self.transaction(&live)?;
-            warn!(topic = %self.config.topic, job = %self.config.job, keys = live.len(), instances_fenced = fenced.len(), "--reset-state: the job's state records replaced by tombstones; the job starts from scratch");
-        }
-        // the ids this instance writes under were taken at the opening, before that scan
-        self.verified.store(true, std::sync::atomic::Ordering::Relaxed);
-        Ok(())
     }
 }
 

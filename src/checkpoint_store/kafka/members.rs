@@ -1,0 +1,232 @@
+//! The Kafka store of a group member (`job.coordination = "group"`): its runs' keys, the restore
+//! from every member's last checkpoint (read again when it cut one half way), the fence of its
+//! checkpoints by its group metadata (KIP-447), and the removal of the runs whose every split a
+//! newer run holds.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use rdkafka::producer::BaseProducer;
+use tracing::{debug, info, warn};
+
+use super::super::layout::{self, Layout};
+use super::super::records::{assemble, checkpoint_key, torn};
+use super::super::scan::{scan, Scan};
+use super::super::{KafkaStoreConfig, SinkTransactionSlot};
+use super::{state_error, KafkaCheckpointStore, TORN_READS};
+use crate::error::{Error, Result};
+use crate::kafka::client::TracingContext;
+
+impl KafkaCheckpointStore {
+    /// The store of a group member (`job.coordination = "group"`): no generations to settle, its
+    /// ids are its own (`<job>@<member>`); see [`CheckpointStore::load_reshare`].
+    pub(super) fn group_member(config: KafkaStoreConfig, producer: BaseProducer<TracingContext>, found: Scan) -> Self {
+        let in_sink = config.sink_transactional_id.clone().map(SinkTransactionSlot::new);
+        let layout = Layout {
+            generation: 0,
+            owner: config.owner.clone(),
+            base: None,
+            reshare: Vec::new(),
+        };
+        info!(
+            topic = %config.topic,
+            bootstrap = %config.bootstrap_servers,
+            owner = %config.owner,
+            in_sink_transactions = config.sink_transactional_id.is_some(),
+            "checkpoint store: Kafka, as a member of the job's consumer group"
+        );
+        KafkaCheckpointStore {
+            config,
+            producer: Mutex::new(producer),
+            layout: Mutex::new(Some(layout)),
+            scanned: Mutex::new(Some(found)),
+            reset: std::sync::atomic::AtomicBool::new(false),
+            verified: std::sync::atomic::AtomicBool::new(true),
+            in_sink,
+            group: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The last checkpoint of every member of the job's group, oldest first (by where each was
+    /// written in the topic): a split is restored from the newest that holds it.
+    pub(super) fn group_checkpoints(&self) -> Result<Vec<serde_json::Value>> {
+        Ok(self.group_heads()?.into_iter().map(|(_, _, value)| value).collect())
+    }
+
+    /// Every member run's last checkpoint, `(offset, owner, checkpoint)`, oldest first.
+    fn group_heads(&self) -> Result<Vec<(i64, String, serde_json::Value)>> {
+        let mut scanned = self.scanned()?;
+        // the other members checkpoint while this one reads: a read that cut one's transaction
+        // is read again (the rest of that transaction is in the log by then)
+        for _ in 0..TORN_READS {
+            let torn = scanned.as_ref().is_some_and(|found| {
+                found
+                    .heads(&self.config.job)
+                    .filter(|h| layout::parse_member(&self.config.job, h.owner).is_some())
+                    .any(|h| torn(h.owner, &self.config.job, &found.of(h.owner)))
+            });
+            if !torn {
+                break;
+            }
+            debug!("the read of the checkpoint topic cut another member's checkpoint; reading again");
+            *scanned = Some(scan(&self.config)?);
+        }
+        let Some(found) = scanned.as_ref() else {
+            return Ok(Vec::new());
+        };
+        if let Some(head) = found
+            .heads(&self.config.job)
+            .find(|h| h.checkpointed && layout::parse_owner(&self.config.job, h.owner).is_some())
+        {
+            return Err(Error::config(
+                "job.coordination",
+                format!(
+                    "is \"group\", but the checkpoint topic holds the checkpoints of the job's static instances \
+                     ({}): finish the job with job.coordination = \"static\", or start it over with --reset-state",
+                    head.key
+                ),
+            ));
+        }
+        let mut heads: Vec<(i64, &str)> = found
+            .heads(&self.config.job)
+            .filter(|h| h.checkpointed && layout::parse_member(&self.config.job, h.owner).is_some())
+            .map(|h| (h.offset, h.owner))
+            .collect();
+        heads.sort();
+        heads
+            .into_iter()
+            .filter_map(|(offset, owner)| {
+                assemble(owner, &self.config.job, &found.of(owner))
+                    .map_err(|(key, e)| state_error(&self.config, &key, e))
+                    .transpose()
+                    .map(|value| value.map(|v| (offset, owner.to_string(), v)))
+            })
+            .collect()
+    }
+
+    /// See [`super::OpenStore::fence_with_group`]: only with the checkpoints in the sink's
+    /// transactions (a group-coordinated job's exactly-once sink).
+    pub fn fence_with_group(&self, metadata: std::sync::Arc<rdkafka::consumer::ConsumerGroupMetadata>) {
+        let _ = self.group.set(metadata);
+    }
+
+    /// Replace by tombstones the records of every run whose every split a newer run's last
+    /// checkpoint holds ([`superseded`]): no restore reads them any more. Each run's job record
+    /// goes first, so a read that cuts the transaction sees the run gone. Best effort: a failure
+    /// is logged, and the next run tries again.
+    pub(super) fn remove_superseded_runs(&self) {
+        let heads = match self.group_heads() {
+            Ok(heads) => heads,
+            // the restore reports it
+            Err(_) => return,
+        };
+        let runs: Vec<(String, BTreeSet<String>)> = heads
+            .iter()
+            .map(|(_, owner, value)| (owner.clone(), mentions(value)))
+            .collect();
+        let gone = superseded(&runs);
+        if gone.is_empty() {
+            return;
+        }
+        let records: Vec<(String, Option<Vec<u8>>)> = {
+            let Ok(scanned) = self.scanned() else { return };
+            let Some(found) = scanned.as_ref() else { return };
+            gone.iter()
+                .flat_map(|owner| {
+                    let job_record = checkpoint_key(owner);
+                    let rest: Vec<String> = found
+                        .of(owner)
+                        .into_iter()
+                        .filter(|(k, v)| v.is_some() && *k != job_record)
+                        .map(|(k, _)| k)
+                        .collect();
+                    std::iter::once(job_record).chain(rest)
+                })
+                .map(|k| (k, None))
+                .collect()
+        };
+        match self.transaction(&records) {
+            Ok(()) => {
+                info!(
+                    runs = gone.len(),
+                    records = records.len(),
+                    "checkpoint store: the records of runs whose every split a newer run holds removed (tombstones)"
+                );
+                *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            }
+            Err(e) => {
+                warn!(error = %e, "checkpoint store: removing superseded runs' records failed; the next run tries again")
+            }
+        }
+    }
+}
+
+/// The splits (`topic:partition`) a group member's checkpoint holds: its readers' and its
+/// enumerator's (a Kafka source's state).
+fn mentions(checkpoint: &serde_json::Value) -> BTreeSet<String> {
+    let listed = [&checkpoint["enumerator"]["splits"], &checkpoint["splits"]];
+    listed
+        .into_iter()
+        .filter_map(|l| l.as_array())
+        .flatten()
+        .filter_map(|s| {
+            Some(format!(
+                "{}:{}",
+                s["split"]["topic"].as_str()?,
+                s["split"]["partition"].as_i64()?
+            ))
+        })
+        .collect()
+}
+
+/// Of `runs` (oldest first, each with the splits its last checkpoint holds), those whose every
+/// split a newer run holds: a restore takes each split from the newest run that holds it, so
+/// these give none. The newest run always stays.
+fn superseded(runs: &[(String, BTreeSet<String>)]) -> Vec<String> {
+    let mut newer: BTreeSet<&String> = BTreeSet::new();
+    let mut gone = Vec::new();
+    for (i, (owner, splits)) in runs.iter().enumerate().rev() {
+        if i + 1 < runs.len() && splits.iter().all(|s| newer.contains(s)) {
+            gone.push(owner.clone());
+        }
+        newer.extend(splits);
+    }
+    gone
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(owner: &str, splits: &[&str]) -> (String, BTreeSet<String>) {
+        (owner.to_string(), splits.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn a_run_goes_once_newer_runs_hold_every_split_it_holds() {
+        let runs = [
+            run("j@a~1", &["t:0", "t:1", "t:2"]),
+            run("j@b~1", &["t:3"]),
+            run("j@a~2", &["t:0", "t:1"]),
+            run("j@c~1", &["t:2", "t:3"]),
+            run("j@b~2", &[]),
+        ];
+        let mut gone = superseded(&runs);
+        gone.sort();
+        // j@a~1: t:0 and t:1 in a~2, t:2 in c~1; j@b~1: t:3 in c~1; the newest stays, empty or not
+        assert_eq!(gone, ["j@a~1", "j@b~1"]);
+        assert!(superseded(&runs[..1]).is_empty(), "a single run stays");
+        // a split only an old run holds keeps that run
+        let runs = [run("j@a~1", &["t:0", "t:9"]), run("j@a~2", &["t:0"])];
+        assert!(superseded(&runs).is_empty());
+    }
+
+    #[test]
+    fn a_checkpoint_mentions_its_readers_and_its_enumerator_s_splits() {
+        let value = serde_json::json!({
+            "enumerator": {"splits": [{"split": {"topic": "t", "partition": 4, "next_offset": 7}, "assigned": false}]},
+            "splits": [{"split": {"topic": "t", "partition": 1, "next_offset": 3}}],
+        });
+        assert_eq!(mentions(&value), ["t:1", "t:4"].map(String::from).into_iter().collect());
+    }
+}
