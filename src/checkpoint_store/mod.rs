@@ -143,7 +143,13 @@ impl GroupFence {
         // that holds any split carries the fence: an older position of it must not win)
         let mut offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
         let listed = [&value["enumerator"]["splits"], &value["splits"]];
-        for s in listed.into_iter().filter_map(|l| l.as_array()).flatten() {
+        // a partition gone from the cluster has no offset to commit
+        for s in listed
+            .into_iter()
+            .filter_map(|l| l.as_array())
+            .flatten()
+            .filter(|s| s["removed"] != true)
+        {
             let split = &s["split"];
             let (Some(topic), Some(partition), Some(offset)) = (
                 split["topic"].as_str(),

@@ -267,7 +267,7 @@ fn an_exactly_once_sink_on_the_store_s_cluster_carries_the_checkpoints() {
 fn a_group_coordinated_job_names_what_does_not_fit_it() {
     let _env = env_lock();
     let group = ["job.coordination=group", "job.member=m0", "checkpoint.store=kafka"];
-    let cases: [(Vec<&str>, &str); 9] = [
+    let cases: [(Vec<&str>, &str); 10] = [
         (
             vec![
                 "sink.type=kafka",
@@ -304,6 +304,16 @@ fn a_group_coordinated_job_names_what_does_not_fit_it() {
                 "sink.bootstrap_servers=127.0.0.1:9093",
                 "sink.topic=out",
                 "sink.delivery=exactly_once",
+            ],
+            "sink.bootstrap_servers",
+        ),
+        (
+            vec![
+                "sink.type=kafka",
+                "sink.bootstrap_servers=127.0.0.1:9092",
+                "sink.topic=out",
+                "sink.delivery=exactly_once",
+                "checkpoint.bootstrap_servers=127.0.0.1:9093",
             ],
             "checkpoint.bootstrap_servers",
         ),

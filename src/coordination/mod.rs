@@ -64,6 +64,17 @@ pub fn validate(job: &JobConfig, source: &SourceConfig, sink: &SinkConfig, store
         )),
         SinkConfig::Kafka(s)
             if s.settings.delivery == crate::sink::kafka::Delivery::ExactlyOnce
+                && s.settings.bootstrap_servers != k.settings.bootstrap_servers =>
+        {
+            Err(Error::config(
+                "sink.bootstrap_servers",
+                "with job.coordination = \"group\" and an exactly-once Kafka sink, the sink must be on the \
+                 source's cluster (the same bootstrap_servers): each transaction commits its positions to the \
+                 job's consumer group there (KIP-447); use an at-least-once sink to write to another cluster",
+            ))
+        }
+        SinkConfig::Kafka(s)
+            if s.settings.delivery == crate::sink::kafka::Delivery::ExactlyOnce
                 && s.settings.transaction_timeout > MAX_TRANSACTION_TIMEOUT =>
         {
             Err(Error::config(

@@ -253,13 +253,6 @@ impl Transactions {
 /// How much longer than its timeout writing a commit marker may take before the job gives up.
 const STUCK_MARGIN: Duration = Duration::from_secs(10);
 
-/// `send_offsets_to_transaction`, watched: librdkafka does not honour its timeout when the
-/// consumer group's coordinator dies mid-call (confluentinc/librdkafka issues 5456 and 5511; the
-/// cluster tier's leader-kill test met it about one run in three), and would wait forever. The call
-/// runs on a thread of its own; past the timeout and a margin the job stops with an error naming
-/// the cause, so that a restart (which fences the stuck producer and aborts its transaction)
-/// resumes from the last checkpoint with nothing lost or repeated. The stuck thread keeps the
-/// producer alive until the process exits.
 /// A group member's checkpoint positions, committed to its consumer group inside the open
 /// transaction with its group metadata (KIP-447): the broker refuses them when the group has
 /// moved on without this member, and the transaction cannot commit.
@@ -297,6 +290,13 @@ pub(super) fn send_group_offsets(
     })
 }
 
+/// `send_offsets_to_transaction`, watched: librdkafka does not honour its timeout when the
+/// consumer group's coordinator dies mid-call (confluentinc/librdkafka issues 5456 and 5511; the
+/// cluster tier's leader-kill test met it about one run in three), and would wait forever. The call
+/// runs on a thread of its own; past the timeout and a margin the job stops with an error naming
+/// the cause, so that a restart (which fences the stuck producer and aborts its transaction)
+/// resumes from the last checkpoint with nothing lost or repeated. The stuck thread keeps the
+/// producer alive until the process exits.
 fn send_marker(
     producer: &Arc<ThreadedProducer<DeliveryContext>>,
     marker: TopicPartitionList,
