@@ -135,7 +135,7 @@ fn eos_sink(kafka: &TestKafka, topic: &str) -> String {
 }
 
 /// How many times each value is in `topic`'s committed records.
-fn output_counts(kafka: &TestKafka, topic: &str) -> BTreeMap<String, usize> {
+pub(crate) fn output_counts(kafka: &TestKafka, topic: &str) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
     for r in kafka.read_all(topic) {
         let v = String::from_utf8(r.value.expect("a value")).expect("UTF-8");
@@ -144,7 +144,7 @@ fn output_counts(kafka: &TestKafka, topic: &str) -> BTreeMap<String, usize> {
     counts
 }
 
-fn assert_each_once(counts: &BTreeMap<String, usize>, n: usize, what: &str) {
+pub(crate) fn assert_each_once(counts: &BTreeMap<String, usize>, n: usize, what: &str) {
     let missing: Vec<String> = (0..n)
         .map(|i| format!("value-{i}"))
         .filter(|v| !counts.contains_key(v))

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::checkpoint_store::{assert_each_once, output_counts};
 use crate::common::{wait_until, TestKafka, TestRecord};
 use crate::daemon_util::*;
 
@@ -61,18 +62,6 @@ fn committed_counts(kafka: &TestKafka, topic: &str) -> BTreeMap<String, usize> {
         *counts.entry(v).or_insert(0usize) += 1;
     }
     counts
-}
-
-fn assert_each_once(counts: &BTreeMap<String, usize>, n: usize, what: &str) {
-    let missing: Vec<String> = (0..n)
-        .map(|i| format!("value-{i}"))
-        .filter(|v| !counts.contains_key(v))
-        .take(5)
-        .collect();
-    let repeated: Vec<(&String, &usize)> = counts.iter().filter(|(_, c)| **c > 1).take(5).collect();
-    assert!(missing.is_empty(), "{what}: missing {missing:?}…");
-    assert!(repeated.is_empty(), "{what}: repeated {repeated:?}…");
-    assert_eq!(counts.len(), n, "{what}: unexpected records");
 }
 
 /// A member `name` of the job, in its own empty directory.
@@ -183,12 +172,7 @@ fn a_live_tail_scales_from_one_member_to_three_and_back_to_two_with_every_record
         let (status, log) = m.wait(MINUTE);
         assert_eq!(status.code(), Some(0), "a member's stop:\n{log}");
     }
-    let mut counts = BTreeMap::new();
-    for r in kafka.read_all(&out) {
-        *counts
-            .entry(String::from_utf8(r.value.expect("a value")).expect("UTF-8"))
-            .or_insert(0usize) += 1;
-    }
+    let counts = output_counts(&kafka, &out);
     assert_each_once(&counts, 3000, "a live tail scaled 1 → 3 → 2");
     // a run whose every partition a newer run holds is removed when a member next opens the
     // store: the last two deals' runs stay (3 and 2 here), the earlier ones went
@@ -254,12 +238,7 @@ fn a_group_member_killed_mid_replay_and_started_again_with_an_empty_directory_wr
         assert_eq!(status.code(), Some(0), "{who}:\n{log}");
         logs.push(log);
     }
-    let mut counts = BTreeMap::new();
-    for r in kafka.read_all(&out) {
-        *counts
-            .entry(String::from_utf8(r.value.expect("a value")).expect("UTF-8"))
-            .or_insert(0usize) += 1;
-    }
+    let counts = output_counts(&kafka, &out);
     assert_each_once(&counts, n, "three members, one killed and started again");
 }
 
@@ -316,12 +295,7 @@ fn a_member_the_group_dropped_while_it_was_paused_cannot_commit_and_every_record
         let (status, log) = m.wait(MINUTE * 4);
         assert_eq!(status.code(), Some(0), "{who}:\n{log}");
     }
-    let mut counts = BTreeMap::new();
-    for r in kafka.read_all(&out) {
-        *counts
-            .entry(String::from_utf8(r.value.expect("a value")).expect("UTF-8"))
-            .or_insert(0usize) += 1;
-    }
+    let counts = output_counts(&kafka, &out);
     assert_each_once(
         &counts,
         n,
@@ -355,12 +329,7 @@ fn a_job_s_state_of_the_other_coordination_is_refused_naming_job_coordination() 
     // a member started with --reset-state starts the job over: every record once more
     let (code, log) = run(&config, &["--set", "job.member=m0", "--reset-state"], MINUTE);
     assert_eq!(code, 0, "a group member's --reset-state:\n{log}");
-    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    for r in kafka.read_all(&out) {
-        *counts
-            .entry(String::from_utf8(r.value.expect("a value")).expect("UTF-8"))
-            .or_insert(0) += 1;
-    }
+    let counts = output_counts(&kafka, &out);
     assert!(counts.len() == 100 && counts.values().all(|c| *c == 2), "{counts:?}");
     // now the state is a group's
     let (code, log) = run(&config, &static_run, MINUTE);
@@ -379,21 +348,7 @@ fn produce_json(kafka: &TestKafka, topic: &str, partitions: i32, from: usize, to
 /// The tail config of docker/k8s/live-tail.yaml's ConfigMap (parsed with PyYAML), for this
 /// machine's broker and `topic`, `out`, `name`.
 fn deployment_config(kafka: &TestKafka, topic: &str, out: &str, name: &str) -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/k8s/live-tail.yaml");
-    let out_json = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
-        ])
-        .arg(&path)
-        .output()
-        .expect("python3");
-    assert!(
-        out_json.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out_json.stderr)
-    );
-    let docs: Vec<serde_json::Value> = serde_json::from_slice(&out_json.stdout).expect("JSON");
+    let docs = crate::kubernetes::documents("docker/k8s/live-tail.yaml");
     let deployment = docs.iter().find(|d| d["kind"] == "Deployment").expect("a Deployment");
     let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
     assert_eq!(args[2], "/etc/tidegate/tail.toml", "{args}");
@@ -445,16 +400,10 @@ fn the_kubernetes_deployment_s_live_tail_scales_two_three_one_with_every_record_
     pod_c.signal(libc::SIGTERM);
     let (status, log) = pod_c.wait(MINUTE);
     assert_eq!(status.code(), Some(0), "the last pod:\n{log}");
-    let mut counts = BTreeMap::new();
-    for r in kafka.read_all(&out) {
-        *counts
-            .entry(
-                String::from_utf8(r.value.expect("a value"))
-                    .expect("UTF-8")
-                    .trim_matches('"')
-                    .to_string(),
-            )
-            .or_insert(0usize) += 1;
-    }
+    // the values are JSON strings: "value-<i>"
+    let counts: BTreeMap<String, usize> = output_counts(&kafka, &out)
+        .into_iter()
+        .map(|(v, c)| (v.trim_matches('"').to_string(), c))
+        .collect();
     assert_each_once(&counts, 1800, "the Deployment scaled 2 → 3 → 1");
 }

@@ -18,7 +18,13 @@ const MANIFEST: &str = "docker/k8s/indexed-jobs.yaml";
 
 /// The manifest's documents, parsed with PyYAML (as JSON).
 fn manifest() -> Vec<Value> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(MANIFEST);
+    documents(MANIFEST)
+}
+
+/// The documents of the YAML file at `manifest` (relative to the repository), parsed with PyYAML
+/// (as JSON).
+pub(crate) fn documents(manifest: &str) -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(manifest);
     let out = Command::new("python3")
         .args([
             "-c",
@@ -29,7 +35,7 @@ fn manifest() -> Vec<Value> {
         .expect("python3");
     assert!(
         out.status.success(),
-        "{MANIFEST} does not parse: {}",
+        "{manifest} does not parse: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("JSON from PyYAML")
