@@ -49,6 +49,16 @@ pub fn validate(job: &JobConfig, source: &SourceConfig, sink: &SinkConfig, store
             "not used with job.coordination = \"group\" (the group subscribes by topic name): list source.topics",
         ));
     }
+    if k.event_time.source_wide_stop {
+        // each member aligns only the partitions it reads: a stop found by one member cannot
+        // hold back records another member has already written past its timestamp
+        return Err(Error::config(
+            "source.eof_scope",
+            "\"source\" is not used with job.coordination = \"group\": each member aligns event time only \
+             across the partitions it reads, so another member may already have written records at or after \
+             the stop's timestamp; use eof_scope = \"partition\", or run the replay as one instance",
+        ));
+    }
     let StoreConfig::Kafka(store) = store else {
         return Err(Error::config(
             "checkpoint.store",
@@ -139,11 +149,17 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
             &topics(&config.source),
         )?;
         let mut reset = reset_state;
+        // job.max_duration counts from the process's start, across its runs
+        let deadline = config.job.max_duration.map(|d| tokio::time::Instant::now() + d);
         loop {
             let change = runtime.block_on(async {
                 tokio::select! {
                     change = membership.next() => change,
                     _ = signal.wait_for(|stop| *stop) => None,
+                    _ = until(deadline) => {
+                        info!("job.max_duration reached while waiting for an assignment; leaving the group");
+                        None
+                    }
                 }
             });
             let assigned = match change {
@@ -156,6 +172,7 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
             };
             let (assigned, metadata) = assigned;
             let mut run = config.clone();
+            run.job.max_duration = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
             if let SourceConfig::Kafka(k) = &mut run.source {
                 k.settings.assignment = Some(Arc::new(assigned.clone()));
             }
@@ -218,6 +235,14 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
     })();
     crate::daemon::shut_down(runtime);
     result
+}
+
+/// Wait until `deadline`, or forever without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// A name for one run of this member's job, unique among its runs: the time it began, in

@@ -112,6 +112,12 @@ impl<S: Source> Coordinator<S> {
                         self.take_back_undeliverable()?;
                     }
                 }
+                // the enumerator asked for one (see EnumeratorContext::request_checkpoint)
+                _ = std::future::ready(()), if self.ctx.checkpoint_requested()
+                    && self.pending.is_none() && self.final_id.is_none() && !self.stopping => {
+                    sim::point("coordinator.trigger").await;
+                    self.trigger_checkpoint()?;
+                }
                 _ = tick(&mut ticker), if self.pending.is_none() && self.final_id.is_none() && !self.stopping => {
                     sim::point("coordinator.trigger").await;
                     self.trigger_checkpoint()?;
@@ -194,6 +200,7 @@ impl<S: Source> Coordinator<S> {
     }
 
     fn trigger_checkpoint(&mut self) -> Result<()> {
+        self.ctx.clear_checkpoint_request();
         let id = self.next_checkpoint_id;
         self.next_checkpoint_id += 1;
         let enumerator = self.enumerator.snapshot_state(id)?;
@@ -459,7 +466,7 @@ impl<S: Source> Coordinator<S> {
         for reader in 0..self.parallelism {
             let _ = self.ctx.send(reader, ReaderCommand::CheckpointComplete(id));
         }
-        self.enumerator.notify_checkpoint_complete(id)?;
+        self.enumerator.notify_checkpoint_complete(&mut self.ctx, id)?;
         self.last_splits = checkpoint.splits;
         if self.final_id == Some(id) {
             let _ = self.sink.send(SinkMessage::End).await;

@@ -65,8 +65,13 @@ pub trait SplitEnumerator: Send + 'static {
     /// The enumerator's checkpoint; taken before the readers are asked for theirs.
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Self::State>;
 
-    /// Checkpoint `checkpoint_id` is durable.
-    fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+    /// Checkpoint `checkpoint_id` is durable. The context lets an enumerator assign splits it
+    /// held until then (see [`EnumeratorContext::request_checkpoint`]).
+    fn notify_checkpoint_complete(
+        &mut self,
+        _ctx: &mut EnumeratorContext<Self::Split, Self::CallResult>,
+        _checkpoint_id: u64,
+    ) -> Result<()> {
         Ok(())
     }
 
@@ -127,6 +132,8 @@ pub struct EnumeratorContext<S, C> {
     /// Each split as last assigned, when a transactional job needs them (see
     /// `Coordinator::fallback_checkpoint`).
     assigned: Option<std::collections::BTreeMap<super::split::SplitId, S>>,
+    /// The enumerator asked for a checkpoint as soon as one can start.
+    checkpoint_requested: bool,
 }
 
 impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
@@ -146,7 +153,27 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
             undeliverable: Vec::new(),
             stats,
             assigned: None,
+            checkpoint_requested: false,
         }
+    }
+
+    /// Ask for a checkpoint as soon as one can start (after the one in progress, if any),
+    /// rather than at the next interval: an enumerator that must make something durable before
+    /// its readers go on (the Kafka source's first discovery in a consumer group, whose resolved
+    /// starting offsets hold the splits back until a checkpoint has them). No checkpoint comes
+    /// once the job is stopping.
+    pub fn request_checkpoint(&mut self) {
+        self.checkpoint_requested = true;
+    }
+
+    /// Whether a checkpoint was asked for and not yet started.
+    pub(crate) fn checkpoint_requested(&self) -> bool {
+        self.checkpoint_requested
+    }
+
+    /// A requested checkpoint starts.
+    pub(crate) fn clear_checkpoint_request(&mut self) {
+        self.checkpoint_requested = false;
     }
 
     /// Keep each split as last assigned (a transactional job's fallback checkpoints need them).

@@ -112,6 +112,11 @@ pub struct KafkaSourceEnumerator {
     /// Splits the restored state had assigned and no reader gave back: finished before the
     /// restart, so a topic recreated since does not concern them.
     finished_before: std::collections::HashSet<SplitId>,
+    /// A group member's first discovery: its splits wait until a checkpoint holds their resolved
+    /// starting offsets (`Some(None)` until that checkpoint is taken, then its id). Another
+    /// member that takes them over then starts where the job began, not at a `latest` resolved
+    /// again, and not at their start as partitions discovered later.
+    held_for_checkpoint: Option<Option<u64>>,
 }
 
 impl KafkaSourceEnumerator {
@@ -147,6 +152,7 @@ impl KafkaSourceEnumerator {
             failures: 0,
             waiting_for: Vec::new(),
             finished_before: Default::default(),
+            held_for_checkpoint: None,
         }
     }
 
@@ -185,6 +191,9 @@ impl KafkaSourceEnumerator {
     }
 
     fn assign_pending(&mut self, ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>) -> Result<()> {
+        if self.held_for_checkpoint.is_some() {
+            return Ok(());
+        }
         let readers: Vec<usize> = ctx.registered_readers().iter().copied().collect();
         let mut assigned = 0;
         for reader in readers {
@@ -317,7 +326,10 @@ impl SplitEnumerator for KafkaSourceEnumerator {
         self.assign_pending(ctx)
     }
 
-    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<KafkaEnumeratorState> {
+    fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<KafkaEnumeratorState> {
+        if let Some(taken @ None) = self.held_for_checkpoint.as_mut() {
+            *taken = Some(checkpoint_id);
+        }
         let mut known = self.known.clone();
         // restored splits waiting for their check are unassigned, whatever the old state said
         for waiting in self.restored.iter().flatten() {
@@ -335,6 +347,22 @@ impl SplitEnumerator for KafkaSourceEnumerator {
             splits: known.into_values().collect(),
             settings: self.fingerprint.clone(),
         })
+    }
+
+    fn notify_checkpoint_complete(
+        &mut self,
+        ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
+        checkpoint_id: u64,
+    ) -> Result<()> {
+        if self
+            .held_for_checkpoint
+            .is_some_and(|taken| taken.is_some_and(|id| id <= checkpoint_id))
+        {
+            self.held_for_checkpoint = None;
+            info!("group member: the first discovery's starting offsets are checkpointed; reading");
+            self.assign_pending(ctx)?;
+        }
+        Ok(())
     }
 
     fn handle_call_result(

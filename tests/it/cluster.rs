@@ -1,8 +1,8 @@
 //! Faults of a three-node cluster (replication factor 3, `min.insync.replicas = 2`): a partition
 //! leader killed mid-replay and mid-seed, a rolling restart under a live source-wide stop, the
 //! daemon cut off one broker by a firewall rule, the active controller killed while discovery
-//! finds a new topic. Each checks every record once and a clean exit, and prints a `cluster:`
-//! line. Run alone: `cargo test --features failpoints --test it cluster:: -- --test-threads=1`.
+//! finds a new topic, a group member killed mid-replay. Each checks every record once and a clean
+//! exit, and prints a `cluster:` line. Run alone: `cargo test --features failpoints --test it cluster:: -- --test-threads=1`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -500,5 +500,24 @@ fn a_replay_started_while_a_leader_is_dead_and_not_yet_fenced_completes() {
          fenced): its offsets listed once the partition had a new leader; {total} records, lost 0, duplicates 0, \
          exit 0 in {:.1} s",
         took.as_secs_f64()
+    );
+}
+
+/// Group coordination on the cluster: three members of a bounded replay (state topic and output
+/// replicated three times), one killed mid-replay and started again with an empty directory:
+/// every record once (the test of tests/it/group.rs, on three nodes).
+#[test]
+fn a_group_member_killed_mid_replay_on_the_cluster_writes_every_record_once() {
+    let cluster = shared();
+    let kafka = cluster.kafka();
+    let topic = cluster.create_topic("cluster-group-in", 6);
+    let out = cluster.create_topic("cluster-group-out", 3);
+    let started = Instant::now();
+    crate::group::a_member_killed_mid_replay_and_started_again(&kafka, &topic, &out);
+    eprintln!(
+        "cluster: three group members replaying 6,000 records over 6 partitions (exactly-once sink, Kafka \
+         store), one killed -9 mid-replay and started again with an empty directory: lost 0, duplicates 0, exit 0 \
+         in {:.1} s",
+        started.elapsed().as_secs_f64()
     );
 }

@@ -203,18 +203,26 @@ fn live_runs(kafka: &TestKafka, state: &str) -> Vec<String> {
 #[test]
 fn a_group_member_killed_mid_replay_and_started_again_with_an_empty_directory_writes_every_record_once() {
     let kafka = TestKafka::get();
+    let topic = kafka.create_topic("group-kill", 6);
+    let out = kafka.create_topic("group-kill-out", 3);
+    a_member_killed_mid_replay_and_started_again(&kafka, &topic, &out);
+}
+
+/// Three members replay the 6 partitions of `topic` into `out` (3 partitions) at most 600
+/// records/s each; one is killed (`kill -9`) a quarter in and started again with an empty
+/// directory: every record once, every member exits 0. Also run on the three-node cluster
+/// (tests/it/cluster.rs).
+pub(crate) fn a_member_killed_mid_replay_and_started_again(kafka: &TestKafka, topic: &str, out: &str) {
     let partitions = 6;
     let n = 6000;
-    let topic = kafka.create_topic("group-kill", partitions);
-    let out = kafka.create_topic("group-kill-out", 3);
     let state = kafka.unique_topic("group-kill-state");
     let name = kafka.unique_topic("group-kill-job");
-    produce(&kafka, &topic, partitions, 0, n);
+    produce(kafka, topic, partitions, 0, n);
     let text = group_job(
-        &kafka,
+        kafka,
         &name,
-        &topic,
-        &out,
+        topic,
+        out,
         &state,
         "stopping_offsets = \"latest\"\nmax_rate = 600",
     );
@@ -227,7 +235,7 @@ fn a_group_member_killed_mid_replay_and_started_again_with_an_empty_directory_wr
             .all(|m| assignments(&m.log_text()).last() == Some(&2))
     });
     wait_until("a part of the replay written", MINUTE, || {
-        committed_counts(&kafka, &out).len() >= n / 4
+        committed_counts(kafka, out).len() >= n / 4
     });
     let killed = m1.kill9();
     assert!(!assignments(&killed).is_empty(), "{killed}");
@@ -238,7 +246,7 @@ fn a_group_member_killed_mid_replay_and_started_again_with_an_empty_directory_wr
         assert_eq!(status.code(), Some(0), "{who}:\n{log}");
         logs.push(log);
     }
-    let counts = output_counts(&kafka, &out);
+    let counts = output_counts(kafka, out);
     assert_each_once(&counts, n, "three members, one killed and started again");
 }
 
@@ -406,4 +414,96 @@ fn the_kubernetes_deployment_s_live_tail_scales_two_three_one_with_every_record_
         .map(|(v, c)| (v.trim_matches('"').to_string(), c))
         .collect();
     assert_each_once(&counts, 1800, "the Deployment scaled 2 → 3 → 1");
+}
+
+#[test]
+fn a_member_killed_before_its_first_interval_checkpoint_leaves_its_partitions_where_the_job_began() {
+    // a live tail from "latest": the first member's first discovery resolves where the
+    // partitions start. Killed before any interval checkpoint, it must leave that start to the
+    // member that takes its partitions over: not a "latest" resolved again (the records written
+    // since lost), and not the partitions' start (the records from before the job repeated)
+    let kafka = TestKafka::get();
+    let partitions = 4;
+    let n = 400;
+    let topic = kafka.create_topic("group-early", partitions);
+    let out = kafka.create_topic("group-early-out", 2);
+    let state = kafka.unique_topic("group-early-state");
+    let name = kafka.unique_topic("group-early-job");
+    let before: Vec<TestRecord> = (0..n)
+        .map(|i| TestRecord::to((i % partitions as usize) as i32, format!("before-{i}")))
+        .collect();
+    kafka.produce(&topic, &before);
+    let text = group_job(&kafka, &name, &topic, &out, &state, "starting_offsets = \"latest\"")
+        // no interval checkpoint during the test: only a first discovery's and a stop's
+        .replace("interval = \"300ms\"", "interval = \"50s\"")
+        .replace(
+            "delivery = \"exactly_once\"",
+            "delivery = \"exactly_once\"\ntransaction_timeout = \"100s\"",
+        );
+    let (_d1, m1) = member(&text, "m1");
+    wait_until("the first member reads its partitions", MINUTE, || {
+        m1.log_text().contains("splits assigned")
+    });
+    // killed before it read anything (no transaction of its own left open), and before any
+    // interval checkpoint; the records come after it
+    let killed = m1.kill9();
+    produce(&kafka, &topic, partitions, 0, n);
+    let port = free_port();
+    let dir0 = JobDir::new();
+    let m0 = Daemon::start(
+        &dir0.config(&text),
+        &[
+            "--set",
+            "job.member=m0",
+            "--set",
+            &format!("metrics.listen=127.0.0.1:{port}"),
+        ],
+    );
+    // the records written since the job began: 400
+    wait_until("the next member writes the 400 records", MINUTE, || {
+        records_written(port).unwrap_or(0) >= n as u64
+    });
+    m0.signal(libc::SIGTERM);
+    let (status, log) = m0.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "{log}");
+    let counts = output_counts(&kafka, &out);
+    assert_each_once(
+        &counts,
+        n,
+        &format!("a member killed before its first interval checkpoint; its log:\n{killed}\nthe next one's:\n{log}"),
+    );
+}
+
+#[test]
+fn job_max_duration_counts_from_a_member_s_start_across_its_runs() {
+    // a member's rebalance starts a new run of its job; max_duration still ends the process
+    // when it has run that long, not that long after its last run began
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("group-duration", 2);
+    let out = kafka.create_topic("group-duration-out", 1);
+    let state = kafka.unique_topic("group-duration-state");
+    let name = kafka.unique_topic("group-duration-job");
+    let text = group_job(&kafka, &name, &topic, &out, &state, "").replace(
+        "coordination = \"group\"",
+        "coordination = \"group\"\nmax_duration = \"20s\"",
+    );
+    let started = std::time::Instant::now();
+    let (_d0, m0) = member(&text, "m0");
+    // a second member joins 12 s in: the first one's job starts again on a new assignment
+    wait_until("12 s of the first member's run", MINUTE, || {
+        started.elapsed() >= Duration::from_secs(12)
+    });
+    let (_d1, m1) = member(&text.replace("max_duration = \"20s\"", ""), "m1");
+    let (status, log) = m0.wait(MINUTE);
+    let ran = started.elapsed();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(
+        assignments(&log).len() >= 2,
+        "the first member ran its job once only:\n{log}"
+    );
+    // 20 s from its start (and its final checkpoint), not 20 s from its second run's (12 s on)
+    assert!(ran < Duration::from_secs(28), "the first member ran {ran:?}:\n{log}");
+    m1.signal(libc::SIGTERM);
+    let (status, log) = m1.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "{log}");
 }

@@ -70,6 +70,11 @@ impl KafkaSourceEnumerator {
             self.add_pending(split);
         }
         self.handle_missing(ctx, &d, now)?;
+        if !self.initial_done && self.settings.assignment.is_some() {
+            // a group member's first discovery: read once a checkpoint holds where it starts
+            self.held_for_checkpoint = Some(None);
+            ctx.request_checkpoint();
+        }
         self.initial_done = true;
         Ok(())
     }
