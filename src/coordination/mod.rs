@@ -10,7 +10,7 @@ mod membership;
 use std::sync::Arc;
 
 use tokio::sync::watch;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::checkpoint_store::StoreConfig;
 use crate::config::Config;
@@ -224,7 +224,20 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
                 first.abort();
                 outcome
             });
-            outcome?;
+            match outcome {
+                // dropped by the group (paused past its session timeout, say): its transaction
+                // was refused and aborted (KIP-447), its partitions are another's; the consumer
+                // rejoins, and the group deals this member partitions again
+                Err(e) if dropped_by_group(&e) && !*signal.borrow() => {
+                    warn!(member = %member, error = %e, "group member: dropped by the group; rejoining");
+                    if revoked {
+                        membership.release();
+                    }
+                    continue;
+                }
+                Err(e) if dropped_by_group(&e) => return Ok(()),
+                outcome => outcome?,
+            }
             if !revoked || *signal.borrow() {
                 // the job ended by itself (its assignment's input ended, max_duration) or a
                 // signal stopped it: leave the group
@@ -235,6 +248,30 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
     })();
     crate::daemon::shut_down(runtime);
     result
+}
+
+/// Whether a run failed because the group had moved on without this member: the broker
+/// refused its transaction's positions with the group's metadata (KIP-447).
+fn dropped_by_group(error: &Error) -> bool {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if let Some(k) = e.downcast_ref::<KafkaError>() {
+            if matches!(
+                k.rdkafka_error_code(),
+                Some(
+                    RDKafkaErrorCode::IllegalGeneration
+                        | RDKafkaErrorCode::UnknownMemberId
+                        | RDKafkaErrorCode::FencedInstanceId
+                        | RDKafkaErrorCode::RebalanceInProgress
+                )
+            ) {
+                return true;
+            }
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// Wait until `deadline`, or forever without one.

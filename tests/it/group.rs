@@ -298,7 +298,13 @@ fn a_member_the_group_dropped_while_it_was_paused_cannot_commit_and_every_record
     // the others read on from the paused member's last checkpoint meanwhile
     std::thread::sleep(Duration::from_secs(2));
     m1.signal(libc::SIGCONT);
-    let (status, log1) = m1.wait(MINUTE * 2);
+    // woken, it is refused, rejoins, and the three finish the replay
+    let (status, log1) = m1.wait(MINUTE * 4);
+    assert_eq!(status.code(), Some(0), "the woken member:\n{log1}");
+    assert!(
+        log1.contains("dropped by the group; rejoining"),
+        "the woken member was not refused:\n{log1}"
+    );
     for (who, m) in [("m0", m0), ("m2", m2)] {
         let (status, log) = m.wait(MINUTE * 4);
         assert_eq!(status.code(), Some(0), "{who}:\n{log}");

@@ -279,7 +279,7 @@ pub(super) fn send_group_offsets(
         );
         let why = if dropped {
             ": the consumer group moved on without this member (its partitions are another's now), so its \
-             transaction is refused (KIP-447); stopping, a restart rejoins the group"
+             transaction is refused (KIP-447) and aborted"
         } else {
             ""
         };
