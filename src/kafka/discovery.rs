@@ -27,6 +27,11 @@ pub struct DiscoveryRequest {
     pub check: Vec<TopicPartition>,
     /// The first discovery (with the configured starting offsets) happened.
     pub initial_done: bool,
+    /// A group member's job: how many partitions each topic had at the job's first discovery.
+    /// After it, a new partition below that count is one no run read yet (dealt to a member
+    /// that never checkpointed): it starts at the configured starting offsets; above it, one
+    /// added since: at earliest. Empty: every partition after the first discovery is added.
+    pub initial_partitions: BTreeMap<String, i32>,
 }
 
 /// The broker to ask for topic ids: the one that answered the metadata, or, when that was a
@@ -60,6 +65,8 @@ pub struct Discovery {
     pub topic_ids: HashMap<String, String>,
     /// The log of each partition asked to be checked, as it is now.
     pub logs: HashMap<TopicPartition, PartitionLog>,
+    /// How many partitions each subscribed topic has now (every instance's and member's).
+    pub partition_counts: BTreeMap<String, i32>,
 }
 
 /// A partition's log now, and the stop the configured stopping offsets give in it.
@@ -309,6 +316,11 @@ pub fn discover(
             }
         }
     }
+    let mut partition_counts = BTreeMap::new();
+    for (t, p) in &partitions {
+        let count = partition_counts.entry(t.clone()).or_insert(0);
+        *count = (*count).max(p + 1);
+    }
     partitions.retain(|(t, p)| settings.owns(t, *p, parallelism));
     // ids are a check, not a need: a broker without them (or refusing the call) leaves it out,
     // and so does one slow to answer (librdkafka may wait for a controller it does not know):
@@ -327,14 +339,19 @@ pub fn discover(
         .cloned()
         .collect();
     let resolver = OffsetsResolver::new(consumer, timeout, settings.group_id.as_deref());
-    // the configured starting offsets apply to the first discovery; later partitions are new
-    // data, read from their beginning
-    let starting = if request.initial_done {
-        &StartingOffsets::Earliest
+    // the configured starting offsets apply to the first discovery (and to a group member's
+    // partitions that were there then but no run read); later partitions are new data, read
+    // from their beginning
+    let (initial, added): (Vec<TopicPartition>, Vec<TopicPartition>) = new
+        .iter()
+        .cloned()
+        .partition(|(t, p)| !request.initial_done || request.initial_partitions.get(t).is_some_and(|count| p < count));
+    let mut starts = if initial.is_empty() {
+        HashMap::new()
     } else {
-        &settings.starting
+        resolver.resolve_start(&settings.starting, &initial)?
     };
-    let starts = resolver.resolve_start(starting, &new)?;
+    starts.extend(resolver.resolve_start(&StartingOffsets::Earliest, &added)?);
     let stops = resolver.resolve_stop(&settings.stopping, &new)?;
     let new_splits = new
         .into_iter()
@@ -377,6 +394,7 @@ pub fn discover(
         unavailable,
         topic_ids,
         logs,
+        partition_counts,
     })
 }
 

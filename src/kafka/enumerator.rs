@@ -51,6 +51,10 @@ pub struct KafkaEnumeratorState {
     /// files written before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) settings: Option<SettingsFingerprint>,
+    /// A group member's job: how many partitions each topic had at the job's first discovery
+    /// (see [`super::discovery::DiscoveryRequest::initial_partitions`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) initial_partitions: BTreeMap<String, i32>,
 }
 
 /// What a restored state depends on: the subscription, the starting offsets, the format and the
@@ -117,6 +121,8 @@ pub struct KafkaSourceEnumerator {
     /// member that takes them over then starts where the job began, not at a `latest` resolved
     /// again, and not at their start as partitions discovered later.
     held_for_checkpoint: Option<Option<u64>>,
+    /// A group member's job: the partition counts of the job's first discovery.
+    initial_partitions: BTreeMap<String, i32>,
 }
 
 impl KafkaSourceEnumerator {
@@ -153,6 +159,7 @@ impl KafkaSourceEnumerator {
             waiting_for: Vec::new(),
             finished_before: Default::default(),
             held_for_checkpoint: None,
+            initial_partitions: state.initial_partitions,
         }
     }
 
@@ -234,6 +241,7 @@ impl KafkaSourceEnumerator {
         let restored = self.restored.iter().flatten();
         let mut request = DiscoveryRequest {
             initial_done: self.initial_done,
+            initial_partitions: self.initial_partitions.clone(),
             ..DiscoveryRequest::default()
         };
         for split in live.chain(restored.clone()) {
@@ -346,6 +354,7 @@ impl SplitEnumerator for KafkaSourceEnumerator {
             initial_discovery_done: self.initial_done,
             splits: known.into_values().collect(),
             settings: self.fingerprint.clone(),
+            initial_partitions: self.initial_partitions.clone(),
         })
     }
 

@@ -425,7 +425,8 @@ impl Source for KafkaSource {
         let mut state = KafkaEnumeratorState {
             // static instances: every one of them discovered; a group member's parts: any of
             // them (a partition no part mentions is then a new one, read from its start, as
-            // Flink reads partitions discovered after the first discovery)
+            // Flink reads partitions discovered after the first discovery, unless the job's
+            // first discovery saw it: see DiscoveryRequest::initial_partitions)
             initial_discovery_done: !group,
             ..Default::default()
         };
@@ -436,6 +437,11 @@ impl Source for KafkaSource {
         for (part, snapshots) in parts {
             if group {
                 state.initial_discovery_done |= part.initial_discovery_done;
+                // the job's first discovery: the fewest partitions any member's first saw
+                for (topic, count) in part.initial_partitions {
+                    let least = state.initial_partitions.entry(topic).or_insert(count);
+                    *least = (*least).min(count);
+                }
             } else {
                 state.initial_discovery_done &= part.initial_discovery_done;
             }

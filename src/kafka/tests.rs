@@ -282,7 +282,7 @@ fn every_partition_moves_to_the_instance_discovery_deals_it_to_with_its_offset()
                 let state = KafkaEnumeratorState {
                     initial_discovery_done: true,
                     splits: known,
-                    settings: None,
+                    ..Default::default()
                 };
                 (state, held)
             })
@@ -322,4 +322,52 @@ fn every_partition_moves_to_the_instance_discovery_deals_it_to_with_its_offset()
             );
         }
     }
+}
+
+/// A group member's job after its first discovery: a partition no run mentions that the first
+/// discovery saw (dealt to a member that never checkpointed) starts at the configured starting
+/// offsets; one added since, at its start. The parts' counts merge to the least.
+#[test]
+fn a_group_member_starts_unread_first_partitions_at_the_starting_offsets_and_added_ones_at_earliest() {
+    use super::discovery::{admin_consumer, discover, DiscoveryRequest};
+    use super::enumerator::KafkaEnumeratorState;
+    use super::offsets::StartingOffsets;
+    use crate::core::Source;
+
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("mock-group", 6, 1).expect("topic");
+    let servers = cluster.bootstrap_servers();
+    produce(&servers, "mock-group", 6, 600);
+    let mut source = KafkaSource::builder()
+        .bootstrap_servers(&servers)
+        .topics(["mock-group"])
+        .starting_offsets(StartingOffsets::Latest)
+        .build()
+        .unwrap();
+    let all: std::collections::BTreeSet<_> = (0..6).map(|p| ("mock-group".to_string(), p)).collect();
+    Arc::get_mut(&mut source.settings).expect("one owner").assignment = Some(Arc::new(all));
+    // two members' first discoveries saw 4 and 5 partitions; neither read any
+    let part = |count: i32| {
+        let state = KafkaEnumeratorState {
+            initial_discovery_done: true,
+            initial_partitions: [("mock-group".to_string(), count)].into(),
+            ..Default::default()
+        };
+        (state, Vec::new())
+    };
+    let (state, _) = source.reshare(vec![part(5), part(4)], 1).unwrap();
+    assert_eq!(state.initial_partitions["mock-group"], 4);
+    let request = DiscoveryRequest {
+        initial_done: state.initial_discovery_done,
+        initial_partitions: state.initial_partitions.clone(),
+        ..Default::default()
+    };
+    let consumer = admin_consumer(&source.settings).unwrap();
+    let found = discover(&source.settings, &consumer, &request, 1).unwrap();
+    assert_eq!(found.partition_counts["mock-group"], 6);
+    let starts: std::collections::BTreeMap<i32, i64> =
+        found.new_splits.iter().map(|s| (s.partition, s.next_offset)).collect();
+    // 100 records in each partition: latest is 100
+    let expected: std::collections::BTreeMap<i32, i64> = (0..6).map(|p| (p, if p < 4 { 100 } else { 0 })).collect();
+    assert_eq!(starts, expected);
 }

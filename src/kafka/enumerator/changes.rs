@@ -71,8 +71,11 @@ impl KafkaSourceEnumerator {
         }
         self.handle_missing(ctx, &d, now)?;
         if !self.initial_done && self.settings.assignment.is_some() {
-            // a group member's first discovery: read once a checkpoint holds where it starts
+            // a group member's first discovery: read once a checkpoint holds where it starts,
+            // and which partitions there were (a partition of them no run mentions later was
+            // dealt to a member that never checkpointed, not added)
             self.held_for_checkpoint = Some(None);
+            self.initial_partitions = d.partition_counts.clone();
             ctx.request_checkpoint();
         }
         self.initial_done = true;
