@@ -133,6 +133,8 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
     let SourceConfig::Kafka(source) = &config.source else {
         return Err(Error::config("job.coordination", "\"group\" needs a Kafka source"));
     };
+    // job.max_duration counts from the process's start, across its runs
+    let deadline = config.job.max_duration.map(|d| std::time::Instant::now() + d);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("tidegate")
@@ -149,17 +151,17 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
             &topics(&config.source),
         )?;
         let mut reset = reset_state;
-        // job.max_duration counts from the process's start, across its runs
-        let deadline = config.job.max_duration.map(|d| tokio::time::Instant::now() + d);
         loop {
             let change = runtime.block_on(async {
                 tokio::select! {
-                    change = membership.next() => change,
+                    // a signal or the deadline before an assignment that came with it
+                    biased;
                     _ = signal.wait_for(|stop| *stop) => None,
                     _ = until(deadline) => {
-                        info!("job.max_duration reached while waiting for an assignment; leaving the group");
+                        info!("job.max_duration reached; leaving the group");
                         None
                     }
+                    change = membership.next() => change,
                 }
             });
             let assigned = match change {
@@ -172,7 +174,7 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
             };
             let (assigned, metadata) = assigned;
             let mut run = config.clone();
-            run.job.max_duration = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
+            run.job.max_duration = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
             if let SourceConfig::Kafka(k) = &mut run.source {
                 k.settings.assignment = Some(Arc::new(assigned.clone()));
             }
@@ -275,9 +277,9 @@ fn dropped_by_group(error: &Error) -> bool {
 }
 
 /// Wait until `deadline`, or forever without one.
-async fn until(deadline: Option<tokio::time::Instant>) {
+async fn until(deadline: Option<std::time::Instant>) {
     match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
+        Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,
     }
 }
