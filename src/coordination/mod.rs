@@ -253,7 +253,8 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
 }
 
 /// Whether a run failed because the group had moved on without this member: the broker
-/// refused its transaction's positions with the group's metadata (KIP-447).
+/// refused its transaction's positions with the group's metadata (KIP-447). Not a fenced static
+/// member (`group.instance.id` taken by another process): that one is fatal to its consumer.
 fn dropped_by_group(error: &Error) -> bool {
     use rdkafka::error::{KafkaError, RDKafkaErrorCode};
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
@@ -264,7 +265,6 @@ fn dropped_by_group(error: &Error) -> bool {
                 Some(
                     RDKafkaErrorCode::IllegalGeneration
                         | RDKafkaErrorCode::UnknownMemberId
-                        | RDKafkaErrorCode::FencedInstanceId
                         | RDKafkaErrorCode::RebalanceInProgress
                 )
             ) {

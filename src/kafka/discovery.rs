@@ -346,10 +346,16 @@ pub fn discover(
         .iter()
         .cloned()
         .partition(|(t, p)| !request.initial_done || request.initial_partitions.get(t).is_some_and(|count| p < count));
+    // (offsets listed for a partition are checked at the first discovery: later, retention may
+    // have passed them, and such a partition starts at earliest, as before the counts were kept)
+    let initial_start = match &settings.starting {
+        StartingOffsets::Specific(_) if request.initial_done => &StartingOffsets::Earliest,
+        spec => spec,
+    };
     let mut starts = if initial.is_empty() {
         HashMap::new()
     } else {
-        resolver.resolve_start(&settings.starting, &initial)?
+        resolver.resolve_start(initial_start, &initial)?
     };
     starts.extend(resolver.resolve_start(&StartingOffsets::Earliest, &added)?);
     let stops = resolver.resolve_stop(&settings.stopping, &new)?;

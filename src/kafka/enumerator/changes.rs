@@ -163,8 +163,10 @@ impl KafkaSourceEnumerator {
             let Some(k) = self.known.get_mut(&id) else {
                 continue;
             };
-            // forgotten, so a topic created again under the name is discovered anew
+            // forgotten, so a topic created again under the name is discovered anew (its
+            // partitions as added ones: at earliest)
             k.removed = true;
+            self.initial_partitions.remove(&topic);
             let owner = reader_owner(&topic, partition, self.parallelism, self.settings.instance);
             if k.assigned {
                 ctx.send_event_to_reader(owner, SourceEvent(Box::new(RemoveSplits(vec![id.clone()]))))?;
@@ -301,6 +303,8 @@ impl KafkaSourceEnumerator {
             );
             let id = split.split_id();
             let assigned = self.known.get(&id).is_some_and(|k| k.assigned);
+            // the new topic's partitions no one knows are added ones (at earliest)
+            self.initial_partitions.remove(&split.topic);
             let fresh = self.reset(split, log, now_id, &why, "reading")?;
             if assigned {
                 // records of the new topic read before this discovery may come again
