@@ -18,8 +18,27 @@ impl OwnBroker {
         Self::start_with(&[])
     }
 
-    /// A broker with more of `scripts/kafka`'s environment (`KAFKA_SASL_USERS`, `KAFKA_TLS`).
+    /// A broker with more of `scripts/kafka`'s environment (`KAFKA_SASL_USERS`, `KAFKA_TLS`). A
+    /// start that fails is tried again on other ports (up to three times): a port picked free may
+    /// be taken by another process's connection before the broker binds it.
     pub fn start_with(extra: &[(&str, &str)]) -> OwnBroker {
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            match Self::try_start_with(extra) {
+                Ok(broker) => return broker,
+                Err(e) => {
+                    eprintln!("own broker: a start failed; trying again on other ports:\n{e}");
+                    failures.push(e);
+                }
+            }
+        }
+        panic!(
+            "the broker did not start in three tries:\n{}",
+            failures.join("\n-----\n")
+        );
+    }
+
+    fn try_start_with(extra: &[(&str, &str)]) -> Result<OwnBroker, String> {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let mut env = vec![
@@ -37,16 +56,24 @@ impl OwnBroker {
             dir,
             bootstrap: format!("127.0.0.1:{port}"),
         };
-        b.script("start");
-        b
+        let out = b.run("start");
+        if !out.status.success() {
+            let _ = b.run("stop");
+            return Err(format!("scripts/kafka start: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        Ok(b)
     }
 
-    pub fn script(&self, verb: &str) {
-        let out = Command::new(format!("{}/scripts/kafka", env!("CARGO_MANIFEST_DIR")))
+    fn run(&self, verb: &str) -> std::process::Output {
+        Command::new(format!("{}/scripts/kafka", env!("CARGO_MANIFEST_DIR")))
             .arg(verb)
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .output()
-            .unwrap();
+            .expect("running scripts/kafka")
+    }
+
+    pub fn script(&self, verb: &str) {
+        let out = self.run(verb);
         assert!(
             out.status.success(),
             "scripts/kafka {verb}: {}",
