@@ -25,6 +25,13 @@ struct Envelope {
     payload: Value,
 }
 
+/// The key prefix of the event-time values a group's members publish (`eof_scope = "source"`,
+/// `crate::coordination`): `#event-time/<job>/`, which no owner of any job can start with (a
+/// job's name is never empty and holds no `#`). Not state: `--reset-state` removes them with it.
+pub fn event_time_prefix(job: &str) -> String {
+    format!("#event-time/{job}/")
+}
+
 /// The key of the record of one part of `owner`'s checkpoint.
 pub fn checkpoint_key(owner: &str) -> String {
     format!("{owner}/checkpoint")

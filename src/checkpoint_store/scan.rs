@@ -33,8 +33,14 @@ pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
     let high = high_watermark(c)?;
     let mut records = BTreeMap::new();
     let mut offsets = BTreeMap::new();
+    let mut event_time = std::collections::BTreeSet::new();
+    let event_time_prefix = super::records::event_time_prefix(&c.job);
     if high <= 0 {
-        return Ok(Scan { records, offsets });
+        return Ok(Scan {
+            records,
+            offsets,
+            event_time,
+        });
     }
     let consumer = reader(c, &c.owner, "read_committed")?;
     let mut assignment = TopicPartitionList::new();
@@ -52,6 +58,11 @@ pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
                     if owner_of_key(&c.job, key).is_some() {
                         records.insert(key.to_string(), m.payload().map(<[u8]>::to_vec));
                         offsets.insert(key.to_string(), m.offset());
+                    } else if key.starts_with(&event_time_prefix) {
+                        match m.payload() {
+                            Some(_) => event_time.insert(key.to_string()),
+                            None => event_time.remove(key),
+                        };
                     }
                 }
             }
@@ -74,7 +85,11 @@ pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
             if waiting {
                 info!(topic = %c.topic, offset = high, waited_ms = started.elapsed().as_millis() as u64, "checkpoint topic read to its end");
             }
-            return Ok(Scan { records, offsets });
+            return Ok(Scan {
+                records,
+                offsets,
+                event_time,
+            });
         }
         if at_end && !waiting {
             // the end of the committed records, before the high watermark: an open transaction
@@ -110,6 +125,8 @@ pub(super) struct Scan {
     pub(super) records: BTreeMap<String, Option<Vec<u8>>>,
     /// The offset of each key's latest record (which of two records was written later).
     pub(super) offsets: BTreeMap<String, i64>,
+    /// The job's event-time values (`records::event_time_prefix`) that are not tombstones.
+    pub(super) event_time: std::collections::BTreeSet<String>,
 }
 
 impl Scan {

@@ -267,7 +267,7 @@ fn an_exactly_once_sink_on_the_store_s_cluster_carries_the_checkpoints() {
 fn a_group_coordinated_job_names_what_does_not_fit_it() {
     let _env = env_lock();
     let group = ["job.coordination=group", "job.member=m0", "checkpoint.store=kafka"];
-    let cases: [(Vec<&str>, &str); 11] = [
+    let cases: [(Vec<&str>, &str); 10] = [
         (
             vec![
                 "sink.type=kafka",
@@ -298,10 +298,6 @@ fn a_group_coordinated_job_names_what_does_not_fit_it() {
             "source.topic_pattern",
         ),
         (vec!["sink.type=file", "sink.path=out.jsonl"], "sink.type"),
-        (
-            vec!["source.eof=key == 'close'", "source.eof_scope=source"],
-            "source.eof_scope",
-        ),
         (
             vec![
                 "sink.type=kafka",

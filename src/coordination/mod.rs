@@ -5,6 +5,7 @@
 //! partitions, and starts it again on its new assignment, each split restored from the newest
 //! checkpoint of the Kafka store that holds it, whichever member wrote it.
 
+mod event_time;
 mod membership;
 
 use std::sync::Arc;
@@ -47,16 +48,6 @@ pub fn validate(job: &JobConfig, source: &SourceConfig, sink: &SinkConfig, store
         return Err(Error::config(
             "source.topic_pattern",
             "not used with job.coordination = \"group\" (the group subscribes by topic name): list source.topics",
-        ));
-    }
-    if k.event_time.source_wide_stop {
-        // each member aligns only the partitions it reads: a stop found by one member cannot
-        // hold back records another member has already written past its timestamp
-        return Err(Error::config(
-            "source.eof_scope",
-            "\"source\" is not used with job.coordination = \"group\": each member aligns event time only \
-             across the partitions it reads, so another member may already have written records at or after \
-             the stop's timestamp; use eof_scope = \"partition\", or run the replay as one instance",
         ));
     }
     let StoreConfig::Kafka(store) = store else {
@@ -151,6 +142,8 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
             &topics(&config.source),
         )?;
         let mut reset = reset_state;
+        // with eof_scope = "source": this member's watermarks out, the others' in
+        let mut link = None;
         loop {
             let change = runtime.block_on(async {
                 tokio::select! {
@@ -177,6 +170,8 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
             run.job.max_duration = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
             if let SourceConfig::Kafka(k) = &mut run.source {
                 k.settings.assignment = Some(Arc::new(assigned.clone()));
+                // a source-wide stop aligns with the other members' splits too
+                k.event_time.peers = k.event_time.source_wide_stop;
             }
             if let StoreConfig::Kafka(k) = &mut run.checkpoint.store {
                 **k = (**k).clone().for_run(&run_id());
@@ -198,6 +193,17 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
             }
             if reset_now {
                 opened.reset(|| Ok(()))?;
+            }
+            if link.is_none() && source.event_time.source_wide_stop {
+                if let StoreConfig::Kafka(store) = &run.checkpoint.store {
+                    link = Some(event_time::EventTimeLink::start(
+                        store,
+                        &source.settings.bootstrap_servers,
+                        &source.settings.properties,
+                        &source.settings.subscription,
+                        Arc::clone(session.stats()),
+                    )?);
+                }
             }
             let sink = crate::daemon::sink_of(&run, resuming, opened.sink_slot())?;
             info!(member = %member, partitions = assigned.len(), resuming, "group member: running the job on its assignment");

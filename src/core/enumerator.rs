@@ -201,6 +201,11 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
         self.parallelism
     }
 
+    /// The job's event-time clock, when it has one (pacing, rate limits, a source-wide stop).
+    pub fn event_time(&self) -> Option<std::sync::Arc<super::event_time::EventTimeClock>> {
+        self.stats.event_time.get()
+    }
+
     /// The readers that have registered so far.
     pub fn registered_readers(&self) -> &BTreeSet<usize> {
         &self.registered

@@ -39,45 +39,12 @@ use tracing::{info, warn};
 
 use super::split::SplitId;
 
-/// What a job's event time does.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EventTimeOptions {
-    /// Emit each record when `(its timestamp - the first timestamp) / speed` has passed since
-    /// the replay started (`None`: as fast as possible).
-    pub speed: Option<f64>,
-    /// The earliest end-of-stream record of any split ends every split at its timestamp.
-    pub source_wide_stop: bool,
-    /// How long before it reaches the log a record may be stamped (producer clock skew plus the
-    /// time from produce to the log): a split confirmed caught up at instant t evaluates nothing
-    /// stamped before t less this.
-    pub idle_grace: Duration,
-    /// How far a record may be stamped before one ahead of it in its split (Flink's
-    /// `forBoundedOutOfOrderness`): zero when every split is in timestamp order.
-    pub max_out_of_orderness: Duration,
-    /// Records pass the job's rate limits ([`super::throttle::Throttle`]) one by one, held back
-    /// like paced ones (`source.max_rate`, `source.max_bytes_rate`).
-    pub rate_limited: bool,
-}
-
-impl Default for EventTimeOptions {
-    /// Inactive: no pacing, no source-wide stop; a 2 s grace, partitions in timestamp order.
-    fn default() -> Self {
-        EventTimeOptions {
-            speed: None,
-            source_wide_stop: false,
-            idle_grace: Duration::from_secs(2),
-            max_out_of_orderness: Duration::ZERO,
-            rate_limited: false,
-        }
-    }
-}
-
-impl EventTimeOptions {
-    /// Whether anything needs the clock.
-    pub fn is_active(&self) -> bool {
-        self.speed.is_some() || self.source_wide_stop || self.rate_limited
-    }
-}
+#[path = "event_time_options.rs"]
+mod options;
+#[path = "event_time_peers.rs"]
+mod peers;
+pub use options::EventTimeOptions;
+pub use peers::{Peers, PublishedSplit};
 
 /// What to do with a held record now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +91,13 @@ struct State {
     fronts: HashMap<SplitId, i64>,
     /// The pacing factor now (`options.speed` at the start; changeable while running).
     speed: Option<f64>,
+    /// Splits this process finished (or found finished in its state): they hold no one back,
+    /// and other processes learn so from [`EventTimeClock::local_view`].
+    finished: std::collections::HashSet<SplitId>,
+    /// With `peers`: what the other processes published, once known.
+    peers: Option<Peers>,
+    /// The job that used it ended: its readers hold nothing any more.
+    closed: bool,
 }
 
 /// The event-time state shared by the readers of one job.
@@ -177,7 +151,10 @@ impl EventTimeClock {
 
     /// A split a reader took on.
     pub fn register(&self, id: &SplitId) {
-        self.lock().splits.entry(id.clone()).or_default();
+        let mut state = self.lock();
+        state.finished.remove(id);
+        state.splits.entry(id.clone()).or_default();
+        drop(state);
         self.changed();
     }
 
@@ -185,6 +162,7 @@ impl EventTimeClock {
     pub fn remove(&self, id: &SplitId) {
         let mut state = self.lock();
         if state.splits.remove(id).is_some() {
+            state.finished.insert(id.clone());
             self.settle_stop(&mut state);
             drop(state);
             self.changed();
@@ -197,7 +175,16 @@ impl EventTimeClock {
         let Some(stop) = state.stop_at.filter(|_| !state.stop_settled) else {
             return;
         };
-        if state.splits.values().all(|s| self.watermark(s) >= stop) {
+        // with peers, not before they are known: a split another process reads may be behind
+        let peers_past = match &state.peers {
+            None => !self.options.peers,
+            Some(peers) => peers
+                .splits
+                .iter()
+                .filter(|id| !state.splits.contains_key(*id) && !state.finished.contains(*id))
+                .all(|id| peers.watermarks.get(id).is_some_and(|w| *w >= stop)),
+        };
+        if peers_past && state.splits.values().all(|s| self.watermark(s) >= stop) {
             state.stop_settled = true;
             info!(timestamp = stop, at = %format_millis(stop), "source-wide stop: every partition ends before this timestamp");
         }
@@ -333,7 +320,16 @@ impl EventTimeClock {
         let Some(mine) = state.splits.get(id).map(|s| self.watermark(s)) else {
             return false;
         };
-        state.fronts.values().min().is_some_and(|f| mine <= *f)
+        let remote = state.peers.as_ref().and_then(|p| p.fronts.values().min().copied());
+        state
+            .fronts
+            .values()
+            .min()
+            .copied()
+            .into_iter()
+            .chain(remote)
+            .min()
+            .is_some_and(|f| mine <= f)
     }
 
     /// A lower bound of every timestamp the split may still evaluate (see the module docs).
@@ -361,6 +357,9 @@ impl EventTimeClock {
             // a marker at or before this record may still come from any split whose watermark
             // is not past it, its own included (its next records may run back)
             if state.splits.values().any(|split| self.watermark(split) <= timestamp) {
+                return Release::Wait(None);
+            }
+            if self.options.peers && !self.peers_past(&state, timestamp) {
                 return Release::Wait(None);
             }
         }

@@ -14,7 +14,26 @@ fn clock(speed: Option<f64>, source_wide_stop: bool) -> EventTimeClock {
         idle_grace: Duration::from_secs(2),
         max_out_of_orderness: Duration::ZERO,
         rate_limited: false,
+        peers: false,
     })
+}
+
+/// A source-wide stop whose other splits another process reads.
+fn group_clock() -> EventTimeClock {
+    EventTimeClock::new(EventTimeOptions {
+        source_wide_stop: true,
+        peers: true,
+        ..EventTimeOptions::default()
+    })
+}
+
+fn peers(splits: &[&str], watermarks: &[(&str, i64)], stop: Option<i64>) -> Peers {
+    Peers {
+        splits: splits.iter().map(|s| id(s)).collect(),
+        watermarks: watermarks.iter().map(|(s, w)| (id(s), *w)).collect(),
+        fronts: HashMap::new(),
+        stop,
+    }
 }
 
 #[test]
@@ -100,6 +119,7 @@ fn out_of_order_splits_hold_records_until_their_timestamps_are_past_by_the_bound
         idle_grace: Duration::from_secs(2),
         max_out_of_orderness: Duration::from_millis(50),
         rate_limited: false,
+        peers: false,
     });
     let a = id("a");
     c.register(&a);
@@ -210,4 +230,89 @@ fn pacing_never_overflows_on_extreme_timestamps() {
         Release::At(due) => assert!(due > now + Duration::from_secs(3600 * 24 * 365 * 1000)),
         other => panic!("expected a due instant, got {other:?}"),
     }
+}
+
+#[test]
+fn a_group_member_releases_nothing_before_it_knows_the_other_members_splits() {
+    let c = group_clock();
+    let a = id("a");
+    c.register(&a);
+    c.observe(&a, 100, 1_000, 0);
+    let now = Instant::now();
+    // its own split is past 500, but another member's may hold a marker before it
+    assert_eq!(c.release(500, now, false), Release::Wait(None));
+    // b, read by another member, has published nothing yet
+    c.set_peers(peers(&["a", "b"], &[], None));
+    assert_eq!(c.release(500, now, false), Release::Wait(None));
+    c.set_peers(peers(&["a", "b"], &[("b", 500)], None));
+    assert_eq!(c.release(500, now, false), Release::Wait(None));
+    c.set_peers(peers(&["a", "b"], &[("b", 501)], None));
+    assert_eq!(c.release(500, now, false), Release::Now);
+    // a split of the source nobody has published yet (added, or not assigned) holds it again
+    c.set_peers(peers(&["a", "b", "c"], &[("b", 501)], None));
+    assert_eq!(c.release(500, now, false), Release::Wait(None));
+}
+
+#[test]
+fn another_members_stop_ends_this_members_splits_and_drops_what_follows_it() {
+    let c = group_clock();
+    let a = id("a");
+    c.register(&a);
+    c.observe(&a, 100, 300, 0);
+    c.set_peers(peers(&["a", "b"], &[("b", 400)], Some(250)));
+    assert_eq!(c.stop_at(), Some(250));
+    assert_eq!(c.release(260, Instant::now(), false), Release::Drop);
+    assert_eq!(c.release(200, Instant::now(), false), Release::Now);
+    // a's own watermark (300) is past the stop: it ends
+    assert!(c.is_past_stop(&a));
+}
+
+#[test]
+fn a_member_publishes_its_watermarks_with_its_stop_and_its_finished_splits_as_done() {
+    let c = group_clock();
+    let (a, b, d) = (id("a"), id("b"), id("d"));
+    c.register(&a);
+    c.register(&b);
+    c.observe(&a, 100, 300, 0);
+    c.found_stop(200);
+    c.remove(&b);
+    c.finished_before(&d);
+    let (mut view, stop) = c.local_view();
+    view.sort_by(|x, y| x.id.cmp(&y.id));
+    assert_eq!(stop, Some(200));
+    let got: Vec<(&str, i64)> = view.iter().map(|s| (&*s.id, s.watermark)).collect();
+    assert_eq!(got, [("a", 300), ("b", i64::MAX), ("d", i64::MAX)]);
+    // a split this member finished holds no one back here either
+    c.set_peers(peers(&["a", "b", "d"], &[], None));
+    assert_eq!(c.release(150, Instant::now(), false), Release::Now);
+}
+
+#[test]
+fn a_split_another_member_reads_keeps_this_members_split_fetching_while_its_records_wait() {
+    let c = group_clock();
+    let a = id("a");
+    c.register(&a);
+    c.observe(&a, 100, 100, 0);
+    let mut p = peers(&["a", "b"], &[("b", 50)], None);
+    // b's reader holds a record at 120, waiting for a to pass it
+    p.fronts.insert(id("b"), 120);
+    c.set_peers(p);
+    assert!(c.holds_others_back(&a));
+    c.observe(&a, 130, 130, 0);
+    assert!(!c.holds_others_back(&a));
+}
+
+#[test]
+fn new_watermarks_from_other_members_wake_the_readers_once_the_stop_is_known() {
+    let c = group_clock();
+    let a = id("a");
+    c.register(&a);
+    c.observe(&a, 100, 300, 0);
+    c.set_peers(peers(&["a", "b"], &[("b", 100)], Some(250)));
+    let mut changes = c.subscribe();
+    changes.borrow_and_update();
+    // b moved on; the stop is the one already known: a reader holding a record at 200 must wake
+    c.set_peers(peers(&["a", "b"], &[("b", 220)], Some(250)));
+    assert!(changes.has_changed().unwrap(), "no reader was woken");
+    assert_eq!(c.release(200, Instant::now(), false), Release::Now);
 }

@@ -200,18 +200,20 @@ impl<T: RecordPosition> HeldRecords<T> {
             self.highest.insert(id.clone(), highest);
         }
         self.clock.set_front(id, front);
-        if let Some(first) = first {
-            self.clock.observe(id, first, high, disorder);
-        }
         if let Some(t) = marker_time {
             self.marker_times.insert(id.clone(), t);
         }
+        // the stop before the watermark the batch moves: whoever sees that watermark (a reader,
+        // another process through `local_view`) sees the stop too
         match marker_time {
             Some(t) => self.clock.found_stop(t),
             None if marker.is_some() && self.clock.options().source_wide_stop => {
                 warn!(split_id = %id, "an end-of-stream record without a timestamp, and none before it in its split: it ends its own split only");
             }
             None => {}
+        }
+        if let Some(first) = first {
+            self.clock.observe(id, first, high, disorder);
         }
         marker_time
     }

@@ -41,6 +41,7 @@ fn held_of<T: RecordPosition>(speed: Option<f64>, source_wide_stop: bool) -> Hel
         idle_grace: Duration::from_secs(2),
         max_out_of_orderness: Duration::ZERO,
         rate_limited: false,
+        peers: false,
     })))
 }
 
@@ -101,6 +102,7 @@ fn a_marker_found_later_in_an_out_of_order_split_stops_the_source_before_anythin
         idle_grace: Duration::from_secs(2),
         max_out_of_orderness: Duration::from_millis(50),
         rate_limited: false,
+        peers: false,
     })));
     let (a, b): (SplitId, SplitId) = (Arc::from("a"), Arc::from("b"));
     h.clock().register(&a);

@@ -209,6 +209,7 @@ pub mod queue;
 pub mod reader;
 pub mod reader_base;
 mod reader_driver;
+mod restore;
 mod rt;
 pub mod sim;
 pub mod sink;

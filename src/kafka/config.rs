@@ -303,6 +303,8 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
         idle_grace: duration_at("source.caught_up_grace", raw.caught_up_grace.as_deref().unwrap_or("2s"))?,
         max_out_of_orderness: duration_at("source.max_out_of_orderness", disorder)?,
         rate_limited: rate_limits.0.is_some() || rate_limits.1.is_some(),
+        // set per run by a group member (crate::coordination)
+        peers: false,
     };
     let mut settings = KafkaSourceSettings::new(raw.bootstrap_servers, subscription);
     settings.starting = starting;

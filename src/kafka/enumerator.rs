@@ -302,6 +302,12 @@ impl SplitEnumerator for KafkaSourceEnumerator {
                 .filter(|(id, k)| k.assigned && !k.removed && !back.contains(*id))
                 .map(|(id, _)| id.clone())
                 .collect();
+            // with a source-wide stop across processes, the others learn these hold no one back
+            if let Some(clock) = ctx.event_time() {
+                for id in &self.finished_before {
+                    clock.finished_before(id);
+                }
+            }
         }
         self.consumer = Some(Arc::new(admin_consumer(&self.settings)?));
         self.schedule(ctx, Duration::ZERO);

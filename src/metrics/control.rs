@@ -208,7 +208,7 @@ pub fn apply_control(board: &StatusBoard, body: &[u8]) -> Result<Value, ControlE
             }
             "max_rate" | "max_bytes_rate" => {
                 let v = limit(key, value)?;
-                if !clock.is_some_and(|c| c.options().rate_limited) {
+                if !clock.as_ref().is_some_and(|c| c.options().rate_limited) {
                     return Err(ControlError::Unavailable(format!(
                         "{key} can change only on a Kafka source started with source.max_rate or source.max_bytes_rate"
                     )));
@@ -221,7 +221,7 @@ pub fn apply_control(board: &StatusBoard, body: &[u8]) -> Result<Value, ControlE
             }
             "replay_speed" => {
                 speed = Some(limit(key, value)?);
-                if clock.is_none_or(|c| c.options().speed.is_none()) {
+                if clock.as_ref().is_none_or(|c| c.options().speed.is_none()) {
                     return Err(ControlError::Unavailable(
                         "replay_speed can change only on a replay started with source.replay_speed".into(),
                     ));

@@ -12,8 +12,9 @@ fn paced_board(speed: f64) -> (StatusBoard, Arc<EventTimeClock>) {
         idle_grace: Duration::from_secs(2),
         max_out_of_orderness: Duration::ZERO,
         rate_limited: false,
+        peers: false,
     }));
-    assert!(stats.event_time.set(clock.clone()).is_ok());
+    assert!(stats.event_time.set(clock.clone()).is_none());
     (StatusBoard::new("job".into(), stats), clock)
 }
 

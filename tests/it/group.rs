@@ -226,28 +226,37 @@ pub(crate) fn a_member_killed_mid_replay_and_started_again(kafka: &TestKafka, to
         &state,
         "stopping_offsets = \"latest\"\nmax_rate = 600",
     );
-    let (_d0, m0) = member(&text, "m0");
-    let (_d1, m1) = member(&text, "m1");
-    let (_d2, m2) = member(&text, "m2");
+    three_members_one_killed_and_started_again(&text, || (), |_| committed_counts(kafka, out).len() >= n / 4);
+    let counts = output_counts(kafka, out);
+    assert_each_once(&counts, n, "three members, one killed and started again");
+}
+
+/// Three members of `text`'s job share its 6 partitions; once they do, `started` runs; once
+/// `written` holds of what it returned, one member is killed (`kill -9`) and started again with an
+/// empty directory. Every member must exit 0. Returns what `started` returned.
+fn three_members_one_killed_and_started_again<T>(
+    text: &str,
+    started: impl FnOnce() -> T,
+    written: impl Fn(&T) -> bool,
+) -> T {
+    let (_d0, m0) = member(text, "m0");
+    let (_d1, m1) = member(text, "m1");
+    let (_d2, m2) = member(text, "m2");
     wait_until("three members share the partitions", MINUTE, || {
         [&m0, &m1, &m2]
             .iter()
             .all(|m| assignments(&m.log_text()).last() == Some(&2))
     });
-    wait_until("a part of the replay written", MINUTE, || {
-        committed_counts(kafka, out).len() >= n / 4
-    });
+    let value = started();
+    wait_until("a part of the replay written", MINUTE * 2, || written(&value));
     let killed = m1.kill9();
     assert!(!assignments(&killed).is_empty(), "{killed}");
-    let (_d1b, m1b) = member(&text, "m1");
-    let mut logs = Vec::new();
+    let (_d1b, m1b) = member(text, "m1");
     for (who, m) in [("m0", m0), ("m1 again", m1b), ("m2", m2)] {
         let (status, log) = m.wait(MINUTE * 4);
         assert_eq!(status.code(), Some(0), "{who}:\n{log}");
-        logs.push(log);
     }
-    let counts = output_counts(kafka, out);
-    assert_each_once(&counts, n, "three members, one killed and started again");
+    value
 }
 
 #[test]
@@ -512,4 +521,125 @@ fn job_max_duration_counts_from_a_member_s_start_across_its_runs() {
     m1.signal(libc::SIGTERM);
     let (status, log) = m1.wait(MINUTE);
     assert_eq!(status.code(), Some(0), "{log}");
+}
+
+/// A trading day over the 6 partitions of `topic`: at each step `i` (`base + 10 i` ms) one trade
+/// in partition `i % 6`, five when that is partition 4, and the market close in partition 4 after
+/// step `close_after` (each partition in timestamp order). Partition 4's member reaches the close
+/// last: the others have read past its timestamp by then. Returns the ids of the trades before the
+/// close, and how many were produced.
+fn produce_trading_day(kafka: &TestKafka, topic: &str, steps: usize, close_after: usize) -> (Vec<i64>, usize) {
+    let base = 1_795_789_800_000i64;
+    let close = base + 10 * close_after as i64 + 5;
+    let (mut records, mut before) = (Vec::new(), Vec::new());
+    for i in 0..steps {
+        let partition = (i % 6) as i32;
+        for _ in 0..if partition == 4 { 5 } else { 1 } {
+            let id = records.len() as i64;
+            let at = base + 10 * i as i64;
+            if at < close {
+                before.push(id);
+            }
+            records.push(TestRecord::to(partition, format!(r#"{{"id":{id},"type":"TRADE"}}"#)).at(at));
+        }
+        if i == close_after {
+            records.push(TestRecord::to(4, r#"{"id":-1,"type":"MARKET_CLOSE"}"#).at(close));
+        }
+    }
+    let produced = records.len();
+    kafka.produce(topic, &records);
+    (before, produced)
+}
+
+/// How many times each trade id is in `topic`'s committed records.
+fn trade_counts(kafka: &TestKafka, topic: &str) -> BTreeMap<i64, usize> {
+    let mut counts = BTreeMap::new();
+    for (value, count) in output_counts(kafka, topic) {
+        let json: serde_json::Value = serde_json::from_str(&value).expect("a JSON value");
+        *counts.entry(json["id"].as_i64().expect("an id")).or_insert(0) += count;
+    }
+    counts
+}
+
+/// `eof_scope = "source"` across members: the market close is in one member's partition, which
+/// that member reaches last, and every member's partitions end at its timestamp, with one member
+/// killed (`kill -9`) mid-replay and started again with an empty directory. Every trade before
+/// the close is written once, none after it (without the members' published watermarks, the
+/// others wrote their partitions' trades past the close, and learnt of it only from the
+/// checkpoints the next rebalance restored).
+#[test]
+fn a_source_wide_stop_found_by_one_member_ends_every_member_s_partitions_at_its_timestamp() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("group-close", 6);
+    let out = kafka.create_topic("group-close-out", 3);
+    let state = kafka.unique_topic("group-close-state");
+    let name = kafka.unique_topic("group-close-job");
+    // the shared template reads strings; this replay reads JSON, for its end-of-stream rule
+    let text = group_job(
+        &kafka,
+        &name,
+        &topic,
+        &out,
+        &state,
+        "eof = 'value.type == \"MARKET_CLOSE\"'\neof_scope = \"source\"\nmax_rate = 600",
+    )
+    .replace("format = \"string\"", "format = \"json\"");
+    // produced once each member reads its own partitions: no member finds the close alone
+    let (before, produced) = three_members_one_killed_and_started_again(
+        &text,
+        || produce_trading_day(&kafka, &topic, 6000, 3600),
+        |(before, _)| committed_counts(&kafka, &out).len() >= before.len() / 4,
+    );
+    let counts = trade_counts(&kafka, &out);
+    let expected: std::collections::BTreeSet<i64> = before.iter().copied().collect();
+    let after: Vec<&i64> = counts.keys().filter(|id| !expected.contains(id)).take(5).collect();
+    assert!(
+        after.is_empty(),
+        "written at or after the close: {after:?}… ({} of {produced} records written, {} before the close)",
+        counts.len(),
+        before.len()
+    );
+    let missing: Vec<&i64> = before.iter().filter(|id| !counts.contains_key(id)).take(5).collect();
+    assert!(missing.is_empty(), "missing before the close: {missing:?}…");
+    let repeated: Vec<(&i64, &usize)> = counts.iter().filter(|(_, c)| **c > 1).take(5).collect();
+    assert!(repeated.is_empty(), "repeated: {repeated:?}…");
+}
+
+/// `--reset-state` starts a group's source-wide replay over without the stop the job before
+/// found: the values its members published go with its state (without that, the old stop
+/// ended the new replay at the old close, though its end-of-stream rule matches nothing).
+#[test]
+fn a_member_s_reset_state_forgets_the_source_wide_stop_the_job_before_found() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("group-reclose", 6);
+    let out = kafka.create_topic("group-reclose-out", 1);
+    let state = kafka.unique_topic("group-reclose-state");
+    let name = kafka.unique_topic("group-reclose-job");
+    let (before, produced) = produce_trading_day(&kafka, &topic, 600, 300);
+    let config = |eof: &str| {
+        let stop = format!("eof = '{eof}'\neof_scope = \"source\"\nstopping_offsets = \"latest\"");
+        let text =
+            group_job(&kafka, &name, &topic, &out, &state, &stop).replace("format = \"string\"", "format = \"json\"");
+        let dir = JobDir::new();
+        let path = dir.config(&text);
+        (dir, path)
+    };
+    let (_first, at_the_close) = config("value.type == \"MARKET_CLOSE\"");
+    let (code, log) = run(&at_the_close, &["--set", "job.member=m0"], MINUTE * 2);
+    assert_eq!(code, 0, "the replay to the close:\n{log}");
+    assert_eq!(trade_counts(&kafka, &out).len(), before.len(), "the first replay");
+    let (_again, to_the_end) = config("value.type == \"NONE\"");
+    let (code, log) = run(&to_the_end, &["--set", "job.member=m0", "--reset-state"], MINUTE * 2);
+    assert_eq!(code, 0, "the replay started over:\n{log}");
+    let counts = trade_counts(&kafka, &out);
+    assert_eq!(
+        counts.len(),
+        produced,
+        "the second replay did not write every record (the close included): {} distinct of {produced}",
+        counts.len()
+    );
+    assert!(
+        before.iter().all(|id| counts[id] == 2),
+        "a trade before the close not written twice"
+    );
 }

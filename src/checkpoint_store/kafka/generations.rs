@@ -222,11 +222,15 @@ impl KafkaCheckpointStore {
                 fenced.insert(owner);
             }
         };
+        // and the values a group's members published for a source-wide stop: the old job's
+        // watermarks and stop are not the new one's
+        let event_time: Vec<(String, Option<Vec<u8>>)> = found.event_time.iter().map(|k| (k.clone(), None)).collect();
         let mut live: Vec<(String, Option<Vec<u8>>)> = found
             .records
             .into_iter()
             .filter(|(_, v)| v.is_some())
             .map(|(k, _)| (k, None))
+            .chain(event_time)
             .collect();
         *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = None;
         // this instance starts afresh in the generation it opened in (the first, when the state

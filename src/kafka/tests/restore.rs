@@ -1,6 +1,7 @@
 //! Broker-free tests of a restore onto a recreated topic: two mock clusters stand for the topic
 //! before and after it was deleted and created again (another topic id, other records).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::mocking::MockCluster;
@@ -8,7 +9,7 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::ClientConfig;
 
 use super::faults::{settings, source, wait_until, Running};
-use crate::core::{CollectSink, Job, JobOptions, StateStore};
+use crate::core::{CollectSink, Job, JobOptions, JobStats, StateStore};
 use crate::kafka::{KafkaSource, StoppingOffsets};
 
 fn produce_to(servers: &str, topic: &str, partition: i32, values: std::ops::Range<u64>) {
@@ -78,5 +79,47 @@ fn a_restore_onto_a_recreated_topic_resets_only_the_unfinished_splits() {
         values,
         (1000..1020).collect::<Vec<_>>(),
         "partition 0 read in the new log, partition 1 left finished"
+    );
+}
+
+/// A session runs its job again on one `JobStats` (a group member's next assignment): metrics,
+/// `/status` and `POST /control` must reach the run going on, and a speed changed during the
+/// run before carries over (the clock used to stay the first run's: a change of speed after a
+/// rebalance went to a clock no reader used).
+#[test]
+fn a_job_run_again_on_the_same_stats_shows_its_own_clock_at_the_speed_changed_before() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("mock-again", 2, 1).expect("topic");
+    produce_to(&cluster.bootstrap_servers(), "mock-again", 0, 0..20);
+    produce_to(&cluster.bootstrap_servers(), "mock-again", 1, 100..105);
+    let stats = Arc::new(JobStats::default());
+    let run = || {
+        let mut source = bounded(&cluster.bootstrap_servers(), "error");
+        source.event_time.speed = Some(1000.0);
+        let (sink, out) = CollectSink::new();
+        Job::new(source, JobOptions::new("mock-again", 1))
+            .with_stats(Arc::clone(&stats))
+            .run_blocking(Box::new(sink))
+            .expect("the replay");
+        let written = out.lock().unwrap().len();
+        written
+    };
+    assert_eq!(run(), 25);
+    let first = stats.event_time.get().expect("the first run's clock");
+    first.set_speed(Some(500.0));
+    assert_eq!(run(), 25);
+    let second = stats.event_time.get().expect("the second run's clock");
+    assert!(
+        !Arc::ptr_eq(&first, &second),
+        "the stats still show the first run's clock"
+    );
+    assert_eq!(
+        second.speed(),
+        Some(500.0),
+        "the speed changed before was not carried over"
+    );
+    assert!(
+        second.replayed_to().is_some(),
+        "the second run's clock replayed nothing"
     );
 }

@@ -6,8 +6,10 @@
 //! transaction (KIP-618). The first failed delivery fails the job.
 
 pub mod config;
+mod delivery;
 mod retry;
 pub mod routing;
+mod state_writer;
 mod targets;
 mod transaction;
 pub(crate) use transaction::is_fencing;
@@ -16,11 +18,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rdkafka::client::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::Message;
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 
 use crate::checkpoint_store::StateInTransaction;
 use crate::core::{Sink, SinkState};
@@ -28,8 +28,10 @@ use crate::error::{Error, Result};
 use crate::kafka::client::{client_config, TracingContext};
 use crate::record::Record;
 pub use config::KafkaSinkConfig;
+use delivery::{check_failure, flush_now, DeliveryContext, DeliveryFailure};
 use retry::retried;
 use routing::{HeaderRules, TopicTemplate};
+use state_writer::SinkStateWriter;
 use transaction::Transactions;
 
 /// What a checkpoint guarantees of the records a Kafka sink writes.
@@ -40,40 +42,6 @@ pub enum Delivery {
     AtLeastOnce,
     /// Every record exactly once, for consumers reading `read_committed`.
     ExactlyOnce,
-}
-
-/// The first failed delivery: its message, and librdkafka's error code.
-type DeliveryFailure = Arc<Mutex<Option<(String, Option<RDKafkaErrorCode>)>>>;
-
-/// Records the first failed delivery; librdkafka calls it from its own thread.
-struct DeliveryContext {
-    log: TracingContext,
-    failure: DeliveryFailure,
-}
-
-impl ClientContext for DeliveryContext {
-    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
-        self.log.log(level, fac, message)
-    }
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.log.error(error, reason)
-    }
-}
-
-impl ProducerContext for DeliveryContext {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _opaque: ()) {
-        if let Err((e, message)) = result {
-            let mut slot = self.failure.lock().unwrap_or_else(|p| p.into_inner());
-            if slot.is_none() {
-                *slot = Some((
-                    format!("delivery to {}:{} failed: {e}", message.topic(), message.partition()),
-                    e.rdkafka_error_code(),
-                ));
-            }
-        }
-    }
 }
 
 /// Settings of the Kafka sink.
@@ -371,22 +339,6 @@ impl KafkaSink {
     }
 }
 
-/// librdkafka's `rd_kafka_flush` with the whole timeout: it sends lingering messages at once and
-/// returns within 10 ms of the last acknowledgement. rust-rdkafka's `flush` calls it with no
-/// timeout and then polls the main queue for up to 100 ms; the `ThreadedProducer`'s own thread
-/// takes the delivery reports from that queue first, so every flush (every checkpoint) lasted
-/// 100 ms, and a paced replay stalled that long at each checkpoint.
-fn flush_now(producer: &ThreadedProducer<DeliveryContext>, timeout: Duration) -> std::result::Result<(), KafkaError> {
-    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-    // SAFETY: the producer's handle is valid for as long as `producer` lives; rd_kafka_flush is
-    // thread-safe (the poll thread may serve delivery reports meanwhile).
-    let code = unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), ms) };
-    match code {
-        rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => Ok(()),
-        code => Err(KafkaError::Flush(code.into())),
-    }
-}
-
 impl Sink<Record> for KafkaSink {
     /// Its topic (or topic template), header rules, delivery and transactional id: a state file
     /// is resumed only by the same (an exactly-once checkpoint is settled through its
@@ -490,114 +442,6 @@ impl Sink<Record> for KafkaSink {
 
 fn lock(transactions: &Mutex<Transactions>) -> std::sync::MutexGuard<'_, Transactions> {
     transactions.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The first failed delivery (or a refused authentication) as the job's error. A producer in a
-/// fatal state purges its queue, so its deliveries fail as "purged": the cause is librdkafka's
-/// fatal error (a fencing, when another process took over).
-fn check_failure(
-    producer: &ThreadedProducer<DeliveryContext>,
-    failure: &DeliveryFailure,
-    properties: &BTreeMap<String, String>,
-    fenced: impl Fn() -> Error,
-) -> Result<()> {
-    if let Some(e) = producer.context().log.authentication_failure(properties) {
-        return Err(e);
-    }
-    let Some((message, code)) = failure.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
-        return Ok(());
-    };
-    match (producer.client().fatal_error(), code) {
-        (Some((fatal, _)), _) if transaction::is_fencing(fatal) => Err(fenced()),
-        (Some((_, reason)), _) => Err(Error::runtime(
-            "kafka sink",
-            format!("fatal producer error: {reason} ({message})"),
-        )),
-        (None, Some(code)) if transaction::is_fencing(code) => Err(fenced()),
-        (None, _) => Err(Error::runtime("kafka sink", message)),
-    }
-}
-
-/// The Kafka checkpoint store's way into the sink's transactions (KIP-618). The coordinator
-/// writes a checkpoint's state after the sink prepared it and before it commits: the sink's
-/// thread waits meanwhile, so the two never write into a transaction at once.
-struct SinkStateWriter {
-    producer: Arc<ThreadedProducer<DeliveryContext>>,
-    transactions: Arc<Mutex<Transactions>>,
-    failure: DeliveryFailure,
-    properties: BTreeMap<String, String>,
-    /// How long the state records' acknowledgements may take (`sink.flush_timeout`).
-    timeout: Duration,
-}
-
-impl StateInTransaction for SinkStateWriter {
-    fn write_in_transaction(
-        &self,
-        topic: &str,
-        records: &[(String, Vec<u8>)],
-        fence: Option<&crate::checkpoint_store::GroupFence>,
-    ) -> Result<()> {
-        let mut transactions = lock(&self.transactions);
-        transactions.begin_if_needed(&self.producer, topic)?;
-        let fenced = || transactions.fenced();
-        // a fenced producer answers every call with the generic `Fatal`: its fatal error says why
-        let failed = |what: String, e: KafkaError| {
-            let code = match e.rdkafka_error_code() {
-                Some(RDKafkaErrorCode::Fatal) => self.producer.client().fatal_error().map(|(code, _)| code),
-                code => code,
-            };
-            match code {
-                Some(code) if transaction::is_fencing(code) => fenced(),
-                _ => crate::error::kafka(what, e),
-            }
-        };
-        let deadline = std::time::Instant::now() + self.timeout;
-        for (key, value) in records {
-            let mut record = BaseRecord::<str, [u8], ()>::to(topic)
-                .partition(0)
-                .key(key.as_str())
-                .payload(value.as_slice());
-            loop {
-                match self.producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
-                        if std::time::Instant::now() < deadline =>
-                    {
-                        // librdkafka's queue is full: deliveries make room
-                        record = back;
-                        check_failure(&self.producer, &self.failure, &self.properties, fenced)?;
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    Err((e, _)) => return Err(failed(format!("writing state record {key} to {topic}"), e)),
-                }
-            }
-        }
-        loop {
-            let slice = deadline
-                .saturating_duration_since(std::time::Instant::now())
-                .min(Duration::from_millis(500));
-            let result = flush_now(&self.producer, slice);
-            check_failure(&self.producer, &self.failure, &self.properties, fenced)?;
-            match result {
-                Ok(()) => break,
-                Err(e) if std::time::Instant::now() >= deadline => {
-                    return Err(failed(
-                        format!("waiting for the state records' acknowledgements from {topic}"),
-                        e,
-                    ))
-                }
-                Err(_) => {}
-            }
-        }
-        match fence.filter(|f| !f.offsets.is_empty()) {
-            Some(fence) => transaction::send_group_offsets(&self.producer, fence, self.timeout).inspect_err(|_| {
-                // refused: abort now, so that the members reading the topics after this one
-                // need not wait for the broker to time the transaction out
-                transactions.abort_open(&self.producer);
-            }),
-            None => Ok(()),
-        }
-    }
 }
 
 #[cfg(test)]

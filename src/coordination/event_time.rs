@@ -1,0 +1,398 @@
+//! The source-wide stop across a group's members (`eof_scope = "source"`): each member publishes
+//! its splits' watermarks, the first record each of its readers holds, and the stop it knows, to
+//! the checkpoint topic every 100 ms, and tails what the others published, so that each member's
+//! clock holds a record until no split of the source, whoever reads it, can still find an
+//! end-of-stream record at or before it (Flink's watermark alignment, FLIP-182, through Kafka).
+//!
+//! What a member publishes is a fact about the data, whoever reads the split later: a watermark
+//! bounds the timestamps its split can still evaluate past the position it was taken at, and it
+//! goes out with the stop the member knew when it took it (the clock gives both under one lock,
+//! and a reader sets a stop before the watermark its batch moves). A member that takes the
+//! split over reads it again from the last checkpoint and finds the same end-of-stream records,
+//! so what another member released on the strength of a published watermark stays right. So
+//! values are merged by the largest watermark and the earliest stop read, whoever wrote them, a
+//! member the group has dropped included (a member that starts later reads what compaction has
+//! kept, the last value of each split: a lower watermark only makes it wait longer). The records
+//! are not transactional, and the tail reads uncommitted ones (a checkpoint's open transaction on
+//! the topic must not hold the watermarks up); they are keyed `#event-time/<job>/<split>`
+//! (`checkpoint_store::records::event_time_prefix`), compacted with the checkpoints, and
+//! tombstoned with them by `--reset-state`. A member gives the clock nothing until it has read
+//! what was published before it started (an old value may be followed by its tombstone).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+use tracing::{debug, info, warn};
+
+use crate::checkpoint_store::KafkaStoreConfig;
+use crate::core::event_time::{EventTimeClock, Peers};
+use crate::core::{JobStats, SplitId};
+use crate::error::{kafka, Result};
+use crate::kafka::client::{client_config, TracingContext};
+use crate::kafka::{KafkaPartitionSplit, Subscription};
+
+/// How often a member publishes and reads the others' values.
+const EVERY: Duration = Duration::from_millis(100);
+/// How often the source's partitions are listed again (partitions added to a topic).
+const LIST_EVERY: Duration = Duration::from_secs(5);
+/// How long a metadata request, a reset's read and the last flush may take.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One split's published value.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+struct Published {
+    /// A lower bound of every timestamp the split may still evaluate (`i64::MAX`: finished).
+    watermark: i64,
+    /// The first record its reader holds.
+    front: Option<i64>,
+    /// The earliest end-of-stream record the member knew of.
+    stop: Option<i64>,
+}
+
+/// What every member published, merged per split: the largest watermark and the earliest stop
+/// read since the split's last tombstone, and the last front.
+#[derive(Debug, Default)]
+struct Merged {
+    splits: HashMap<SplitId, Published>,
+}
+
+impl Merged {
+    fn apply(&mut self, split: SplitId, value: Option<Published>) {
+        let Some(v) = value else {
+            // a tombstone: `--reset-state` started the job over
+            self.splits.remove(&split);
+            return;
+        };
+        let merged = self.splits.entry(split).or_insert(v);
+        merged.watermark = merged.watermark.max(v.watermark);
+        merged.front = v.front;
+        merged.stop = match (merged.stop, v.stop) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// What the clock needs, with `splits` the source's every split.
+    fn peers(&self, splits: &HashSet<SplitId>) -> Peers {
+        Peers {
+            splits: splits.clone(),
+            watermarks: self.splits.iter().map(|(id, v)| (id.clone(), v.watermark)).collect(),
+            fronts: self
+                .splits
+                .iter()
+                .filter_map(|(id, v)| Some((id.clone(), v.front?)))
+                .collect(),
+            stop: self.splits.values().filter_map(|v| v.stop).min(),
+        }
+    }
+}
+
+/// The thread that publishes this member's values and tails the others'; stopped (after a last
+/// publication) when dropped.
+pub struct EventTimeLink {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl EventTimeLink {
+    /// Start publishing the clocks the session's runs put in `stats`, for the job of `store`
+    /// reading `subscription` at `source_servers` (`--reset-state` has removed the values of the
+    /// job before: `checkpoint_store`'s reset writes tombstones over them with the job's state).
+    pub fn start(
+        store: &KafkaStoreConfig,
+        source_servers: &str,
+        source_properties: &BTreeMap<String, String>,
+        subscription: &Subscription,
+        stats: Arc<JobStats>,
+    ) -> Result<Self> {
+        let producer: BaseProducer<TracingContext> = client_config(
+            &store.bootstrap_servers,
+            &[
+                ("enable.idempotence", "true"),
+                ("acks", "all"),
+                ("linger.ms", "5"),
+                ("client.id", "tidegate-event-time"),
+            ],
+            &store.properties,
+        )
+        .create_with_context(TracingContext::new("event-time"))
+        .map_err(|e| kafka("creating the event-time link's producer", e))?;
+        let tail: BaseConsumer<TracingContext> = client_config(
+            &store.bootstrap_servers,
+            &[
+                ("group.id", &format!("tidegate-event-time-{}", store.owner)),
+                ("enable.auto.commit", "false"),
+                ("isolation.level", "read_uncommitted"),
+                ("enable.partition.eof", "true"),
+                ("client.id", "tidegate-event-time"),
+            ],
+            &store.properties,
+        )
+        .create_with_context(TracingContext::new("event-time"))
+        .map_err(|e| kafka("creating the event-time link's reader", e))?;
+        let lister: BaseConsumer<TracingContext> = client_config(
+            source_servers,
+            &[
+                ("client.id", "tidegate-event-time"),
+                ("allow.auto.create.topics", "false"),
+            ],
+            source_properties,
+        )
+        .create_with_context(TracingContext::new("event-time"))
+        .map_err(|e| kafka("creating the event-time link's metadata client", e))?;
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(&store.topic, 0, Offset::Beginning)
+            .and_then(|_| tail.assign(&assignment))
+            .map_err(|e| kafka(format!("reading {}", store.topic), e))?;
+        // what was published before this member started ends here (uncommitted records
+        // included): an end-of-partition event may never come while the others keep publishing
+        let (_, end) = tail
+            .fetch_watermarks(&store.topic, 0, TIMEOUT)
+            .map_err(|e| kafka(format!("reading the end of {}", store.topic), e))?;
+        let link = Link {
+            topic: store.topic.clone(),
+            prefix: crate::checkpoint_store::records::event_time_prefix(&store.job),
+            producer,
+            tail,
+            lister,
+            subscription: subscription.clone(),
+            stats,
+            merged: Merged::default(),
+            splits: None,
+            listed: None,
+            sent: HashMap::new(),
+            caught_up: end <= 0,
+            end,
+            warned: None,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("event-time".into())
+            .spawn(move || link.run(&stopping))
+            .map_err(|e| crate::error::Error::io("starting the event-time link", e))?;
+        Ok(EventTimeLink {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for EventTimeLink {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+struct Link {
+    topic: String,
+    prefix: String,
+    producer: BaseProducer<TracingContext>,
+    tail: BaseConsumer<TracingContext>,
+    lister: BaseConsumer<TracingContext>,
+    subscription: Subscription,
+    stats: Arc<JobStats>,
+    merged: Merged,
+    /// Every split of the source, once listed.
+    splits: Option<HashSet<SplitId>>,
+    listed: Option<Instant>,
+    /// What was last published of each split.
+    sent: HashMap<SplitId, Published>,
+    /// The topic was read to its end once: before, a value read may be one a later tombstone
+    /// ends, and nothing is given to the clock.
+    caught_up: bool,
+    /// The end of the topic when this member started.
+    end: i64,
+    /// When a failed read was last logged.
+    warned: Option<Instant>,
+}
+
+impl Link {
+    fn run(mut self, stop: &AtomicBool) {
+        let mut clock: Option<Arc<EventTimeClock>> = None;
+        let mut closed_published = false;
+        loop {
+            let stopping = stop.load(Ordering::Relaxed);
+            self.read(EVERY);
+            if self.listed.is_none_or(|at| at.elapsed() >= LIST_EVERY) {
+                self.list();
+                // and everything published again: a value whose delivery failed is not lost
+                self.sent.clear();
+            }
+            // the run going on (or the last one): a new run's clock replaces the one before
+            if let Some(now) = self.stats.event_time.get() {
+                if !clock.as_ref().is_some_and(|c| Arc::ptr_eq(c, &now)) {
+                    clock = Some(now);
+                    closed_published = false;
+                }
+            }
+            if let Some(clock) = &clock {
+                if let Some(splits) = self.splits.as_ref().filter(|_| self.caught_up) {
+                    clock.set_peers(self.merged.peers(splits));
+                }
+                // an ended run's clock is published once more, whole, then no longer: the next
+                // owners of its splits publish them now (its fronts, hidden, would hide theirs)
+                if !closed_published {
+                    closed_published = clock.is_closed();
+                    self.publish(clock);
+                }
+            }
+            self.producer.poll(Duration::ZERO);
+            if stopping {
+                if let Err(e) = self.producer.flush(TIMEOUT) {
+                    warn!(error = %e, "the last event-time values were not all acknowledged");
+                }
+                return;
+            }
+        }
+    }
+
+    /// Read what was published, waiting at most `wait` for the first record.
+    fn read(&mut self, wait: Duration) {
+        let mut wait = wait;
+        let (mut reached, mut at_end) = (false, false);
+        while let Some(message) = self.tail.poll(wait) {
+            wait = Duration::ZERO;
+            match message {
+                Ok(m) => {
+                    reached |= m.offset() + 1 >= self.end;
+                    let Some(split) = m
+                        .key_view::<str>()
+                        .and_then(|k| k.ok())
+                        .and_then(|k| k.strip_prefix(&self.prefix))
+                    else {
+                        continue;
+                    };
+                    let split: SplitId = Arc::from(split);
+                    match m.payload().map(serde_json::from_slice::<Published>) {
+                        None => self.merged.apply(split, None),
+                        Some(Ok(v)) => self.merged.apply(split, Some(v)),
+                        // not a checkpoint: an unreadable value is left out (its split then holds
+                        // the others back until its reader publishes again)
+                        Some(Err(e)) => warn!(split_id = %split, error = %e, "an unreadable event-time value"),
+                    }
+                }
+                Err(rdkafka::error::KafkaError::PartitionEOF(_)) => {
+                    at_end = true;
+                    break;
+                }
+                Err(e) => {
+                    // until it reads again, nothing is released: say so, every 30 s at most
+                    if self.warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(30)) {
+                        self.warned = Some(Instant::now());
+                        warn!(topic = %self.topic, error = %e, caught_up = self.caught_up, "reading the members' event-time values failed; retrying");
+                    }
+                    break;
+                }
+            }
+        }
+        // the end of the partition where the consumer stands, which may be before `end` (its
+        // fetch began before `end` was taken)
+        if at_end {
+            let position = self
+                .tail
+                .position()
+                .ok()
+                .and_then(|p| p.find_partition(&self.topic, 0).map(|p| p.offset()));
+            reached |= matches!(position, Some(Offset::Offset(o)) if o >= self.end);
+        }
+        if reached && !self.caught_up {
+            self.caught_up = true;
+            info!(
+                splits = self.merged.splits.len(),
+                "source-wide stop across the group: the values published so far are read"
+            );
+        }
+    }
+
+    /// List the source's partitions; until every topic has been listed, the peers are not set
+    /// (and the clock releases nothing).
+    fn list(&mut self) {
+        self.listed = Some(Instant::now());
+        let mut splits = HashSet::new();
+        match &self.subscription {
+            Subscription::Partitions(list, _) => {
+                splits.extend(list.iter().map(|(t, p)| Arc::from(KafkaPartitionSplit::id_of(t, *p))));
+            }
+            Subscription::Topics(topics) => {
+                for topic in topics {
+                    match self.lister.fetch_metadata(Some(topic), TIMEOUT) {
+                        Ok(m) => match m.topics().first() {
+                            Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
+                                splits.extend(
+                                    t.partitions()
+                                        .iter()
+                                        .map(|p| Arc::from(KafkaPartitionSplit::id_of(topic, p.id()))),
+                                );
+                            }
+                            _ => return,
+                        },
+                        Err(e) => {
+                            debug!(topic, error = %e, "listing the partitions for the source-wide stop");
+                            return;
+                        }
+                    }
+                }
+            }
+            // refused with group coordination (config)
+            Subscription::Pattern(_) => return,
+        }
+        // partitions are never taken away: a topic listed short (a stale broker) keeps the ones
+        // seen before
+        match &mut self.splits {
+            Some(known) => known.extend(splits),
+            None => {
+                info!(
+                    partitions = splits.len(),
+                    "source-wide stop across the group: aligning with every member's partitions"
+                );
+                self.splits = Some(splits);
+            }
+        }
+    }
+
+    /// Publish what changed of this member's splits.
+    fn publish(&mut self, clock: &EventTimeClock) {
+        let (view, stop) = clock.local_view();
+        for split in view {
+            let value = Published {
+                watermark: split.watermark,
+                front: split.front,
+                stop,
+            };
+            if self.sent.get(&split.id) == Some(&value) {
+                continue;
+            }
+            let key = format!("{}{}", self.prefix, split.id);
+            let Ok(payload) = serde_json::to_vec(&value) else {
+                continue;
+            };
+            match self.producer.send(
+                BaseRecord::<str, [u8]>::to(&self.topic)
+                    .partition(0)
+                    .key(&key)
+                    .payload(&payload),
+            ) {
+                Ok(()) => {
+                    self.sent.insert(split.id, value);
+                }
+                // a full queue or a broker away: sent again next time, the value still unsent
+                Err((e, _)) => debug!(error = %e, "publishing an event-time value"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "event_time_tests.rs"]
+mod tests;

@@ -1,0 +1,90 @@
+//! Unit tests of the Kafka clients' settings: secrets redacted, connection properties kept.
+
+use super::*;
+
+#[test]
+fn secrets_are_redacted() {
+    let props: BTreeMap<String, String> = [
+        ("sasl.password", "hunter2"),
+        ("ssl.key.password", "k"),
+        ("sasl.oauthbearer.client.secret", "s"),
+        ("ssl.key.pem", "-----BEGIN PRIVATE KEY-----"),
+        ("ssl.keystore.password", "k"),
+        ("sasl.oauthbearer.assertion.private.key.passphrase", "p"),
+        ("ssl.ca.location", "/ca.pem"),
+        ("fetch.min.bytes", "1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let shown = redacted(&props);
+    assert_eq!(shown["sasl.password"], "***");
+    assert_eq!(shown["ssl.key.password"], "***");
+    assert_eq!(shown["sasl.oauthbearer.assertion.private.key.passphrase"], "***");
+    assert_eq!(shown["sasl.oauthbearer.client.secret"], "***");
+    assert_eq!(shown["ssl.key.pem"], "***");
+    assert_eq!(shown["ssl.keystore.password"], "***");
+    assert_eq!(shown["ssl.ca.location"], "/ca.pem");
+    assert_eq!(shown["fetch.min.bytes"], "1");
+    assert!(!format!("{shown:?}").contains("hunter2"));
+}
+
+#[test]
+fn transport_trouble_is_warned_once_per_cause_and_kept_cleaned() {
+    let context = TracingContext::new("t");
+    let refused = "[thrd:unit.test:1/bootstrap]: unit.test:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after 0ms in state CONNECT)";
+    let again = "unit.test:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after 0ms in state CONNECT, 1 identical error(s) suppressed)";
+    assert!(context.transport_trouble(refused, true), "the first is news");
+    assert!(!context.transport_trouble(again, true), "the same cause again is not");
+    assert!(context.transport_trouble("1/1 unit brokers are down", false));
+    assert!(!context.transport_trouble("0/1 unit brokers are down", false));
+    assert!(
+        !TracingContext::new("other").transport_trouble(again, true),
+        "nor from another client"
+    );
+    assert_eq!(
+        context.last_transport_trouble().as_deref(),
+        Some("unit.test:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused")
+    );
+}
+
+/// A reader's consumer warns of a refusal, which librdkafka retries (a token service's
+/// hiccup, a certificate being rotated), and keeps none; any other client keeps the first.
+#[test]
+fn a_context_passing_refusals_warns_and_keeps_none() {
+    use rdkafka::types::RDKafkaErrorCode::Authentication;
+    let reason = "sasl.unit.test:9093/bootstrap: SASL authentication error: Authentication failed (unit)";
+    let passing = TracingContext::new("reader-unit").passing_refusals();
+    passing.error(KafkaError::Global(Authentication), reason);
+    passing.log(
+        RDKafkaLogLevel::Error,
+        "FAIL",
+        "ssl.unit.test:9093/bootstrap: SSL handshake failed: certificate verify failed (unit)",
+    );
+    assert!(!passing.refused());
+    assert!(passing.authentication_failure(&BTreeMap::new()).is_none());
+    assert_eq!(
+        passing.last_transport_trouble().as_deref(),
+        Some(reason),
+        "warned of as a trouble"
+    );
+    let keeping = TracingContext::new("enumerator-unit");
+    keeping.error(KafkaError::Global(Authentication), reason);
+    assert!(keeping.refused());
+}
+
+#[test]
+fn connection_properties_keep_security_and_drop_client_roles() {
+    let props: BTreeMap<String, String> = [
+        ("security.protocol", "SASL_SSL"),
+        ("sasl.username", "u"),
+        ("ssl.ca.location", "/ca.pem"),
+        ("fetch.min.bytes", "1"),
+        ("linger.ms", "5"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let kept: Vec<String> = connection_properties(&props).into_keys().collect();
+    assert_eq!(kept, ["sasl.username", "security.protocol", "ssl.ca.location"]);
+}
