@@ -21,17 +21,22 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{Message, Offset, TopicPartitionList};
-use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use super::published::{Merged, Published};
 use crate::checkpoint_store::KafkaStoreConfig;
-use crate::core::event_time::{EventTimeClock, Peers};
+use crate::core::event_time::EventTimeClock;
 use crate::core::{JobStats, SplitId};
 use crate::error::{kafka, Result};
 use crate::kafka::client::{client_config, TracingContext};
@@ -41,63 +46,68 @@ use crate::kafka::{KafkaPartitionSplit, Subscription};
 const EVERY: Duration = Duration::from_millis(100);
 /// How often the source's partitions are listed again (partitions added to a topic).
 const LIST_EVERY: Duration = Duration::from_secs(5);
-/// How long a metadata request, a reset's read and the last flush may take.
+/// How long a reset's read and the last flush may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// One split's published value.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-struct Published {
-    /// A lower bound of every timestamp the split may still evaluate (`i64::MAX`: finished).
-    watermark: i64,
-    /// The first record its reader holds.
-    front: Option<i64>,
-    /// The earliest end-of-stream record the member knew of.
-    stop: Option<i64>,
-}
-
-/// What every member published, merged per split: the largest watermark and the earliest stop
-/// read since the split's last tombstone, and the last front.
-#[derive(Debug, Default)]
-struct Merged {
-    splits: HashMap<SplitId, Published>,
-}
-
-impl Merged {
-    fn apply(&mut self, split: SplitId, value: Option<Published>) {
-        let Some(v) = value else {
-            // a tombstone: `--reset-state` started the job over
-            self.splits.remove(&split);
-            return;
-        };
-        let merged = self.splits.entry(split).or_insert(v);
-        merged.watermark = merged.watermark.max(v.watermark);
-        merged.front = v.front;
-        merged.stop = match (merged.stop, v.stop) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-    }
-
-    /// What the clock needs, with `splits` the source's every split.
-    fn peers(&self, splits: &HashSet<SplitId>) -> Peers {
-        Peers {
-            splits: splits.clone(),
-            watermarks: self.splits.iter().map(|(id, v)| (id.clone(), v.watermark)).collect(),
-            fronts: self
-                .splits
-                .iter()
-                .filter_map(|(id, v)| Some((id.clone(), v.front?)))
-                .collect(),
-            stop: self.splits.values().filter_map(|v| v.stop).min(),
-        }
-    }
-}
+/// How long listing a topic's partitions may take: the thread that lists also publishes and
+/// reads, and a listing that times out is tried again at the next [`LIST_EVERY`].
+const LIST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long this member's values may fail to reach the topic before the link fails the member:
+/// the splits it reads would hold every member back without a word.
+const FAIL_AFTER: Duration = Duration::from_secs(60);
 
 /// The thread that publishes this member's values and tails the others'; stopped (after a last
 /// publication) when dropped.
 pub struct EventTimeLink {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Why the thread gave up (its values cannot be published), once it has.
+    failure: watch::Receiver<Option<String>>,
+}
+
+/// The link's producer context: every client's tracing, and the deliveries' failures kept, so
+/// that values that cannot be published fail the member rather than hold every member back.
+struct LinkContext {
+    tracing: TracingContext,
+    /// Since when deliveries fail (none has succeeded since), and the last failure.
+    failing: Mutex<Option<(Instant, String)>>,
+}
+
+impl LinkContext {
+    /// Deliveries have failed for `fail_after` and more, none succeeding: the last failure.
+    fn failed_for(&self, fail_after: Duration) -> Option<String> {
+        let failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        failing
+            .as_ref()
+            .filter(|(since, _)| since.elapsed() >= fail_after)
+            .map(|(_, e)| e.clone())
+    }
+}
+
+impl ClientContext for LinkContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.tracing.log(level, fac, log_message)
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.tracing.error(error, reason)
+    }
+}
+
+impl ProducerContext for LinkContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Ok(_) => *failing = None,
+            Err((e, _)) => {
+                if failing.is_none() {
+                    warn!(error = %e, "publishing this member's event-time values failed; retrying");
+                }
+                let since = failing.as_ref().map_or_else(Instant::now, |(since, _)| *since);
+                *failing = Some((since, e.to_string()));
+            }
+        }
+    }
 }
 
 impl EventTimeLink {
@@ -111,7 +121,26 @@ impl EventTimeLink {
         subscription: &Subscription,
         stats: Arc<JobStats>,
     ) -> Result<Self> {
-        let producer: BaseProducer<TracingContext> = client_config(
+        Self::start_failing_after(
+            store,
+            source_servers,
+            source_properties,
+            subscription,
+            stats,
+            FAIL_AFTER,
+        )
+    }
+
+    /// [`start`](Self::start), failing when the values cannot be published for `fail_after`.
+    fn start_failing_after(
+        store: &KafkaStoreConfig,
+        source_servers: &str,
+        source_properties: &BTreeMap<String, String>,
+        subscription: &Subscription,
+        stats: Arc<JobStats>,
+        fail_after: Duration,
+    ) -> Result<Self> {
+        let producer: BaseProducer<LinkContext> = client_config(
             &store.bootstrap_servers,
             &[
                 ("enable.idempotence", "true"),
@@ -121,7 +150,10 @@ impl EventTimeLink {
             ],
             &store.properties,
         )
-        .create_with_context(TracingContext::new("event-time"))
+        .create_with_context(LinkContext {
+            tracing: TracingContext::new("event-time"),
+            failing: Mutex::new(None),
+        })
         .map_err(|e| kafka("creating the event-time link's producer", e))?;
         let tail: BaseConsumer<TracingContext> = client_config(
             &store.bootstrap_servers,
@@ -171,17 +203,29 @@ impl EventTimeLink {
             caught_up: end <= 0,
             end,
             warned: None,
+            fail_after,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
+        let (failed, failure) = watch::channel(None);
         let thread = std::thread::Builder::new()
             .name("event-time".into())
-            .spawn(move || link.run(&stopping))
+            .spawn(move || link.run(&stopping, &failed))
             .map_err(|e| crate::error::Error::io("starting the event-time link", e))?;
         Ok(EventTimeLink {
             stop,
             thread: Some(thread),
+            failure,
         })
+    }
+
+    /// Wait until the link has failed, and say why: its values could not be published (a fatal
+    /// producer error, or deliveries failing for a minute), or its thread ended.
+    pub async fn failed(&mut self) -> String {
+        match self.failure.wait_for(Option::is_some).await {
+            Ok(failure) => failure.clone().unwrap_or_default(),
+            Err(_) => "the event-time link's thread ended".to_string(),
+        }
     }
 }
 
@@ -197,7 +241,7 @@ impl Drop for EventTimeLink {
 struct Link {
     topic: String,
     prefix: String,
-    producer: BaseProducer<TracingContext>,
+    producer: BaseProducer<LinkContext>,
     tail: BaseConsumer<TracingContext>,
     lister: BaseConsumer<TracingContext>,
     subscription: Subscription,
@@ -215,10 +259,12 @@ struct Link {
     end: i64,
     /// When a failed read was last logged.
     warned: Option<Instant>,
+    /// How long deliveries may fail before the link gives up ([`FAIL_AFTER`]).
+    fail_after: Duration,
 }
 
 impl Link {
-    fn run(mut self, stop: &AtomicBool) {
+    fn run(mut self, stop: &AtomicBool, failed: &watch::Sender<Option<String>>) {
         let mut clock: Option<Arc<EventTimeClock>> = None;
         let mut closed_published = false;
         loop {
@@ -234,6 +280,8 @@ impl Link {
                 if !clock.as_ref().is_some_and(|c| Arc::ptr_eq(c, &now)) {
                     clock = Some(now);
                     closed_published = false;
+                    // the new run's splits are published whole, whoever published them last
+                    self.sent.clear();
                 }
             }
             if let Some(clock) = &clock {
@@ -242,12 +290,18 @@ impl Link {
                 }
                 // an ended run's clock is published once more, whole, then no longer: the next
                 // owners of its splits publish them now (its fronts, hidden, would hide theirs)
+                // (and again until every value of it went out)
                 if !closed_published {
-                    closed_published = clock.is_closed();
-                    self.publish(clock);
+                    let closed = clock.is_closed();
+                    closed_published = self.publish(clock) && closed;
                 }
             }
             self.producer.poll(Duration::ZERO);
+            if let Some(failure) = self.failure() {
+                warn!(topic = %self.topic, "{failure}");
+                let _ = failed.send(Some(failure));
+                return;
+            }
             if stopping {
                 if let Err(e) = self.producer.flush(TIMEOUT) {
                     warn!(error = %e, "the last event-time values were not all acknowledged");
@@ -319,6 +373,8 @@ impl Link {
     /// (and the clock releases nothing).
     fn list(&mut self) {
         self.listed = Some(Instant::now());
+        // its events (a broker away, logged by its context), served so they do not pile up
+        let _ = self.lister.poll(Duration::ZERO);
         let mut splits = HashSet::new();
         match &self.subscription {
             Subscription::Partitions(list, _) => {
@@ -326,7 +382,7 @@ impl Link {
             }
             Subscription::Topics(topics) => {
                 for topic in topics {
-                    match self.lister.fetch_metadata(Some(topic), TIMEOUT) {
+                    match self.lister.fetch_metadata(Some(topic), LIST_TIMEOUT) {
                         Ok(m) => match m.topics().first() {
                             Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
                                 splits.extend(
@@ -361,9 +417,26 @@ impl Link {
         }
     }
 
-    /// Publish what changed of this member's splits.
-    fn publish(&mut self, clock: &EventTimeClock) {
+    /// Why this member's values can no longer be published, if they cannot.
+    fn failure(&self) -> Option<String> {
+        if let Some((code, reason)) = self.producer.client().fatal_error() {
+            return Some(format!(
+                "publishing this member's event-time values to {} failed: {reason} ({code:?})",
+                self.topic
+            ));
+        }
+        let failing = self.producer.context().failed_for(self.fail_after)?;
+        Some(format!(
+            "publishing this member's event-time values to {} failed for {:?} and more: {failing}",
+            self.topic, self.fail_after
+        ))
+    }
+
+    /// Publish what changed of this member's splits; whether every value went out to
+    /// librdkafka's queue.
+    fn publish(&mut self, clock: &EventTimeClock) -> bool {
         let (view, stop) = clock.local_view();
+        let mut all = true;
         for split in view {
             let value = Published {
                 watermark: split.watermark,
@@ -387,9 +460,13 @@ impl Link {
                     self.sent.insert(split.id, value);
                 }
                 // a full queue or a broker away: sent again next time, the value still unsent
-                Err((e, _)) => debug!(error = %e, "publishing an event-time value"),
+                Err((e, _)) => {
+                    debug!(error = %e, "publishing an event-time value");
+                    all = false;
+                }
             }
         }
+        all
     }
 }
 

@@ -265,3 +265,62 @@ fn published_values_merge_by_the_largest_watermark_and_the_earliest_stop_until_a
     assert!(peers.watermarks.is_empty() && peers.fronts.is_empty());
     assert_eq!(peers.stop, None);
 }
+
+/// A member whose values cannot be published fails, saying why, rather than hold every member
+/// back without a word: the broker refuses every write to the state topic (librdkafka's mock
+/// cluster). Before, the refusals were logged at debug and the link went on, its splits never
+/// published.
+#[test]
+fn a_link_whose_values_cannot_be_published_fails_naming_the_topic() {
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("trades", 2, 1).expect("topic");
+    cluster.create_topic("tidegate-state", 1, 1).expect("topic");
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 1000],
+    );
+    let servers = cluster.bootstrap_servers();
+    let store = KafkaStoreConfig {
+        bootstrap_servers: servers.clone(),
+        cluster_of: "checkpoint",
+        topic: "tidegate-state".into(),
+        properties: BTreeMap::from([("message.timeout.ms".to_string(), "1000".to_string())]),
+        job: "close".into(),
+        instance: crate::core::Instance::default(),
+        member: Some("m0".into()),
+        owner: "close@m0".into(),
+        sink_transactional_id: None,
+        sink_properties: BTreeMap::new(),
+    };
+    let stats = Arc::new(JobStats::default());
+    let clock = Arc::new(EventTimeClock::new(EventTimeOptions {
+        source_wide_stop: true,
+        peers: true,
+        ..EventTimeOptions::default()
+    }));
+    let split = id(0);
+    clock.register(&split);
+    clock.observe(&split, 1_000, 1_000, 0);
+    stats.event_time.set(Arc::clone(&clock));
+    let mut link = EventTimeLink::start_failing_after(
+        &store,
+        &servers,
+        &BTreeMap::new(),
+        &Subscription::Topics(vec!["trades".into()]),
+        stats,
+        Duration::from_secs(1),
+    )
+    .expect("the link starts");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let failure = runtime
+        .block_on(async { tokio::time::timeout(Duration::from_secs(60), link.failed()).await })
+        .expect("the link failed within a minute");
+    assert!(failure.contains("tidegate-state"), "{failure}");
+    assert!(failure.contains("failed"), "{failure}");
+}

@@ -7,6 +7,7 @@
 
 mod event_time;
 mod membership;
+mod published;
 
 use std::sync::Arc;
 
@@ -134,6 +135,10 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
     let result = (|| {
         let session = runtime.block_on(crate::daemon::Session::start(&config))?;
         let mut signal = session.stop.clone();
+        // with eof_scope = "source": this member's watermarks out, the others' in (declared
+        // before the membership, so dropped after it: the member leaves the group at once, and
+        // the link's last values go out after)
+        let mut link: Option<event_time::EventTimeLink> = None;
         let mut membership = Membership::join(
             &config.job.name,
             &member,
@@ -142,8 +147,6 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
             &topics(&config.source),
         )?;
         let mut reset = reset_state;
-        // with eof_scope = "source": this member's watermarks out, the others' in
-        let mut link = None;
         loop {
             let change = runtime.block_on(async {
                 tokio::select! {
@@ -209,6 +212,7 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
             info!(member = %member, partitions = assigned.len(), resuming, "group member: running the job on its assignment");
             let (stop_tx, stop) = watch::channel(false);
             let (mut revoked, mut signalled) = (false, false);
+            let mut link_failed = None;
             let outcome = runtime.block_on(async {
                 let first = tokio::spawn(first_record(Arc::clone(session.stats()), std::time::Instant::now()));
                 let job = session.run_job(&run, opened.store, sink, stop, no_progress, resuming);
@@ -225,6 +229,17 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
                         }
                         _ = signal.wait_for(|stop| *stop), if !signalled => {
                             signalled = true;
+                            let _ = stop_tx.send(true);
+                        }
+                        // this member's values no longer reach the others: it stops with a final
+                        // checkpoint and fails, rather than hold every member back
+                        failure = async {
+                            match link.as_mut() {
+                                Some(link) => link.failed().await,
+                                None => std::future::pending().await,
+                            }
+                        }, if link_failed.is_none() => {
+                            link_failed = Some(failure);
                             let _ = stop_tx.send(true);
                         }
                     }
@@ -245,6 +260,9 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
                 }
                 Err(e) if dropped_by_group(&e) => return Ok(()),
                 outcome => outcome?,
+            }
+            if let Some(failure) = link_failed {
+                return Err(Error::runtime("the source-wide stop across the group", failure));
             }
             if !revoked || *signal.borrow() {
                 // the job ended by itself (its assignment's input ended, max_duration) or a
