@@ -88,6 +88,15 @@ class CheckTargets(unittest.TestCase):
         self.assertIn("≤ 0.8 µs/record at 100 B: measured 0.81 µs/record", misses[0])
         self.assertIn("≤ 2.5 µs/record at 1024 B: measured 2.60 µs/record", misses[1])
 
+    def test_the_trading_day_verdict_says_the_user_space_part_but_judges_all_cpu(self):
+        r = good_report()
+        slow = row(900_000, cpu=0.9)
+        slow["user_cpu_s_per_million"] = [0.5, 0.5, 0.5]
+        r["consumer"]["4 partitions, 100 B"]["tidegate-trading-day"] = slow
+        misses = failed(r)
+        self.assertEqual(len(misses), 1, misses)
+        self.assertIn("measured 0.90 µs/record (0.50 of it user space)", misses[0])
+
     def test_producer_targets(self):
         r = good_report()
         p = r["producer"]["100 B"]

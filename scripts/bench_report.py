@@ -119,7 +119,11 @@ def check(report, path):
             v.absent(target, f"no tidegate-trading-day row at {size} B")
         for k, s in rows:
             cpu = s["cpu_s_per_million"][0]  # s per million records = µs per record
-            v.add("ok" if cpu <= bound else "MISS", target, f"{cpu:.2f} µs/record", f"≤ {bound} µs/record",
+            # the target is on user plus system time; the user-space part is said beside it (the
+            # file sink's system time is the kernel's page cache, which the machine's state moves)
+            user = s.get("user_cpu_s_per_million")
+            measured = f"{cpu:.2f} µs/record" + (f" ({user[0]:.2f} of it user space)" if user else "")
+            v.add("ok" if cpu <= bound else "MISS", target, measured, f"≤ {bound} µs/record",
                   f"{k}, {records_of(s):,} records")
     produce = report.get("producer", {}).get("100 B")
     ratio_target(v, produce, "produce: 100 B", "producing: datagen ≥ 1.0 × kcat", "tidegate-datagen",
