@@ -24,10 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::client::ClientContext;
-use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{Message, Offset, TopicPartitionList};
@@ -39,7 +36,7 @@ use crate::checkpoint_store::KafkaStoreConfig;
 use crate::core::event_time::EventTimeClock;
 use crate::core::{JobStats, SplitId};
 use crate::error::{kafka, Result};
-use crate::kafka::client::{client_config, TracingContext};
+use crate::kafka::client::{client_config, client_context_through, TracingContext};
 use crate::kafka::{KafkaPartitionSplit, Subscription};
 
 /// How often a member publishes and reads the others' values.
@@ -83,15 +80,7 @@ impl LinkContext {
     }
 }
 
-impl ClientContext for LinkContext {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        self.tracing.log(level, fac, log_message)
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.tracing.error(error, reason)
-    }
-}
+client_context_through!(LinkContext, tracing);
 
 impl ProducerContext for LinkContext {
     type DeliveryOpaque = ();

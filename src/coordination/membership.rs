@@ -7,16 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use rdkafka::client::ClientContext;
-use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, ConsumerGroupMetadata, Rebalance};
-use rdkafka::error::KafkaError;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use super::group_id;
 use crate::error::{kafka, Error, Result};
-use crate::kafka::client::{client_config, TracingContext};
+use crate::kafka::client::{client_config, client_context_through, TracingContext};
 use crate::kafka::TopicPartition;
 
 /// How long a revoked member may take to stop its job with a final checkpoint before the
@@ -44,15 +41,7 @@ struct GroupContext {
     holding: AtomicBool,
 }
 
-impl ClientContext for GroupContext {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        self.tracing.log(level, fac, log_message);
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.tracing.error(error, reason);
-    }
-}
+client_context_through!(GroupContext, tracing);
 
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

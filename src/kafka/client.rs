@@ -159,6 +159,23 @@ impl TracingContext {
     }
 }
 
+/// `ClientContext` for a context that adds delivery or rebalance handling to a [`TracingContext`]
+/// field: librdkafka's logs and client-wide errors go through that field.
+macro_rules! client_context_through {
+    ($context:ty, $field:ident) => {
+        impl rdkafka::client::ClientContext for $context {
+            fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+                rdkafka::client::ClientContext::log(&self.$field, level, fac, message)
+            }
+
+            fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+                rdkafka::client::ClientContext::error(&self.$field, error, reason)
+            }
+        }
+    };
+}
+pub(crate) use client_context_through;
+
 impl ClientContext for TracingContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         let client = self.name.as_str();

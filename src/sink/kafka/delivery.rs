@@ -6,14 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rdkafka::client::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::Message;
 
 use super::transaction;
 use crate::error::{Error, Result};
-use crate::kafka::client::TracingContext;
+use crate::kafka::client::{client_context_through, TracingContext};
 
 /// The first failed delivery: its message, and librdkafka's error code.
 pub(super) type DeliveryFailure = Arc<Mutex<Option<(String, Option<RDKafkaErrorCode>)>>>;
@@ -24,14 +23,7 @@ pub(super) struct DeliveryContext {
     pub(super) failure: DeliveryFailure,
 }
 
-impl ClientContext for DeliveryContext {
-    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
-        self.log.log(level, fac, message)
-    }
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.log.error(error, reason)
-    }
-}
+client_context_through!(DeliveryContext, log);
 
 impl ProducerContext for DeliveryContext {
     type DeliveryOpaque = ();
