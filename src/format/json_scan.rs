@@ -55,15 +55,16 @@ const STRING_STOP: [bool; 256] = {
 
 /// Whether none of sixteen string bytes is a quote, a backslash or a control character, and
 /// whether any is non-ASCII: at 1 KiB values, skipping plain string bytes is most of the
-/// trading-day path's JSON work. SSE2 is part of x86-64's baseline, so no detection is needed;
-/// the compiler did not vectorize the portable loop (below, for other targets) as well.
-#[cfg(target_arch = "x86_64")]
+/// trading-day path's JSON work. SSE2 is part of x86-64's baseline (every target with an
+/// operating system), so no detection is needed; the compiler did not vectorize the portable
+/// loop (below, for other targets) as well.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 fn plain_sixteen(chunk: &[u8; 16]) -> (bool, bool) {
     use std::arch::x86_64::{
         _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
     };
-    // SAFETY: SSE2 is enabled on every x86-64 target, and the unaligned load reads exactly the
-    // sixteen bytes `chunk` borrows.
+    // SAFETY: SSE2 is enabled (the cfg above), and the unaligned load reads exactly the sixteen
+    // bytes `chunk` borrows.
     unsafe {
         let v = _mm_loadu_si128(chunk.as_ptr().cast());
         let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
@@ -75,7 +76,7 @@ fn plain_sixteen(chunk: &[u8; 16]) -> (bool, bool) {
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 fn plain_sixteen(chunk: &[u8; 16]) -> (bool, bool) {
     let stop = chunk.iter().any(|&byte| STRING_STOP[byte as usize]);
     (!stop, chunk.iter().any(|&byte| byte >= 0x80))
@@ -367,37 +368,50 @@ mod tests {
     #[test]
     fn every_stop_and_non_ascii_byte_is_seen_at_every_place_in_a_long_string() {
         // a string long enough for the sixteen- and eight-byte skips, with one byte sequence put
-        // at each place: the scan must agree with serde_json on whether the document is valid
-        let inserts: [&[u8]; 10] = [
+        // at each place and tails of every length (so the string ends at every offset of the
+        // blocks, and the sequence falls in either skip or the byte loop): the scan must agree
+        // with serde_json on whether the document is valid, and lend the field after the string
+        let inserts: [&[u8]; 15] = [
             b"\x01",
             b"\x1f",
             b"\x00",
             b"\\n",
             b"\\u00e9",
+            b"\\\"", // an escaped quote: a scan blind to backslashes ends the string there
+            b"\\x",  // not an escape
             "é".as_bytes(),
             b"\xff",
+            b"\xc0\xaf",     // overlong
+            b"\xed\xa0\x80", // a surrogate
+            b"\xc3",         // truncated
             b"\x7f",
             b" ",
             b"\"",
         ];
+        let wanted = vec!["n".to_string()];
         for at in 0..48 {
-            for insert in inserts {
-                let mut doc = br#"{"type":""#.to_vec();
-                doc.extend(std::iter::repeat_n(b'a', at));
-                doc.extend_from_slice(insert);
-                doc.extend(std::iter::repeat_n(b'b', 48 - at));
-                doc.extend_from_slice(br#"","n":1}"#);
-                let valid = serde_json::from_slice::<serde_json::Value>(&doc).is_ok();
-                let wanted = vec!["n".to_string()];
-                let mut found = vec![None];
-                let scan = scan_fields(&doc, &wanted, &mut found, &mut Vec::new());
-                let text = String::from_utf8_lossy(&doc);
-                assert_eq!(scan == Scan::Object, valid, "at {at}: {text}");
-                if valid {
-                    assert_eq!(found[0].clone().map(|span| &doc[span]), Some(&b"1"[..]), "{text}");
+            for tail in 0..24 {
+                for insert in inserts {
+                    let mut doc = br#"{"type":""#.to_vec();
+                    doc.extend(std::iter::repeat_n(b'a', at));
+                    doc.extend_from_slice(insert);
+                    doc.extend(std::iter::repeat_n("é".as_bytes(), tail % 3).flatten());
+                    doc.extend(std::iter::repeat_n(b'b', tail));
+                    doc.extend_from_slice(br#"","n":1}"#);
+                    let valid = serde_json::from_slice::<serde_json::Value>(&doc).is_ok();
+                    let mut found = vec![None];
+                    let scan = scan_fields(&doc, &wanted, &mut found, &mut Vec::new());
+                    let text = String::from_utf8_lossy(&doc);
+                    assert_eq!(scan == Scan::Object, valid, "at {at}, tail {tail}: {text}");
+                    if valid {
+                        assert_eq!(found[0].clone().map(|span| &doc[span]), Some(&b"1"[..]), "{text}");
+                    }
                 }
             }
         }
+        // a long string the buffer ends inside
+        let open = format!(r#"{{"type":"{}"#, "a".repeat(40));
+        assert_eq!(scan(&open, &["type"]).0, Scan::Unsure);
     }
 
     #[test]
