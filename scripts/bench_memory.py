@@ -7,7 +7,7 @@ producer batch sizes (docs/performance.md, "Fetch sizes, and data that compresse
       produced by Kafka's ProducerPerformance with lz4 and `batch.size` BATCH_SIZE
   scripts/bench_memory.py run BIN TOPIC PARALLELISM null|file [MALLOC_CONF ...]
       three runs of `BIN run` reading TOPIC to its end, per MALLOC_CONF ("default": none added);
-      prints wall time, the process's own peak RSS (wait4) and CPU time. PROPS in the
+      prints wall time, peak RSS (wait4, as scripts/bench measures it) and CPU time. PROPS in the
       environment: TOML lines for [source.properties].
 
 Against the broker at KAFKA_BOOTSTRAP_SERVERS (default 127.0.0.1:9092; scripts/kafka start).
@@ -15,10 +15,8 @@ Against the broker at KAFKA_BOOTSTRAP_SERVERS (default 127.0.0.1:9092; scripts/k
 import importlib.machinery
 import importlib.util
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 loader = importlib.machinery.SourceFileLoader("bench", os.path.join(HERE, "bench"))
@@ -30,14 +28,8 @@ TMP = tempfile.mkdtemp(prefix="tidegate-memory-")
 
 
 def prefill(topic, partitions, records, batch_size):
-    bench.admin_create(None, BOOT, topic, int(partitions))
-    payload = os.path.join(TMP, "payload-1024-z.txt")
-    bench.payload_file(payload, 1024, compressible=True)
-    bench.sh(bench.java_tool("org.apache.kafka.tools.ProducerPerformance",
-                             ["--topic", topic, "--num-records", str(records), "--throughput", "-1",
-                              "--payload-file", payload, "--producer-props", f"bootstrap.servers={BOOT}",
-                              "acks=1", "linger.ms=20", f"batch.size={batch_size}", "compression.type=lz4"]),
-             capture_output=True)
+    bench.prefill(BOOT, topic, int(partitions), 1024, int(records), TMP, compressible=True,
+                  batch_size=int(batch_size))
 
 
 def run(binary, topic, parallelism, sink, confs):
@@ -57,15 +49,8 @@ def run(binary, topic, parallelism, sink, confs):
         for _ in range(3):
             if os.path.exists(out):
                 os.remove(out)
-            started = time.time()
-            p = subprocess.Popen([binary, "run", "--no-progress", "--config", config], env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            err = p.stderr.read().decode()
-            _, status, usage = os.wait4(p.pid, 0)
-            if status != 0:
-                sys.exit(f"{binary} failed:\n{err[-2000:]}")
-            rows.append(f"{time.time() - started:.2f} s {usage.ru_maxrss / 1024:.1f} MiB "
-                        f"cpu {usage.ru_utime + usage.ru_stime:.2f} s")
+            wall, cpu, rss, _, _ = bench.measure([binary, "run", "--no-progress", "--config", config], env=env)
+            rows.append(f"{wall:.2f} s {rss:.1f} MiB cpu {cpu:.2f} s")
         print(f"{topic}, parallelism {parallelism}, {sink} sink, {conf}: " + "; ".join(rows), flush=True)
 
 

@@ -200,11 +200,7 @@ impl Scanner<'_> {
         const BACKSLASH: u64 = u64::from_ne_bytes([b'\\'; 8]);
         const SPACE: u64 = u64::from_ne_bytes([0x20; 8]);
         let mut non_ascii = false;
-        while let Some(chunk) = self
-            .b
-            .get(self.i..self.i + 16)
-            .and_then(|c| <&[u8; 16]>::try_from(c).ok())
-        {
+        while let Some(chunk) = self.b.get(self.i..).and_then(<[u8]>::first_chunk::<16>) {
             let (plain, high) = plain_sixteen(chunk);
             if !plain {
                 break;
