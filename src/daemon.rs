@@ -200,7 +200,8 @@ async fn run_config(
 /// signals (a group member runs its job again on each new assignment).
 pub(crate) struct Session {
     stats: Arc<JobStats>,
-    metrics: Arc<Metrics>,
+    /// `None` in a simulation (its members share one process, and the recorder is global).
+    metrics: Option<Arc<Metrics>>,
     _server: Option<tokio::task::JoinHandle<()>>,
     /// Set by the first SIGTERM or SIGINT.
     pub(crate) stop: watch::Receiver<bool>,
@@ -234,10 +235,21 @@ impl Session {
         tokio::spawn(handle_signals(stop_tx));
         Ok(Session {
             stats,
-            metrics,
+            metrics: Some(metrics),
             _server,
             stop,
         })
+    }
+
+    /// A session of a simulated process: no metrics, no endpoint, and `stop` for its signals.
+    #[cfg(test)]
+    pub(crate) fn simulated(stop: watch::Receiver<bool>) -> Session {
+        Session {
+            stats: Arc::new(JobStats::default()),
+            metrics: None,
+            _server: None,
+            stop,
+        }
     }
 
     /// Run the configured job once, stopping it gracefully when `stop` turns true.
@@ -266,7 +278,9 @@ impl Session {
             no_progress,
         };
         let outcome = config.source.visit(&source_ctx, job)?.await;
-        self.metrics.sync();
+        if let Some(metrics) = &self.metrics {
+            metrics.sync();
+        }
         outcome
     }
 }

@@ -23,6 +23,8 @@ pub(crate) mod oneliner;
 pub(crate) mod periodic;
 pub(crate) mod progress;
 pub mod record;
+#[cfg(test)]
+mod simulation;
 pub(crate) mod sink;
 pub(crate) mod summary;
 #[cfg(feature = "testing")]

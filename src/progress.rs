@@ -25,7 +25,7 @@ impl Progress {
             bar
         });
         let shown = bar.clone();
-        let task = tokio::spawn(async move {
+        let task = crate::core::spawn(async move {
             let started = Instant::now();
             let mut last_log = Instant::now();
             let mut last_count = 0u64;

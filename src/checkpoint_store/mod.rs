@@ -130,7 +130,7 @@ pub trait StateInTransaction: Send + Sync {
 /// partitions given to another) fails to commit.
 pub struct GroupFence {
     /// The member's group metadata, as of its assignment.
-    pub metadata: Arc<rdkafka::consumer::ConsumerGroupMetadata>,
+    pub metadata: crate::kafka::cluster::GroupMetadata,
     /// `(topic, partition, next offset)` of each split the checkpoint holds.
     pub offsets: Vec<(String, i32, i64)>,
 }
@@ -138,7 +138,7 @@ pub struct GroupFence {
 impl GroupFence {
     /// The fence of checkpoint `value` (a Kafka source's: each split's topic, partition and
     /// next offset) for the member of `metadata`.
-    pub fn of(metadata: &Arc<rdkafka::consumer::ConsumerGroupMetadata>, value: &serde_json::Value) -> GroupFence {
+    pub fn of(metadata: &crate::kafka::cluster::GroupMetadata, value: &serde_json::Value) -> GroupFence {
         // the readers' splits, and the enumerator's not yet handed to a reader (a checkpoint
         // that holds any split carries the fence: an older position of it must not win)
         let mut offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
@@ -163,7 +163,7 @@ impl GroupFence {
         }
         let offsets = offsets.into_iter().map(|((t, p), o)| (t, p, o)).collect();
         GroupFence {
-            metadata: Arc::clone(metadata),
+            metadata: metadata.clone(),
             offsets,
         }
     }
@@ -314,7 +314,7 @@ pub struct OpenStore {
 impl OpenStore {
     /// A group member's run: every checkpoint's transaction carries the member's group
     /// metadata (KIP-447), so a member the group dropped cannot commit.
-    pub fn fence_with_group(&self, metadata: Arc<rdkafka::consumer::ConsumerGroupMetadata>) {
+    pub fn fence_with_group(&self, metadata: crate::kafka::cluster::GroupMetadata) {
         if let Some(k) = &self.kafka {
             k.fence_with_group(metadata);
         }
@@ -324,6 +324,18 @@ impl OpenStore {
     /// transactions (`None`: they do not). Pass it to [`crate::daemon::sink_of`].
     pub fn sink_slot(&self) -> Option<SinkTransactionSlot> {
         self.kafka.as_ref().and_then(|k| k.sink_slot())
+    }
+
+    /// A group member's `--reset-state`: the Kafka store's records of the job replaced by
+    /// tombstones, on a blocking thread.
+    pub async fn reset_async(&self) -> Result<()> {
+        match &self.kafka {
+            Some(k) => {
+                let k = Arc::clone(k);
+                crate::core::unblock(move || k.reset()).await?
+            }
+            None => Ok(()),
+        }
     }
 
     /// `--reset-state`: the state file moved aside by `move_aside`; the Kafka store's records of
@@ -365,6 +377,22 @@ pub fn open(config: &Config, state: Option<&Path>) -> Result<OpenStore> {
             })
         }
     }
+}
+
+/// Open a group member's Kafka store (`job.coordination = "group"`), its reads of the topic
+/// waiting on the async runtime (see [`kafka::KafkaCheckpointStore::open_member`]).
+pub async fn open_member(config: &Config) -> Result<OpenStore> {
+    let StoreConfig::Kafka(k) = &config.checkpoint.store else {
+        return Err(Error::config(
+            "checkpoint.store",
+            "must be \"kafka\" with job.coordination = \"group\"",
+        ));
+    };
+    let store = kafka::KafkaCheckpointStore::open_member((**k).clone()).await?;
+    Ok(OpenStore {
+        store: Some(Arc::clone(&store) as Arc<dyn CheckpointStore>),
+        kafka: Some(store),
+    })
 }
 
 /// `tidegate state show FILE`, or `tidegate state show --config JOB` (the configured store).

@@ -3,17 +3,17 @@
 //! open transactions), and which other owners of the job's name hold a checkpoint.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::Offset;
 use tracing::{info, warn};
 
 use super::records::is_owned;
 use super::KafkaStoreConfig;
+use crate::core::sim;
 use crate::error::{kafka, Error, Result};
-use crate::kafka::client::{client_config, TracingContext};
+use crate::kafka::cluster::{self, ClientSpec, Consumer};
 
 /// How long a call to the cluster may take (watermarks).
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -21,6 +21,8 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// longer than the transaction timeout of tidegate's producers (60 s, the store's and the Kafka
 /// sink's default), so a crashed process's transaction is aborted by the broker meanwhile.
 pub const RESTORE_WAIT: Duration = Duration::from_secs(150);
+/// How long one step of a scan waits for records.
+const STEP: Duration = Duration::from_millis(100);
 
 /// The latest value of each of the job's keys (`None`: a tombstone), committed records only,
 /// read up to the partition's high watermark as it was when the scan began. A `read_committed`
@@ -28,99 +30,165 @@ pub const RESTORE_WAIT: Duration = Duration::from_secs(150);
 /// (another job or instance on the shared topic, a crashed process whose transaction has not
 /// timed out) holds it back, and stopping there could miss this job's latest checkpoint. So the
 /// scan waits, at most [`RESTORE_WAIT`], until its position reaches the high watermark.
+/// Blocking; see [`scan_async`] for a scan that waits on the async runtime (and, under a
+/// simulation, on its virtual clock).
 pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
-    let context = || format!("reading checkpoint topic {} at {}", c.topic, c.bootstrap_servers);
-    let high = high_watermark(c)?;
-    let mut records = BTreeMap::new();
-    let mut offsets = BTreeMap::new();
-    let mut event_time = std::collections::BTreeSet::new();
-    let event_time_prefix = super::records::event_time_prefix(&c.job);
-    if high <= 0 {
-        return Ok(Scan {
-            records,
-            offsets,
-            event_time,
-        });
-    }
-    let consumer = reader(c, &c.owner, "read_committed")?;
-    let mut assignment = TopicPartitionList::new();
-    assignment
-        .add_partition_offset(&c.topic, 0, Offset::Beginning)
-        .and_then(|_| consumer.assign(&assignment))
-        .map_err(|e| kafka(context(), e))?;
-    let started = Instant::now();
-    let mut waiting = false;
+    let mut scanner = Scanner::start(c)?;
     loop {
-        let mut at_end = false;
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(m)) => {
-                if let Some(Ok(key)) = m.key_view::<str>() {
-                    if owner_of_key(&c.job, key).is_some() {
-                        records.insert(key.to_string(), m.payload().map(<[u8]>::to_vec));
-                        offsets.insert(key.to_string(), m.offset());
-                    } else if key.starts_with(&event_time_prefix) {
-                        match m.payload() {
-                            Some(_) => event_time.insert(key.to_string()),
-                            None => event_time.remove(key),
-                        };
-                    }
-                }
-            }
-            Some(Err(KafkaError::PartitionEOF(_))) => at_end = true,
-            Some(Err(e)) => return Err(kafka(context(), e)),
-            None => {}
+        if let Some(found) = scanner.step(STEP)? {
+            return Ok(found);
         }
-        let position = match consumer
-            .position()
-            .map_err(|e| kafka(context(), e))?
-            .find_partition(&c.topic, 0)
-        {
-            Some(p) => match p.offset() {
-                Offset::Offset(o) => o,
-                _ => 0,
-            },
-            None => 0,
-        };
-        if position >= high {
-            if waiting {
-                info!(topic = %c.topic, offset = high, waited_ms = started.elapsed().as_millis() as u64, "checkpoint topic read to its end");
-            }
-            return Ok(Scan {
-                records,
-                offsets,
-                event_time,
-            });
-        }
-        if at_end && !waiting {
-            // the end of the committed records, before the high watermark: an open transaction
-            let (_, stable) = consumer
-                .fetch_watermarks(&c.topic, 0, TIMEOUT)
-                .map_err(|e| kafka(context(), e))?;
-            warn!(
-                topic = %c.topic,
-                offset = stable,
-                high_watermark = high,
-                wait_s = RESTORE_WAIT.as_secs(),
-                "an open transaction holds the checkpoint topic at offset {stable}; waiting for it to end before restoring"
-            );
-            waiting = true;
-        }
-        if started.elapsed() > RESTORE_WAIT {
+        if sim::active() {
+            // a blocking wait cannot let the simulated cluster move on
             return Err(Error::runtime(
-                context(),
-                format!(
-                    "committed records end at offset {position} of partition 0, the log at {high}: a transaction \
-                     left open there (another job or instance on this topic, or a stuck producer) did not end \
-                     within {RESTORE_WAIT:?}; end or abort it (a crashed producer's transaction ends after its \
-                     transaction.timeout.ms), or give this job its own checkpoint.topic, then start again"
-                ),
+                scanner.context(),
+                "a blocking read of the checkpoint topic would wait for an open transaction under a simulation: \
+                 read it with scan_async",
             ));
         }
     }
 }
 
+/// [`scan`] on the async runtime: each step on a blocking thread (in place under a simulation,
+/// where the waits between steps are virtual).
+pub(super) async fn scan_async(c: &KafkaStoreConfig) -> Result<Scan> {
+    let config = c.clone();
+    let mut scanner = crate::core::unblock(move || Scanner::start(&config)).await??;
+    loop {
+        let (back, found) = crate::core::unblock(move || {
+            let found = scanner.step(if sim::active() { Duration::ZERO } else { STEP });
+            (scanner, found)
+        })
+        .await?;
+        scanner = back;
+        if let Some(found) = found? {
+            return Ok(found);
+        }
+        if sim::active() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// A scan in progress (see [`scan`]): the consumer, the end it reads to, what it found so far.
+pub(super) struct Scanner {
+    config: KafkaStoreConfig,
+    consumer: Option<Box<dyn Consumer>>,
+    high: i64,
+    found: Scan,
+    event_time_prefix: String,
+    started: tokio::time::Instant,
+    waiting: bool,
+}
+
+impl Scanner {
+    fn context(&self) -> String {
+        format!(
+            "reading checkpoint topic {} at {}",
+            self.config.topic, self.config.bootstrap_servers
+        )
+    }
+
+    /// Take the end of the partition (uncommitted records included), and start reading from its
+    /// beginning.
+    pub(super) fn start(c: &KafkaStoreConfig) -> Result<Scanner> {
+        let high = high_watermark(c)?;
+        let mut scanner = Scanner {
+            config: c.clone(),
+            consumer: None,
+            high,
+            found: Scan::default(),
+            event_time_prefix: super::records::event_time_prefix(&c.job),
+            started: sim::now(),
+            waiting: false,
+        };
+        if high > 0 {
+            let consumer = reader(c, &c.owner, "read_committed")?;
+            consumer
+                .assign(&[(c.topic.as_str(), 0, Offset::Beginning)])
+                .map_err(|e| kafka(scanner.context(), e))?;
+            scanner.consumer = Some(consumer);
+        }
+        Ok(scanner)
+    }
+
+    /// Read what can be read within `wait`: the whole scan once the position reached the end
+    /// taken at the start, `None` while an open transaction holds it back. An error past
+    /// [`RESTORE_WAIT`].
+    pub(super) fn step(&mut self, wait: Duration) -> Result<Option<Scan>> {
+        let Some(consumer) = self.consumer.as_ref() else {
+            return Ok(Some(std::mem::take(&mut self.found)));
+        };
+        let c = &self.config;
+        let mut at_end = false;
+        let mut wait = wait;
+        loop {
+            match consumer.poll(wait) {
+                Some(Ok(m)) => {
+                    wait = Duration::ZERO;
+                    if let Some(key) = m.key.as_deref().and_then(|k| std::str::from_utf8(k).ok()) {
+                        if owner_of_key(&c.job, key).is_some() {
+                            self.found.records.insert(key.to_string(), m.payload);
+                            self.found.offsets.insert(key.to_string(), m.offset);
+                        } else if key.starts_with(&self.event_time_prefix) {
+                            match m.payload {
+                                Some(_) => self.found.event_time.insert(key.to_string()),
+                                None => self.found.event_time.remove(key),
+                            };
+                        }
+                    }
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => {
+                    at_end = true;
+                    break;
+                }
+                Some(Err(e)) => return Err(kafka(self.context(), e)),
+                None => break,
+            }
+        }
+        let position = consumer
+            .position(&c.topic, 0)
+            .map_err(|e| kafka(self.context(), e))?
+            .unwrap_or(0);
+        if position >= self.high {
+            if self.waiting {
+                info!(topic = %c.topic, offset = self.high, waited_ms = sim::now().saturating_duration_since(self.started).as_millis() as u64, "checkpoint topic read to its end");
+            }
+            return Ok(Some(std::mem::take(&mut self.found)));
+        }
+        if at_end && !self.waiting {
+            // the end of the committed records, before the high watermark: an open transaction
+            let (_, stable) = consumer
+                .fetch_watermarks(&c.topic, 0, TIMEOUT)
+                .map_err(|e| kafka(self.context(), e))?;
+            warn!(
+                topic = %c.topic,
+                offset = stable,
+                high_watermark = self.high,
+                wait_s = RESTORE_WAIT.as_secs(),
+                "an open transaction holds the checkpoint topic at offset {stable}; waiting for it to end before restoring"
+            );
+            self.waiting = true;
+        }
+        if sim::now().saturating_duration_since(self.started) > RESTORE_WAIT {
+            return Err(Error::runtime(
+                self.context(),
+                format!(
+                    "committed records end at offset {position} of partition 0, the log at {}: a transaction \
+                     left open there (another job or instance on this topic, or a stuck producer) did not end \
+                     within {RESTORE_WAIT:?}; end or abort it (a crashed producer's transaction ends after its \
+                     transaction.timeout.ms), or give this job its own checkpoint.topic, then start again",
+                    self.high
+                ),
+            ));
+        }
+        Ok(None)
+    }
+}
+
 /// What a scan found: the latest value of each key of the job, every owner's (`None`: a
 /// tombstone).
+#[derive(Default)]
 pub(super) struct Scan {
     pub(super) records: BTreeMap<String, Option<Vec<u8>>>,
     /// The offset of each key's latest record (which of two records was written later).
@@ -198,20 +266,14 @@ fn high_watermark(c: &KafkaStoreConfig) -> Result<i64> {
 
 /// A consumer of the state topic at `isolation` (`read_committed`: committed records only), an
 /// event at the partition's end.
-pub(super) fn reader(config: &KafkaStoreConfig, owner: &str, isolation: &str) -> Result<BaseConsumer<TracingContext>> {
-    client_config(
-        &config.bootstrap_servers,
-        &[
-            ("group.id", &format!("tidegate-state-reader-{owner}")),
-            ("enable.auto.commit", "false"),
-            ("enable.partition.eof", "true"),
-            ("isolation.level", isolation),
-            ("client.id", "tidegate-state-reader"),
-        ],
-        &config.properties,
-    )
-    .create_with_context(TracingContext::new("state-reader"))
-    .map_err(|e| kafka("creating the checkpoint store's reader", e))
+pub(super) fn reader(config: &KafkaStoreConfig, owner: &str, isolation: &str) -> Result<Box<dyn Consumer>> {
+    let spec = ClientSpec::new(&config.bootstrap_servers, &config.properties, "state-reader")
+        .set("group.id", format!("tidegate-state-reader-{owner}"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", isolation)
+        .set("client.id", "tidegate-state-reader");
+    cluster::of(&config.bootstrap_servers).consumer(&spec)
 }
 
 #[cfg(test)]

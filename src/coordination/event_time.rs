@@ -21,22 +21,19 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::DeliveryResult;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::Offset;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::published::{Merged, Published};
 use crate::checkpoint_store::KafkaStoreConfig;
 use crate::core::event_time::EventTimeClock;
-use crate::core::{JobStats, SplitId};
+use crate::core::{sim, JobStats, SplitId};
 use crate::error::{kafka, Result};
-use crate::kafka::client::{client_config, client_context_through, TracingContext};
+use crate::kafka::cluster::{self, ClientSpec, Consumer, Outgoing, Producer};
 use crate::kafka::{KafkaPartitionSplit, Subscription};
 
 /// How often a member publishes and reads the others' values.
@@ -52,51 +49,13 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(5);
 /// the splits it reads would hold every member back without a word.
 const FAIL_AFTER: Duration = Duration::from_secs(60);
 
-/// The thread that publishes this member's values and tails the others'; stopped (after a last
-/// publication) when dropped.
+/// The thread (a task, under a simulation) that publishes this member's values and tails the
+/// others'; stopped (after a last publication) when dropped.
 pub struct EventTimeLink {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// Why the thread gave up (its values cannot be published), once it has.
     failure: watch::Receiver<Option<String>>,
-}
-
-/// The link's producer context: every client's tracing, and the deliveries' failures kept, so
-/// that values that cannot be published fail the member rather than hold every member back.
-struct LinkContext {
-    tracing: TracingContext,
-    /// Since when deliveries fail (none has succeeded since), and the last failure.
-    failing: Mutex<Option<(Instant, String)>>,
-}
-
-impl LinkContext {
-    /// Deliveries have failed for `fail_after` and more, none succeeding: the last failure.
-    fn failed_for(&self, fail_after: Duration) -> Option<String> {
-        let failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
-        failing
-            .as_ref()
-            .filter(|(since, _)| since.elapsed() >= fail_after)
-            .map(|(_, e)| e.clone())
-    }
-}
-
-client_context_through!(LinkContext, tracing);
-
-impl ProducerContext for LinkContext {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
-        match result {
-            Ok(_) => *failing = None,
-            Err((e, _)) => {
-                if failing.is_none() {
-                    warn!(error = %e, "publishing this member's event-time values failed; retrying");
-                }
-                let since = failing.as_ref().map_or_else(Instant::now, |(since, _)| *since);
-                *failing = Some((since, e.to_string()));
-            }
-        }
-    }
 }
 
 impl EventTimeLink {
@@ -129,48 +88,28 @@ impl EventTimeLink {
         stats: Arc<JobStats>,
         fail_after: Duration,
     ) -> Result<Self> {
-        let producer: BaseProducer<LinkContext> = client_config(
-            &store.bootstrap_servers,
-            &[
-                ("enable.idempotence", "true"),
-                ("acks", "all"),
-                ("linger.ms", "5"),
-                ("client.id", "tidegate-event-time"),
-            ],
-            &store.properties,
-        )
-        .create_with_context(LinkContext {
-            tracing: TracingContext::new("event-time"),
-            failing: Mutex::new(None),
-        })
-        .map_err(|e| kafka("creating the event-time link's producer", e))?;
-        let tail: BaseConsumer<TracingContext> = client_config(
-            &store.bootstrap_servers,
-            &[
-                ("group.id", &format!("tidegate-event-time-{}", store.owner)),
-                ("enable.auto.commit", "false"),
-                ("isolation.level", "read_uncommitted"),
-                ("enable.partition.eof", "true"),
-                ("client.id", "tidegate-event-time"),
-            ],
-            &store.properties,
-        )
-        .create_with_context(TracingContext::new("event-time"))
-        .map_err(|e| kafka("creating the event-time link's reader", e))?;
-        let lister: BaseConsumer<TracingContext> = client_config(
-            source_servers,
-            &[
-                ("client.id", "tidegate-event-time"),
-                ("allow.auto.create.topics", "false"),
-            ],
-            source_properties,
-        )
-        .create_with_context(TracingContext::new("event-time"))
-        .map_err(|e| kafka("creating the event-time link's metadata client", e))?;
-        let mut assignment = TopicPartitionList::new();
-        assignment
-            .add_partition_offset(&store.topic, 0, Offset::Beginning)
-            .and_then(|_| tail.assign(&assignment))
+        let state_cluster = cluster::of(&store.bootstrap_servers);
+        let producer = state_cluster.producer(
+            &ClientSpec::new(&store.bootstrap_servers, &store.properties, "event-time")
+                .set("enable.idempotence", "true")
+                .set("acks", "all")
+                .set("linger.ms", "5")
+                .set("client.id", "tidegate-event-time"),
+        )?;
+        let tail = state_cluster.consumer(
+            &ClientSpec::new(&store.bootstrap_servers, &store.properties, "event-time")
+                .set("group.id", format!("tidegate-event-time-{}", store.owner))
+                .set("enable.auto.commit", "false")
+                .set("isolation.level", "read_uncommitted")
+                .set("enable.partition.eof", "true")
+                .set("client.id", "tidegate-event-time"),
+        )?;
+        let lister = cluster::of(source_servers).consumer(
+            &ClientSpec::new(source_servers, source_properties, "event-time")
+                .set("client.id", "tidegate-event-time")
+                .set("allow.auto.create.topics", "false"),
+        )?;
+        tail.assign(&[(store.topic.as_str(), 0, Offset::Beginning)])
             .map_err(|e| kafka(format!("reading {}", store.topic), e))?;
         // what was published before this member started ends here (uncommitted records
         // included): an end-of-partition event may never come while the others keep publishing
@@ -184,6 +123,7 @@ impl EventTimeLink {
             tail,
             lister,
             subscription: subscription.clone(),
+            properties: source_properties.clone(),
             stats,
             merged: Merged::default(),
             splits: None,
@@ -193,13 +133,32 @@ impl EventTimeLink {
             end,
             warned: None,
             fail_after,
+            clock: None,
+            closed_published: false,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
         let (failed, failure) = watch::channel(None);
+        if sim::active() {
+            // a task of the simulated process: between its steps, virtual time passes
+            crate::core::spawn(async move {
+                let mut link = link;
+                while link.step(&stopping, &failed, Duration::ZERO) {
+                    tokio::time::sleep(EVERY).await;
+                }
+            });
+            return Ok(EventTimeLink {
+                stop,
+                thread: None,
+                failure,
+            });
+        }
         let thread = std::thread::Builder::new()
             .name("event-time".into())
-            .spawn(move || link.run(&stopping, &failed))
+            .spawn(move || {
+                let mut link = link;
+                while link.step(&stopping, &failed, EVERY) {}
+            })
             .map_err(|e| crate::error::Error::io("starting the event-time link", e))?;
         Ok(EventTimeLink {
             stop,
@@ -230,15 +189,17 @@ impl Drop for EventTimeLink {
 struct Link {
     topic: String,
     prefix: String,
-    producer: BaseProducer<LinkContext>,
-    tail: BaseConsumer<TracingContext>,
-    lister: BaseConsumer<TracingContext>,
+    producer: Arc<dyn Producer>,
+    tail: Box<dyn Consumer>,
+    lister: Box<dyn Consumer>,
     subscription: Subscription,
+    /// The source's properties (what a refused listing is explained with).
+    properties: BTreeMap<String, String>,
     stats: Arc<JobStats>,
     merged: Merged,
     /// Every split of the source, once listed.
     splits: Option<HashSet<SplitId>>,
-    listed: Option<Instant>,
+    listed: Option<tokio::time::Instant>,
     /// What was last published of each split.
     sent: HashMap<SplitId, Published>,
     /// The topic was read to its end once: before, a value read may be one a later tombstone
@@ -247,57 +208,62 @@ struct Link {
     /// The end of the topic when this member started.
     end: i64,
     /// When a failed read was last logged.
-    warned: Option<Instant>,
+    warned: Option<tokio::time::Instant>,
     /// How long deliveries may fail before the link gives up ([`FAIL_AFTER`]).
     fail_after: Duration,
+    /// The clock of the run going on (or the last one).
+    clock: Option<Arc<EventTimeClock>>,
+    /// The ended run's clock was published whole, once more.
+    closed_published: bool,
 }
 
 impl Link {
-    fn run(mut self, stop: &AtomicBool, failed: &watch::Sender<Option<String>>) {
-        let mut clock: Option<Arc<EventTimeClock>> = None;
-        let mut closed_published = false;
-        loop {
-            let stopping = stop.load(Ordering::Relaxed);
-            self.read(EVERY);
-            if self.listed.is_none_or(|at| at.elapsed() >= LIST_EVERY) {
-                self.list();
-                // and everything published again: a value whose delivery failed is not lost
+    /// Read (waiting at most `wait`), list, publish; whether to go on (not after a failure, said
+    /// to `failed`, nor after the last step once `stop` is set).
+    fn step(&mut self, stop: &AtomicBool, failed: &watch::Sender<Option<String>>, wait: Duration) -> bool {
+        let stopping = stop.load(Ordering::Relaxed);
+        self.read(wait);
+        if self
+            .listed
+            .is_none_or(|at| sim::now().saturating_duration_since(at) >= LIST_EVERY)
+        {
+            self.list();
+            // and everything published again: a value whose delivery failed is not lost
+            self.sent.clear();
+        }
+        // the run going on (or the last one): a new run's clock replaces the one before
+        if let Some(now) = self.stats.event_time.get() {
+            if !self.clock.as_ref().is_some_and(|c| Arc::ptr_eq(c, &now)) {
+                self.clock = Some(now);
+                self.closed_published = false;
+                // the new run's splits are published whole, whoever published them last
                 self.sent.clear();
             }
-            // the run going on (or the last one): a new run's clock replaces the one before
-            if let Some(now) = self.stats.event_time.get() {
-                if !clock.as_ref().is_some_and(|c| Arc::ptr_eq(c, &now)) {
-                    clock = Some(now);
-                    closed_published = false;
-                    // the new run's splits are published whole, whoever published them last
-                    self.sent.clear();
-                }
+        }
+        if let Some(clock) = self.clock.clone() {
+            if let Some(splits) = self.splits.as_ref().filter(|_| self.caught_up) {
+                clock.set_peers(self.merged.peers(splits));
             }
-            if let Some(clock) = &clock {
-                if let Some(splits) = self.splits.as_ref().filter(|_| self.caught_up) {
-                    clock.set_peers(self.merged.peers(splits));
-                }
-                // an ended run's clock is published once more, whole, then no longer: the next
-                // owners of its splits publish them now (its fronts, hidden, would hide theirs)
-                // (and again until every value of it went out)
-                if !closed_published {
-                    let closed = clock.is_closed();
-                    closed_published = self.publish(clock) && closed;
-                }
-            }
-            self.producer.poll(Duration::ZERO);
-            if let Some(failure) = self.failure() {
-                warn!(topic = %self.topic, "{failure}");
-                let _ = failed.send(Some(failure));
-                return;
-            }
-            if stopping {
-                if let Err(e) = self.producer.flush(TIMEOUT) {
-                    warn!(error = %e, "the last event-time values were not all acknowledged");
-                }
-                return;
+            // an ended run's clock is published once more, whole, then no longer: the next
+            // owners of its splits publish them now (its fronts, hidden, would hide theirs)
+            // (and again until every value of it went out)
+            if !self.closed_published {
+                let closed = clock.is_closed();
+                self.closed_published = self.publish(&clock) && closed;
             }
         }
+        if let Some(failure) = self.failure() {
+            warn!(topic = %self.topic, "{failure}");
+            let _ = failed.send(Some(failure));
+            return false;
+        }
+        if stopping {
+            if let Err(e) = self.producer.flush(TIMEOUT) {
+                warn!(error = %e, "the last event-time values were not all acknowledged");
+            }
+            return false;
+        }
+        true
     }
 
     /// Read what was published, waiting at most `wait` for the first record.
@@ -308,16 +274,17 @@ impl Link {
             wait = Duration::ZERO;
             match message {
                 Ok(m) => {
-                    reached |= m.offset() + 1 >= self.end;
+                    reached |= m.offset + 1 >= self.end;
                     let Some(split) = m
-                        .key_view::<str>()
-                        .and_then(|k| k.ok())
+                        .key
+                        .as_deref()
+                        .and_then(|k| std::str::from_utf8(k).ok())
                         .and_then(|k| k.strip_prefix(&self.prefix))
                     else {
                         continue;
                     };
                     let split: SplitId = Arc::from(split);
-                    match m.payload().map(serde_json::from_slice::<Published>) {
+                    match m.payload.as_deref().map(serde_json::from_slice::<Published>) {
                         None => self.merged.apply(split, None),
                         Some(Ok(v)) => self.merged.apply(split, Some(v)),
                         // not a checkpoint: an unreadable value is left out (its split then holds
@@ -331,8 +298,11 @@ impl Link {
                 }
                 Err(e) => {
                     // until it reads again, nothing is released: say so, every 30 s at most
-                    if self.warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(30)) {
-                        self.warned = Some(Instant::now());
+                    if self
+                        .warned
+                        .is_none_or(|at| sim::now().saturating_duration_since(at) >= Duration::from_secs(30))
+                    {
+                        self.warned = Some(sim::now());
                         warn!(topic = %self.topic, error = %e, caught_up = self.caught_up, "reading the members' event-time values failed; retrying");
                     }
                     break;
@@ -342,12 +312,8 @@ impl Link {
         // the end of the partition where the consumer stands, which may be before `end` (its
         // fetch began before `end` was taken)
         if at_end {
-            let position = self
-                .tail
-                .position()
-                .ok()
-                .and_then(|p| p.find_partition(&self.topic, 0).map(|p| p.offset()));
-            reached |= matches!(position, Some(Offset::Offset(o)) if o >= self.end);
+            let position = self.tail.position(&self.topic, 0).ok().flatten();
+            reached |= position.is_some_and(|o| o >= self.end);
         }
         if reached && !self.caught_up {
             self.caught_up = true;
@@ -361,9 +327,7 @@ impl Link {
     /// List the source's partitions; until every topic has been listed, the peers are not set
     /// (and the clock releases nothing).
     fn list(&mut self) {
-        self.listed = Some(Instant::now());
-        // its events (a broker away, logged by its context), served so they do not pile up
-        let _ = self.lister.poll(Duration::ZERO);
+        self.listed = Some(sim::now());
         let mut splits = HashSet::new();
         match &self.subscription {
             Subscription::Partitions(list, _) => {
@@ -371,16 +335,17 @@ impl Link {
             }
             Subscription::Topics(topics) => {
                 for topic in topics {
-                    match self.lister.fetch_metadata(Some(topic), LIST_TIMEOUT) {
-                        Ok(m) => match m.topics().first() {
-                            Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
+                    let what = format!("listing the partitions of {topic}");
+                    match self.lister.metadata(Some(topic), LIST_TIMEOUT, &self.properties, &what) {
+                        Ok(m) => match m.partitions_of(topic) {
+                            Some(partitions) => {
                                 splits.extend(
-                                    t.partitions()
+                                    partitions
                                         .iter()
-                                        .map(|p| Arc::from(KafkaPartitionSplit::id_of(topic, p.id()))),
+                                        .map(|p| Arc::from(KafkaPartitionSplit::id_of(topic, *p))),
                                 );
                             }
-                            _ => return,
+                            None => return,
                         },
                         Err(e) => {
                             debug!(topic, error = %e, "listing the partitions for the source-wide stop");
@@ -408,13 +373,13 @@ impl Link {
 
     /// Why this member's values can no longer be published, if they cannot.
     fn failure(&self) -> Option<String> {
-        if let Some((code, reason)) = self.producer.client().fatal_error() {
+        if let Some((code, reason)) = self.producer.fatal_error() {
             return Some(format!(
                 "publishing this member's event-time values to {} failed: {reason} ({code:?})",
                 self.topic
             ));
         }
-        let failing = self.producer.context().failed_for(self.fail_after)?;
+        let failing = self.producer.deliveries().failing_for(self.fail_after)?;
         Some(format!(
             "publishing this member's event-time values to {} failed for {:?} and more: {failing}",
             self.topic, self.fail_after
@@ -439,17 +404,16 @@ impl Link {
             let Ok(payload) = serde_json::to_vec(&value) else {
                 continue;
             };
-            match self.producer.send(
-                BaseRecord::<str, [u8]>::to(&self.topic)
-                    .partition(0)
-                    .key(&key)
-                    .payload(&payload),
-            ) {
+            let mut record = Outgoing::to(&self.topic);
+            record.partition = Some(0);
+            record.key = Some(key.as_bytes());
+            record.value = Some(&payload);
+            match self.producer.send(&record) {
                 Ok(()) => {
                     self.sent.insert(split.id, value);
                 }
                 // a full queue or a broker away: sent again next time, the value still unsent
-                Err((e, _)) => {
+                Err(e) => {
                     debug!(error = %e, "publishing an event-time value");
                     all = false;
                 }

@@ -290,7 +290,7 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
         F: FnMut() -> Result<C> + Send + 'static,
     {
         let results = self.calls.clone();
-        let task = tokio::spawn(async move {
+        let task = super::sim::spawn(async move {
             tokio::time::sleep(initial_delay).await;
             loop {
                 let joined = super::rt::unblock(move || {

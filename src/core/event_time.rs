@@ -451,11 +451,9 @@ impl EventTimeClock {
     }
 }
 
-/// Milliseconds since the epoch, now.
+/// Milliseconds since the epoch, now (virtual under a simulation: [`super::sim::wall_millis`]).
 pub fn wall_millis() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    super::sim::wall_millis()
 }
 
 /// A timestamp in milliseconds as RFC 3339.

@@ -400,6 +400,9 @@ impl<R: SplitReader> SplitFetcher<R> {
                 let in_flight = fetched.saturating_sub(gone);
                 self.stats.max_batches_in_flight.fetch_max(in_flight, Ordering::Relaxed);
                 pending = Some(batch);
+            } else if sim::active() {
+                // nothing there: wait a moment of virtual time, as a real fetch waits for records
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
             }
         }
     }

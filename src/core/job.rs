@@ -302,11 +302,11 @@ impl<S: Source> Job<S> {
                 sink: sink_tx.clone(),
                 stats: Arc::clone(&self.stats),
             };
-            let task = tokio::spawn(driver.run(reader, rx).instrument(info_span!("reader", reader = index)));
+            let task = crate::sim::spawn(driver.run(reader, rx).instrument(info_span!("reader", reader = index)));
             reader_aborts.push(task.abort_handle());
             // a panicking reader must fail the job, not leave the coordinator waiting for it
             let panics = events_tx.clone();
-            reader_watchers.push(tokio::spawn(async move {
+            reader_watchers.push(crate::sim::spawn(async move {
                 if let Err(e) = task.await {
                     if e.is_panic() {
                         let message = format!("reader {index} panicked");

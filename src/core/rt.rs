@@ -24,7 +24,7 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     if sim::active() {
-        return Ok(Worker::Task(tokio::spawn(work)));
+        return Ok(Worker::Task(sim::spawn(work)));
     }
     std::thread::Builder::new()
         .name(name.clone())
@@ -59,8 +59,8 @@ impl Worker {
 }
 
 /// Run blocking `f` off the async runtime's threads (`spawn_blocking`); in place under a
-/// simulation.
-pub(crate) async fn unblock<R, F>(f: F) -> Result<R>
+/// simulation, where nothing blocks (the simulated clients answer at once).
+pub async fn unblock<R, F>(f: F) -> Result<R>
 where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static,

@@ -13,9 +13,19 @@
 //! inside one process), madsim replaces tokio wholesale, and loom/shuttle explore thread
 //! interleavings of small models, not a whole job with its disk. One paused current-thread
 //! runtime plus seeded points at the runtime's own hand-overs runs the real code unchanged.
+//!
+//! Several processes can share one simulation (a consumer group's members against one simulated
+//! Kafka): each runs as tasks started with [`Simulation::spawn_in`] (and, inside it, with
+//! [`spawn`]), which know their process. A process can be killed at any of its own steps or by
+//! the simulation's driver, and paused (as `SIGSTOP` would, past its session timeout): a killed
+//! process's tasks are never polled again, and nothing of it runs, not even its drops, until the
+//! whole simulation ends.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -64,6 +74,26 @@ struct State {
     trace: Trace,
     stop: Option<watch::Sender<bool>>,
     crashed: Rc<tokio::sync::Notify>,
+    /// The processes of a simulation of several ([`Simulation::add_process`]); process 0 is the
+    /// one of a single-process simulation, and the driver's.
+    processes: Vec<Process>,
+    /// When the simulation began (virtual), for its wall clock.
+    began: Option<tokio::time::Instant>,
+    /// The last number [`unique`] gave.
+    unique: u64,
+}
+
+/// One simulated process's fate.
+#[derive(Debug, Clone, Default)]
+struct Process {
+    /// Its points reached.
+    steps: u64,
+    /// Killed at this of its own steps.
+    crash_at: Option<u64>,
+    /// Killed (at a step, or by the driver): its tasks never run again.
+    dead: bool,
+    /// Stopped until then.
+    paused_until: Option<tokio::time::Instant>,
 }
 
 /// A simulation entered on the current thread (see the module docs).
@@ -74,6 +104,8 @@ pub struct Simulation {
 
 thread_local! {
     static CURRENT: RefCell<Option<Rc<RefCell<State>>>> = const { RefCell::new(None) };
+    /// The process whose task is being polled.
+    static PROCESS: Cell<usize> = const { Cell::new(0) };
 }
 
 impl Simulation {
@@ -90,6 +122,9 @@ impl Simulation {
             },
             stop,
             crashed: Rc::clone(&crashed),
+            processes: vec![Process::default()],
+            began: None,
+            unique: 0,
         }));
         CURRENT.with(|c| *c.borrow_mut() = Some(Rc::clone(&state)));
         Simulation { state, crashed }
@@ -107,12 +142,187 @@ impl Simulation {
     pub fn trace(&self) -> Trace {
         self.state.borrow().trace.clone()
     }
+
+    /// A new process (its id), alive; killed at its own step `crash_at`, if it gets there.
+    pub fn add_process(&self, crash_at: Option<u64>) -> usize {
+        let mut s = self.state.borrow_mut();
+        s.processes.push(Process {
+            crash_at,
+            ..Process::default()
+        });
+        s.processes.len() - 1
+    }
+
+    /// Run `future` as a task of process `pid` (see the module docs).
+    pub fn spawn_in<F>(&self, pid: usize, future: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        tokio::spawn(InProcess::new(pid, future))
+    }
+
+    /// Run `future` (which need not be `Send`) as a task of process `pid`, on the `LocalSet` the
+    /// simulation's driver runs in.
+    pub fn spawn_local_in<F>(&self, pid: usize, future: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + 'static,
+        F::Output: 'static,
+    {
+        tokio::task::spawn_local(InProcess::new(pid, future))
+    }
+
+    /// Kill process `pid` now, as `kill -9` would.
+    pub fn kill(&self, pid: usize) {
+        if let Some(p) = self.state.borrow_mut().processes.get_mut(pid) {
+            p.dead = true;
+        }
+    }
+
+    /// Stop process `pid` until `until` (virtual), as `SIGSTOP` and `SIGCONT` would.
+    pub fn pause(&self, pid: usize, until: tokio::time::Instant) {
+        if let Some(p) = self.state.borrow_mut().processes.get_mut(pid) {
+            p.paused_until = Some(until);
+        }
+    }
+
+    /// Whether process `pid` was killed.
+    pub fn is_dead(&self, pid: usize) -> bool {
+        self.state.borrow().processes.get(pid).is_none_or(|p| p.dead)
+    }
+
+    /// The points process `pid` reached.
+    pub fn steps_of(&self, pid: usize) -> u64 {
+        self.state.borrow().processes.get(pid).map_or(0, |p| p.steps)
+    }
+
+    /// A number from the simulation's one generator, in `low..=high`.
+    pub fn range(&self, low: u64, high: u64) -> u64 {
+        self.state.borrow_mut().rng.range(low, high)
+    }
+}
+
+/// Milliseconds since the epoch, now: under a simulation, its virtual time since it began,
+/// from 2026-01-01 (the same for every run of a seed); otherwise the system's clock.
+pub fn wall_millis() -> i64 {
+    const EPOCH: i64 = 1_767_225_600_000;
+    let simulated = CURRENT.with(|c| {
+        c.borrow().as_ref().map(|s| {
+            let now = tokio::time::Instant::now();
+            let began = *s.borrow_mut().began.get_or_insert(now);
+            EPOCH + now.saturating_duration_since(began).as_millis() as i64
+        })
+    });
+    simulated.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    })
+}
+
+/// Under a simulation, a number no earlier call of this simulation gave (1, 2, …): names that
+/// must differ (a run's id) without depending on the system's clock. `None` otherwise.
+pub fn unique() -> Option<u64> {
+    CURRENT.with(|c| {
+        c.borrow().as_ref().map(|s| {
+            let mut s = s.borrow_mut();
+            s.unique += 1;
+            s.unique
+        })
+    })
+}
+
+/// The process whose task runs now (0 outside a simulation of several).
+pub fn current_process() -> usize {
+    PROCESS.with(Cell::get)
+}
+
+/// Whether process `pid` of the simulation on this thread is alive (always, without one).
+pub fn alive(pid: usize) -> bool {
+    CURRENT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .is_none_or(|s| s.borrow().processes.get(pid).is_some_and(|p| !p.dead))
+    })
+}
+
+/// Start a task: under a simulation, of the process whose task starts it (so that it dies with
+/// it); otherwise a plain tokio task.
+pub fn spawn<F>(future: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    if active() {
+        tokio::spawn(InProcess::new(current_process(), future))
+    } else {
+        tokio::spawn(future)
+    }
+}
+
+/// A task of a simulated process: polled with its process current, never again once the
+/// process is dead, and not while it is paused.
+struct InProcess<F> {
+    pid: usize,
+    inner: Pin<Box<F>>,
+    pause: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<F> InProcess<F> {
+    fn new(pid: usize, future: F) -> Self {
+        InProcess {
+            pid,
+            inner: Box::pin(future),
+            pause: None,
+        }
+    }
+}
+
+impl<F: Future> Future for InProcess<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let (dead, paused_until) = CURRENT.with(|c| {
+            c.borrow().as_ref().map_or((false, None), |s| {
+                let s = s.borrow();
+                s.processes
+                    .get(self.pid)
+                    .map_or((true, None), |p| (p.dead, p.paused_until))
+            })
+        });
+        if dead {
+            // never woken: the process is gone
+            return Poll::Pending;
+        }
+        if let Some(until) = paused_until.filter(|u| *u > tokio::time::Instant::now()) {
+            let sleep = self
+                .pause
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(until)));
+            if sleep.deadline() != until {
+                sleep.as_mut().reset(until);
+            }
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+        self.pause = None;
+        let previous = PROCESS.with(|p| p.replace(self.pid));
+        let result = self.inner.as_mut().poll(cx);
+        PROCESS.with(|p| p.set(previous));
+        result
+    }
 }
 
 impl Drop for Simulation {
     fn drop(&mut self) {
         CURRENT.with(|c| *c.borrow_mut() = None);
     }
+}
+
+/// The time now: virtual under a simulation (tokio's paused clock), the monotonic clock
+/// otherwise. Deadlines of code that a simulation runs are taken from it.
+pub fn now() -> tokio::time::Instant {
+    tokio::time::Instant::now()
 }
 
 /// Whether a simulation runs on this thread (the runtime then runs its fetchers and its sink as
@@ -124,9 +334,10 @@ pub fn active() -> bool {
 /// Whether the simulated process has crashed: nothing durable may change any more.
 pub fn crashed() -> bool {
     CURRENT.with(|c| {
-        c.borrow()
-            .as_ref()
-            .is_some_and(|s| s.borrow().trace.crashed_at.is_some())
+        c.borrow().as_ref().is_some_and(|s| {
+            let s = s.borrow();
+            s.trace.crashed_at.is_some() || s.processes.get(current_process()).is_none_or(|p| p.dead)
+        })
     })
 }
 
@@ -147,7 +358,8 @@ fn decide(name: &'static str, durable: bool) -> Decision {
             return Decision::Go;
         };
         let mut s = state.borrow_mut();
-        if s.trace.crashed_at.is_some() {
+        let pid = current_process();
+        if s.trace.crashed_at.is_some() || s.processes.get(pid).is_none_or(|p| p.dead) {
             return Decision::Halt;
         }
         s.trace.steps += 1;
@@ -155,6 +367,12 @@ fn decide(name: &'static str, durable: bool) -> Decision {
         s.trace.hash = name
             .bytes()
             .fold(s.trace.hash ^ step, |h, b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME));
+        let process = &mut s.processes[pid];
+        process.steps += 1;
+        if process.crash_at == Some(process.steps) {
+            process.dead = true;
+            return Decision::Halt;
+        }
         if s.schedule.stop_at == Some(step) {
             s.trace.stopped = true;
             if let Some(stop) = s.stop.take() {

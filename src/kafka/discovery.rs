@@ -5,11 +5,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use rdkafka::consumer::BaseConsumer;
 use rdkafka::types::RDKafkaRespErr;
 use tracing::debug;
 
-use super::client::TracingContext;
+use super::cluster::{self, ClientSpec, Consumer, Metadata, TopicMetadata};
 use super::offsets::{OffsetsResolver, StartingOffsets, TopicPartition};
 use super::split::{split_owner, KafkaPartitionSplit};
 use super::{Instance, KafkaSourceSettings, Subscription};
@@ -38,10 +37,10 @@ pub struct DiscoveryRequest {
 /// bootstrap connection that has no id yet (-1), any broker the metadata names. Without one,
 /// librdkafka sends the call to the controller, which some clusters (its mock among them) never
 /// name, and it times out: a CI run lost the recreated-topic check that way.
-fn answering_broker(md: &rdkafka::metadata::Metadata) -> i32 {
-    match md.orig_broker_id() {
+fn answering_broker(md: &Metadata) -> i32 {
+    match md.orig_broker_id {
         id if id >= 0 => id,
-        _ => md.brokers().first().map_or(-1, |b| b.id()),
+        _ => md.brokers.first().copied().unwrap_or(-1),
     }
 }
 
@@ -105,19 +104,16 @@ pub fn instance_owns(topic: &str, partition: i32, parallelism: usize, instance: 
 
 /// A consumer for metadata and offset lookups only (no assignment). It carries the group id,
 /// if any, for committed offsets, and the isolation level, so `latest` is the last stable offset.
-pub fn admin_consumer(settings: &KafkaSourceSettings) -> Result<BaseConsumer<TracingContext>> {
-    let mut defaults: Vec<(&str, &str)> = vec![
-        ("enable.auto.commit", "false"),
-        ("isolation.level", "read_committed"),
-        ("client.id", "tidegate-enumerator"),
-        ("allow.auto.create.topics", "false"),
-    ];
+pub fn admin_consumer(settings: &KafkaSourceSettings) -> Result<Box<dyn Consumer>> {
+    let mut spec = ClientSpec::new(&settings.bootstrap_servers, &settings.properties, "enumerator")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("client.id", "tidegate-enumerator")
+        .set("allow.auto.create.topics", "false");
     if let Some(group) = &settings.group_id {
-        defaults.push(("group.id", group));
+        spec = spec.set("group.id", group.clone());
     }
-    super::client::client_config(&settings.bootstrap_servers, &defaults, &settings.properties)
-        .create_with_context(TracingContext::new("enumerator"))
-        .map_err(|e| crate::error::kafka("creating the enumerator's client", e))
+    cluster::of(&settings.bootstrap_servers).consumer(&spec)
 }
 
 /// `validate --connect`: the cluster's metadata, as the enumerator reaches it; a line saying so.
@@ -125,8 +121,8 @@ pub fn check_connection(settings: &KafkaSourceSettings) -> Result<String> {
     let consumer = admin_consumer(settings)?;
     let what = format!("connecting to {}", settings.bootstrap_servers);
     let properties = &settings.properties;
-    let metadata = super::client::fetch_metadata(&consumer, None, settings.request_timeout, properties, &what)?;
-    let brokers = metadata.brokers().len();
+    let metadata = consumer.metadata(None, settings.request_timeout, properties, &what)?;
+    let brokers = metadata.brokers.len();
     let found = format!("{brokers} broker{}", if brokers == 1 { "" } else { "s" });
     Ok(super::client::connected_line(
         "source",
@@ -153,7 +149,7 @@ pub fn check_topics_exist(settings: &KafkaSourceSettings) -> Result<()> {
     let what = format!("fetching metadata from {}", settings.bootstrap_servers);
     let mut missing = Vec::new();
     for name in topics {
-        let md = match super::client::fetch_metadata(&consumer, Some(name), timeout, &settings.properties, &what) {
+        let md = match consumer.metadata(Some(name), timeout, &settings.properties, &what) {
             Ok(md) => md,
             // no answer, or a refusal: the job's discovery meets it too, and reports it with
             // the job's endpoint up and its signals handled
@@ -162,7 +158,7 @@ pub fn check_topics_exist(settings: &KafkaSourceSettings) -> Result<()> {
                 return Ok(());
             }
         };
-        if md.topics().first().and_then(|t| t.error()).is_some_and(is_unknown) {
+        if md.topics.first().and_then(|t| t.error).is_some_and(is_unknown) {
             missing.push(format!("topic {name}"));
         }
     }
@@ -182,15 +178,14 @@ pub fn check_topics_exist(settings: &KafkaSourceSettings) -> Result<()> {
 /// request asked to check.
 pub fn discover(
     settings: &KafkaSourceSettings,
-    consumer: &BaseConsumer<TracingContext>,
+    consumer: &dyn Consumer,
     request: &DiscoveryRequest,
     parallelism: usize,
 ) -> Result<Discovery> {
     let timeout = settings.request_timeout;
     let servers = &settings.bootstrap_servers;
     let what = format!("fetching metadata from {servers} (timeout {timeout:?})");
-    let metadata =
-        |topic: Option<&str>| super::client::fetch_metadata(consumer, topic, timeout, &settings.properties, &what);
+    let metadata = |topic: Option<&str>| consumer.metadata(topic, timeout, &settings.properties, &what);
     let user = settings
         .properties
         .get("sasl.username")
@@ -202,10 +197,10 @@ pub fn discover(
     let mut present = Vec::new();
     // the broker that answered the metadata (-1: none yet)
     let mut broker = -1;
-    let mut add_topic = |topic: &rdkafka::metadata::MetadataTopic, only: Option<&BTreeSet<i32>>| {
-        for p in topic.partitions() {
-            if only.is_none_or(|o| o.contains(&p.id())) {
-                partitions.insert((topic.name().to_string(), p.id()));
+    let mut add_topic = |topic: &TopicMetadata, only: Option<&BTreeSet<i32>>| {
+        for p in &topic.partitions {
+            if only.is_none_or(|o| o.contains(p)) {
+                partitions.insert((topic.name.clone(), *p));
             }
         }
     };
@@ -224,12 +219,12 @@ pub fn discover(
             for name in topics {
                 let md = metadata(Some(name))?;
                 broker = answering_broker(&md);
-                match md.topics().first() {
-                    Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
+                match md.topics.first() {
+                    Some(t) if t.error.is_none() && !t.partitions.is_empty() => {
                         let only = wanted.as_ref().and_then(|w| w.get(name.as_str()));
                         if let Some(only) = only {
                             for p in only {
-                                if !t.partitions().iter().any(|tp| tp.id() == *p) {
+                                if !t.partitions.contains(p) {
                                     missing_topics.push(format!("partition {name}:{p}"));
                                 }
                             }
@@ -237,7 +232,7 @@ pub fn discover(
                         present.push(name.clone());
                         add_topic(t, only)
                     }
-                    Some(t) if t.error() == Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED) => {
+                    Some(t) if t.error == Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED) => {
                         return Err(Error::runtime(
                             "partition discovery",
                             format!(
@@ -245,7 +240,7 @@ pub fn discover(
                             ),
                         ));
                     }
-                    Some(t) => match t.error() {
+                    Some(t) => match t.error {
                         Some(e) if is_unknown(e) => missing_topics.push(format!("topic {name}")),
                         Some(e) => {
                             unavailable.insert(name.clone(), rdkafka::types::RDKafkaErrorCode::from(e).to_string());
@@ -261,25 +256,22 @@ pub fn discover(
         Subscription::Pattern(pattern) => {
             let md = metadata(None)?;
             broker = answering_broker(&md);
-            for t in md.topics() {
-                if !pattern.is_match(t.name()) || t.name().starts_with("__") {
+            for t in &md.topics {
+                if !pattern.is_match(&t.name) || t.name.starts_with("__") {
                     continue;
                 }
-                match t.error() {
-                    None if !t.partitions().is_empty() => {
-                        present.push(t.name().to_string());
+                match t.error {
+                    None if !t.partitions.is_empty() => {
+                        present.push(t.name.clone());
                         add_topic(t, None);
                     }
                     // a topic being deleted: listed no more soon; not there now
                     Some(e) if is_unknown(e) => {}
                     Some(e) => {
-                        unavailable.insert(
-                            t.name().to_string(),
-                            rdkafka::types::RDKafkaErrorCode::from(e).to_string(),
-                        );
+                        unavailable.insert(t.name.clone(), rdkafka::types::RDKafkaErrorCode::from(e).to_string());
                     }
                     None => {
-                        unavailable.insert(t.name().to_string(), "no partitions in its metadata".to_string());
+                        unavailable.insert(t.name.clone(), "no partitions in its metadata".to_string());
                     }
                 }
             }
@@ -326,7 +318,7 @@ pub fn discover(
     // and so does one slow to answer (librdkafka may wait for a controller it does not know):
     // the check must not hold a discovery for the whole request timeout
     let ids_timeout = timeout.min(TOPIC_IDS_TIMEOUT);
-    let topic_ids = match super::topic_ids::topic_ids(consumer, &present, broker, ids_timeout) {
+    let topic_ids = match consumer.topic_ids(&present, broker, ids_timeout) {
         Ok(ids) => ids,
         Err(e) => {
             debug!(error = %e, "no topic ids: a recreated topic is told only by its offsets");

@@ -9,11 +9,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::BaseConsumer;
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
-use super::client::TracingContext;
+use super::cluster::Consumer;
 use super::discovery::{admin_consumer, discover, reader_owner, Discovery, DiscoveryRequest};
 use super::offsets::TopicPartition;
 use super::split::KafkaPartitionSplit;
@@ -103,7 +102,7 @@ pub struct KafkaSourceEnumerator {
     /// take the stops resolved at that first discovery.
     stops_changed: bool,
     /// The metadata client discovery uses (created at start).
-    consumer: Option<Arc<BaseConsumer<TracingContext>>>,
+    consumer: Option<Arc<dyn Consumer>>,
     /// Known partitions the broker calls unknown, since when: gone once that lasts for the
     /// request timeout.
     missing_since: HashMap<TopicPartition, Instant>,
@@ -254,7 +253,7 @@ impl KafkaSourceEnumerator {
         let settings = Arc::clone(&self.settings);
         let parallelism = self.parallelism;
         ctx.call_async(
-            move || discover(&settings, &consumer, &request, parallelism),
+            move || discover(&settings, consumer.as_ref(), &request, parallelism),
             delay,
             None,
         );
@@ -309,7 +308,7 @@ impl SplitEnumerator for KafkaSourceEnumerator {
                 }
             }
         }
-        self.consumer = Some(Arc::new(admin_consumer(&self.settings)?));
+        self.consumer = Some(Arc::from(admin_consumer(&self.settings)?));
         self.schedule(ctx, Duration::ZERO);
         Ok(())
     }

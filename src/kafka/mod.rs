@@ -5,6 +5,7 @@ pub(crate) mod batch_queue;
 mod builder;
 mod caught_up;
 pub(crate) mod client;
+pub(crate) mod cluster;
 mod committer;
 pub(crate) mod config;
 mod config_checks;
@@ -23,7 +24,7 @@ pub(crate) mod split;
 pub(crate) mod split_reader;
 mod subscription;
 pub(crate) mod tls;
-mod topic_ids;
+pub(crate) mod topic_ids;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -43,7 +44,7 @@ pub use builder::KafkaSourceBuilder;
 pub use enumerator::{KafkaEnumeratorState, KafkaSourceEnumerator};
 pub use offsets::{CommittedReset, StartingOffsets, StoppingOffsets, TopicPartition};
 pub use split::KafkaPartitionSplit;
-pub use split_reader::KafkaPartitionSplitReader;
+pub use split_reader::{KafkaPartitionSplitReader, PartitionReader};
 pub(crate) use subscription::Subscription;
 
 #[cfg(test)]
@@ -175,7 +176,7 @@ impl Source for KafkaSource {
     type Split = KafkaPartitionSplit;
     type EnumeratorState = KafkaEnumeratorState;
     type Enumerator = KafkaSourceEnumerator;
-    type Reader = SourceReaderBase<KafkaPartitionSplitReader, Record, emitter::KafkaRecordEmitter>;
+    type Reader = SourceReaderBase<PartitionReader, Record, emitter::KafkaRecordEmitter>;
     type Output = Record;
 
     fn kind(&self) -> &'static str {
@@ -292,8 +293,11 @@ impl Source for KafkaSource {
         };
         let metrics = self.metrics.clone();
         let factory = Box::new(move |partitions| {
+            if let Some(simulated) = cluster::of(&settings.bootstrap_servers).simulated_reader(&settings) {
+                return simulated.map(PartitionReader::Simulated);
+            }
             KafkaPartitionSplitReader::new(&settings, (index, readers), partitions, limit, metrics.clone())
-                .map(|reader| reader.confirming_caught_up(&settings, index, confirm))
+                .map(|reader| PartitionReader::Native(reader.confirming_caught_up(&settings, index, confirm)))
         });
         let emitter =
             emitter::KafkaRecordEmitter::new((self.decoder)()?, self.decode_errors, self.metrics.reader(index))

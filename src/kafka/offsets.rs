@@ -2,16 +2,47 @@
 //! the enumerator once, at discovery, so a restart never resolves `latest` again.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::debug;
 
 use super::client::TracingContext;
+use super::cluster::{Consumer, KafkaResult};
+use crate::core::sim;
 use crate::error::{Error, Result};
+
+/// The two offset lookups a resolver makes: the seam's consumers, and a split reader's own
+/// librdkafka consumer (which resolves a stop again after a reset).
+pub trait OffsetLookup {
+    /// ListOffsets: each element's offset a timestamp, `Beginning` or `End`.
+    fn offsets_for_times(&self, partitions: TopicPartitionList, timeout: Duration) -> KafkaResult<TopicPartitionList>;
+    /// The offsets the consumer's group committed.
+    fn committed_offsets(&self, partitions: TopicPartitionList, timeout: Duration) -> KafkaResult<TopicPartitionList>;
+}
+
+impl OffsetLookup for dyn Consumer + '_ {
+    fn offsets_for_times(&self, partitions: TopicPartitionList, timeout: Duration) -> KafkaResult<TopicPartitionList> {
+        Consumer::offsets_for_times(self, partitions, timeout)
+    }
+
+    fn committed_offsets(&self, partitions: TopicPartitionList, timeout: Duration) -> KafkaResult<TopicPartitionList> {
+        Consumer::committed_offsets(self, partitions, timeout)
+    }
+}
+
+impl OffsetLookup for BaseConsumer<TracingContext> {
+    fn offsets_for_times(&self, partitions: TopicPartitionList, timeout: Duration) -> KafkaResult<TopicPartitionList> {
+        rdkafka::consumer::Consumer::offsets_for_times(self, partitions, timeout)
+    }
+
+    fn committed_offsets(&self, partitions: TopicPartitionList, timeout: Duration) -> KafkaResult<TopicPartitionList> {
+        rdkafka::consumer::Consumer::committed_offsets(self, partitions, timeout)
+    }
+}
 
 /// The pause before a ListOffsets call that met a leader change is repeated.
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
@@ -148,14 +179,14 @@ pub fn parse_topic_partition(s: &str) -> Option<TopicPartition> {
 }
 
 /// Resolves offset specifications against the cluster with one ListOffsets request per kind.
-pub struct OffsetsResolver<'a> {
-    consumer: &'a BaseConsumer<TracingContext>,
+pub struct OffsetsResolver<'a, C: OffsetLookup + ?Sized> {
+    consumer: &'a C,
     timeout: Duration,
     group_id: Option<&'a str>,
 }
 
-impl<'a> OffsetsResolver<'a> {
-    pub fn new(consumer: &'a BaseConsumer<TracingContext>, timeout: Duration, group_id: Option<&'a str>) -> Self {
+impl<'a, C: OffsetLookup + ?Sized> OffsetsResolver<'a, C> {
+    pub fn new(consumer: &'a C, timeout: Duration, group_id: Option<&'a str>) -> Self {
         OffsetsResolver {
             consumer,
             timeout,
@@ -188,9 +219,9 @@ impl<'a> OffsetsResolver<'a> {
         // a partition whose leader just died fails the call when the controller fences that
         // broker (librdkafka destroys its handle), though the partition has a new leader a
         // moment later: such errors are retried until the request timeout
-        let deadline = Instant::now() + self.timeout;
+        let deadline = sim::now() + self.timeout;
         let result = loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
+            let remaining = deadline.saturating_duration_since(sim::now());
             let attempt = self.consumer.offsets_for_times(tpl.clone(), remaining);
             let transient = match &attempt {
                 Ok(list) => list
@@ -199,7 +230,7 @@ impl<'a> OffsetsResolver<'a> {
                     .any(|e| e.error().is_err_and(|e| is_transient(&e))),
                 Err(e) => is_transient(e),
             };
-            if !transient || Instant::now() + RETRY_BACKOFF >= deadline {
+            if !transient || sim::now() + RETRY_BACKOFF >= deadline || sim::active() {
                 break attempt;
             }
             debug!(what = %what, "listing offsets met a leader change; retrying");

@@ -83,7 +83,11 @@ pub fn plan(source: &KafkaSource, restored: Option<KafkaCheckpoint>) -> Result<V
                 .filter(|(_, (_, f))| f.is_none())
                 .map(|(tp, _)| tp.clone())
                 .collect();
-            let resolver = OffsetsResolver::new(&consumer, settings.request_timeout, settings.group_id.as_deref());
+            let resolver = OffsetsResolver::new(
+                consumer.as_ref(),
+                settings.request_timeout,
+                settings.group_id.as_deref(),
+            );
             let stops = resolver.resolve_stop(&settings.stopping, &unfinished)?;
             for tp in unfinished {
                 if let Some((split, _)) = parts.get_mut(&tp) {
@@ -97,7 +101,7 @@ pub fn plan(source: &KafkaSource, restored: Option<KafkaCheckpoint>) -> Result<V
         initial_done,
         ..Default::default()
     };
-    let discovery = discover(settings, &consumer, &request, 1)?;
+    let discovery = discover(settings, consumer.as_ref(), &request, 1)?;
     if let Some((topic, error)) = discovery.unavailable.iter().next() {
         return Err(Error::runtime(
             "planning",

@@ -485,3 +485,55 @@ impl SplitReader for KafkaPartitionSplitReader {
         Ok(())
     }
 }
+
+/// A Kafka source's split reader: over librdkafka, or under the deterministic simulation a
+/// reader of the simulated cluster ([`super::cluster::Cluster::simulated_reader`]).
+// one per fetcher, never moved once built: its size does not matter, and the native reader
+// stays unboxed on the hot path
+#[allow(clippy::large_enum_variant)]
+pub enum PartitionReader {
+    /// Over librdkafka.
+    Native(KafkaPartitionSplitReader),
+    /// Over a simulated cluster.
+    Simulated(Box<dyn SplitReader<Element = Record, Split = KafkaPartitionSplit>>),
+}
+
+impl SplitReader for PartitionReader {
+    type Element = Record;
+    type Split = KafkaPartitionSplit;
+
+    fn fetch(&mut self) -> Result<RecordsWithSplitIds<Record>> {
+        match self {
+            PartitionReader::Native(r) => r.fetch(),
+            PartitionReader::Simulated(r) => r.fetch(),
+        }
+    }
+
+    fn handle_splits_changes(&mut self, change: SplitsChange<KafkaPartitionSplit>) -> Result<()> {
+        match self {
+            PartitionReader::Native(r) => r.handle_splits_changes(change),
+            PartitionReader::Simulated(r) => r.handle_splits_changes(change),
+        }
+    }
+
+    fn wake_up_handle(&self) -> Option<crate::core::split_reader::WakeUpHandle> {
+        match self {
+            PartitionReader::Native(r) => r.wake_up_handle(),
+            PartitionReader::Simulated(r) => r.wake_up_handle(),
+        }
+    }
+
+    fn pause_or_resume_splits(&mut self, pause: &[SplitId], resume: &[SplitId]) -> Result<()> {
+        match self {
+            PartitionReader::Native(r) => r.pause_or_resume_splits(pause, resume),
+            PartitionReader::Simulated(r) => r.pause_or_resume_splits(pause, resume),
+        }
+    }
+
+    fn close(&mut self) -> Result<()> {
+        match self {
+            PartitionReader::Native(r) => r.close(),
+            PartitionReader::Simulated(r) => r.close(),
+        }
+    }
+}

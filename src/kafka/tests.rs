@@ -363,7 +363,7 @@ fn a_group_member_starts_unread_first_partitions_at_the_starting_offsets_and_add
         ..Default::default()
     };
     let consumer = admin_consumer(&source.settings).unwrap();
-    let found = discover(&source.settings, &consumer, &request, 1).unwrap();
+    let found = discover(&source.settings, consumer.as_ref(), &request, 1).unwrap();
     assert_eq!(found.partition_counts["mock-group"], 6);
     let starts: std::collections::BTreeMap<i32, i64> =
         found.new_splits.iter().map(|s| (s.partition, s.next_offset)).collect();

@@ -7,45 +7,33 @@ pub mod kafka;
 
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::types::RDKafkaErrorCode;
 use tracing::info;
 
 use crate::error::{Error, Result};
+use crate::kafka::cluster::{self, ClientSpec, NewTopicSpec};
 
-/// Create `topic` unless it exists. Must run outside the job's runtime.
+/// Create `topic` unless it exists.
 pub fn create_topic_if_missing(
     settings: &kafka::KafkaSinkSettings,
     topic: &str,
     partitions: i32,
     replication: i32,
 ) -> Result<()> {
-    let admin: AdminClient<DefaultClientContext> =
-        crate::kafka::client::client_config(&settings.bootstrap_servers, &[], &settings.properties)
-            .create()
-            .map_err(|e| crate::error::kafka("creating an admin client", e))?;
-    let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
-    let options = AdminOptions::new()
-        .operation_timeout(Some(Duration::from_secs(30)))
-        .request_timeout(Some(Duration::from_secs(30)));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("starting a runtime for the admin client", e))?;
-    let results = runtime
-        .block_on(admin.create_topics([&new_topic], &options))
-        .map_err(|e| crate::error::kafka(format!("creating topic {topic} on {}", settings.bootstrap_servers), e))?;
-    for r in results {
-        match r {
-            Ok(name) => info!(topic = %name, partitions, "topic created"),
-            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((name, code)) => {
-                return Err(Error::runtime(
-                    format!("creating topic {name} on {}", settings.bootstrap_servers),
-                    code,
-                ))
-            }
+    let spec = ClientSpec::new(&settings.bootstrap_servers, &settings.properties, "sink-admin");
+    let new_topic = NewTopicSpec {
+        name: topic.to_string(),
+        partitions,
+        replication,
+        configs: Vec::new(),
+    };
+    match cluster::of(&settings.bootstrap_servers).create_topic(&spec, &new_topic, Duration::from_secs(30))? {
+        Ok(()) => info!(topic, partitions, "topic created"),
+        Err(rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists) => {}
+        Err(code) => {
+            return Err(Error::runtime(
+                format!("creating topic {topic} on {}", settings.bootstrap_servers),
+                code,
+            ))
         }
     }
     Ok(())

@@ -6,21 +6,20 @@
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-use rdkafka::producer::BaseProducer;
 use tracing::{debug, info, warn};
 
 use super::super::layout::{self, Layout};
 use super::super::records::{assemble, checkpoint_key, torn};
-use super::super::scan::{scan, Scan};
+use super::super::scan::{scan, scan_async, Scan};
 use super::super::{KafkaStoreConfig, SinkTransactionSlot};
 use super::{state_error, KafkaCheckpointStore, TORN_READS};
 use crate::error::{Error, Result};
-use crate::kafka::client::TracingContext;
+use crate::kafka::cluster::{GroupMetadata, Producer};
 
 impl KafkaCheckpointStore {
     /// The store of a group member (`job.coordination = "group"`): no generations to settle, its
     /// ids are its own (`<job>@<member>`); see [`CheckpointStore::load_reshare`].
-    pub(super) fn group_member(config: KafkaStoreConfig, producer: BaseProducer<TracingContext>, found: Scan) -> Self {
+    pub(super) fn group_member(config: KafkaStoreConfig, producer: std::sync::Arc<dyn Producer>, found: Scan) -> Self {
         let in_sink = config.sink_transactional_id.clone().map(SinkTransactionSlot::new);
         let layout = Layout {
             generation: 0,
@@ -53,72 +52,68 @@ impl KafkaCheckpointStore {
         Ok(self.group_heads()?.into_iter().map(|(_, _, value)| value).collect())
     }
 
-    /// Every member run's last checkpoint, `(offset, owner, checkpoint)`, oldest first.
-    fn group_heads(&self) -> Result<Vec<(i64, String, serde_json::Value)>> {
-        let mut scanned = self.scanned()?;
-        // the other members checkpoint while this one reads: a read that cut one's transaction
-        // is read again (the rest of that transaction is in the log by then)
+    /// Whether the last scan cut another member's checkpoint half way (its transaction's records
+    /// after the end the scan read to).
+    fn torn_scan(&self) -> bool {
+        let scanned = self.scanned.lock().unwrap_or_else(|p| p.into_inner());
+        scanned
+            .as_ref()
+            .is_some_and(|found| cuts_a_member(&self.config.job, found))
+    }
+
+    /// The other members checkpoint while this one reads: a read that cut one's transaction is
+    /// read again (the rest of that transaction is in the log by then), at most [`TORN_READS`]
+    /// times.
+    pub(super) async fn read_untorn(&self) -> Result<()> {
         for _ in 0..TORN_READS {
-            let torn = scanned.as_ref().is_some_and(|found| {
-                found
-                    .heads(&self.config.job)
-                    .filter(|h| layout::parse_member(&self.config.job, h.owner).is_some())
-                    .any(|h| torn(h.owner, &self.config.job, &found.of(h.owner)))
-            });
-            if !torn {
+            if !self.torn_scan() {
                 break;
             }
             debug!("the read of the checkpoint topic cut another member's checkpoint; reading again");
-            *scanned = Some(scan(&self.config)?);
+            let found = scan_async(&self.config).await?;
+            *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = Some(found);
         }
-        let Some(found) = scanned.as_ref() else {
-            return Ok(Vec::new());
-        };
-        if let Some(head) = found
-            .heads(&self.config.job)
-            .find(|h| h.checkpointed && layout::parse_owner(&self.config.job, h.owner).is_some())
-        {
-            return Err(Error::config(
-                "job.coordination",
-                format!(
-                    "is \"group\", but the checkpoint topic holds the checkpoints of the job's static instances \
-                     ({}): finish the job with job.coordination = \"static\", or start it over with --reset-state",
-                    head.key
-                ),
-            ));
+        Ok(())
+    }
+
+    /// [`Self::read_untorn`], blocking.
+    pub(super) fn read_untorn_blocking(&self) -> Result<()> {
+        for _ in 0..TORN_READS {
+            if !self.torn_scan() {
+                break;
+            }
+            debug!("the read of the checkpoint topic cut another member's checkpoint; reading again");
+            let found = scan(&self.config)?;
+            *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = Some(found);
         }
-        let mut heads: Vec<(i64, &str)> = found
-            .heads(&self.config.job)
-            .filter(|h| h.checkpointed && layout::parse_member(&self.config.job, h.owner).is_some())
-            .map(|h| (h.offset, h.owner))
-            .collect();
-        heads.sort();
-        heads
-            .into_iter()
-            .filter_map(|(offset, owner)| {
-                assemble(owner, &self.config.job, &found.of(owner))
-                    .map_err(|(key, e)| state_error(&self.config, &key, e))
-                    .transpose()
-                    .map(|value| value.map(|v| (offset, owner.to_string(), v)))
-            })
-            .collect()
+        Ok(())
+    }
+
+    /// Every member run's last checkpoint, `(offset, owner, checkpoint)`, oldest first.
+    fn group_heads(&self) -> Result<Vec<(i64, String, serde_json::Value)>> {
+        let scanned = self.scanned()?;
+        match scanned.as_ref() {
+            Some(found) => heads_in(&self.config, found),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// See [`super::OpenStore::fence_with_group`]: only with the checkpoints in the sink's
     /// transactions (a group-coordinated job's exactly-once sink).
-    pub fn fence_with_group(&self, metadata: std::sync::Arc<rdkafka::consumer::ConsumerGroupMetadata>) {
+    pub fn fence_with_group(&self, metadata: GroupMetadata) {
         let _ = self.group.set(metadata);
     }
 
     /// Replace by tombstones the records of every run whose every split a newer run's last
     /// checkpoint holds ([`superseded`]): no restore reads them any more. Each run's job record
     /// goes first, so a read that cuts the transaction sees the run gone. Best effort: a failure
-    /// is logged, and the next run tries again.
-    pub(super) fn remove_superseded_runs(&self) {
+    /// is logged, and the next run tries again. Whether records were removed (the topic must
+    /// then be read again).
+    pub(super) fn remove_superseded_runs(&self) -> bool {
         let heads = match self.group_heads() {
             Ok(heads) => heads,
             // the restore reports it
-            Err(_) => return,
+            Err(_) => return false,
         };
         let runs: Vec<(String, BTreeSet<String>)> = heads
             .iter()
@@ -126,11 +121,11 @@ impl KafkaCheckpointStore {
             .collect();
         let gone = superseded(&runs);
         if gone.is_empty() {
-            return;
+            return false;
         }
         let records: Vec<(String, Option<Vec<u8>>)> = {
-            let Ok(scanned) = self.scanned() else { return };
-            let Some(found) = scanned.as_ref() else { return };
+            let Ok(scanned) = self.scanned() else { return false };
+            let Some(found) = scanned.as_ref() else { return false };
             gone.iter()
                 .flat_map(|owner| {
                     let job_record = checkpoint_key(owner);
@@ -153,12 +148,73 @@ impl KafkaCheckpointStore {
                     "checkpoint store: the records of runs whose every split a newer run holds removed (tombstones)"
                 );
                 *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                true
             }
             Err(e) => {
-                warn!(error = %e, "checkpoint store: removing superseded runs' records failed; the next run tries again")
+                warn!(error = %e, "checkpoint store: removing superseded runs' records failed; the next run tries again");
+                false
             }
         }
     }
+}
+
+/// Whether `found` cut a member's checkpoint half way (its transaction's records after the end
+/// the scan read to).
+fn cuts_a_member(job: &str, found: &Scan) -> bool {
+    found
+        .heads(job)
+        .filter(|h| layout::parse_member(job, h.owner).is_some())
+        .any(|h| torn(h.owner, job, &found.of(h.owner)))
+}
+
+/// Every member run's last checkpoint in `found`, `(offset, owner, checkpoint)`, oldest first;
+/// an error when the topic holds the job's static instances' checkpoints.
+fn heads_in(config: &KafkaStoreConfig, found: &Scan) -> Result<Vec<(i64, String, serde_json::Value)>> {
+    if let Some(head) = found
+        .heads(&config.job)
+        .find(|h| h.checkpointed && layout::parse_owner(&config.job, h.owner).is_some())
+    {
+        return Err(Error::config(
+            "job.coordination",
+            format!(
+                "is \"group\", but the checkpoint topic holds the checkpoints of the job's static instances \
+                 ({}): finish the job with job.coordination = \"static\", or start it over with --reset-state",
+                head.key
+            ),
+        ));
+    }
+    let mut heads: Vec<(i64, &str)> = found
+        .heads(&config.job)
+        .filter(|h| h.checkpointed && layout::parse_member(&config.job, h.owner).is_some())
+        .map(|h| (h.offset, h.owner))
+        .collect();
+    heads.sort();
+    heads
+        .into_iter()
+        .filter_map(|(offset, owner)| {
+            assemble(owner, &config.job, &found.of(owner))
+                .map_err(|(key, e)| state_error(config, &key, e))
+                .transpose()
+                .map(|value| value.map(|v| (offset, owner.to_string(), v)))
+        })
+        .collect()
+}
+
+/// The last checkpoint of every run of the job's group members, oldest first, as the topic holds
+/// them now, read without taking over any transactional id (a look at the group's progress).
+pub async fn group_checkpoints(config: &KafkaStoreConfig) -> Result<Vec<serde_json::Value>> {
+    let probe = config.clone();
+    if !crate::core::unblock(move || super::topic_exists(&probe)).await?? {
+        return Ok(Vec::new());
+    }
+    let mut found = scan_async(config).await?;
+    for _ in 0..TORN_READS {
+        if !cuts_a_member(&config.job, &found) {
+            break;
+        }
+        found = scan_async(config).await?;
+    }
+    Ok(heads_in(config, &found)?.into_iter().map(|(_, _, v)| v).collect())
 }
 
 /// The splits (`topic:partition`) a group member's checkpoint holds: its readers' and its

@@ -17,12 +17,10 @@ mod producer;
 mod topic;
 
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use tracing::{debug, info, warn};
 
@@ -30,12 +28,13 @@ use super::layout::{self, Layout, Member};
 use super::records::{
     assemble, base_of, check, checkpoint_key, claim_key, claim_record, records_of, sink_to_recover, written_by,
 };
-use super::scan::{reader, scan, Scan};
+use super::scan::{reader, scan, scan_async, Scan};
 use super::{KafkaStoreConfig, SinkTransactionSlot};
-use crate::core::{CheckpointStore, StateError, StoredCheckpoint};
+use crate::core::{sim, CheckpointStore, StateError, StoredCheckpoint};
 use crate::error::{kafka, Error, Result};
-use crate::kafka::client::{client_config, fetch_metadata, TracingContext};
+use crate::kafka::cluster::{self, ClientSpec, GroupMetadata, Outgoing, Producer};
 use generations::layout_of;
+pub use members::group_checkpoints;
 use producer::{producer_of, transactional_producer};
 use topic::{admin_call, topic_exists};
 
@@ -48,7 +47,8 @@ const TORN_READS: usize = 20;
 /// A job's checkpoints in a compacted Kafka topic.
 pub struct KafkaCheckpointStore {
     config: KafkaStoreConfig,
-    producer: Mutex<BaseProducer<TracingContext>>,
+    /// Its transactions one at a time.
+    producer: Mutex<Arc<dyn Producer>>,
     /// Where this instance stands among the job's generations of instances (`None`: its state
     /// cannot be placed, see [`KafkaCheckpointStore::layout`]).
     layout: Mutex<Option<Layout>>,
@@ -64,7 +64,7 @@ pub struct KafkaCheckpointStore {
     /// The exactly-once sink's transactions, when the checkpoints travel in them.
     in_sink: Option<SinkTransactionSlot>,
     /// A group member's metadata, proving its membership in each checkpoint's transaction.
-    group: std::sync::OnceLock<std::sync::Arc<rdkafka::consumer::ConsumerGroupMetadata>>,
+    group: std::sync::OnceLock<GroupMetadata>,
 }
 
 impl std::fmt::Debug for KafkaCheckpointStore {
@@ -90,7 +90,10 @@ impl KafkaCheckpointStore {
         let found = scan(&config)?;
         if config.member.is_some() {
             let store = Self::group_member(config, producer, found);
-            store.remove_superseded_runs();
+            if store.remove_superseded_runs() {
+                *store.scanned.lock().unwrap_or_else(|p| p.into_inner()) = Some(scan(&store.config)?);
+            }
+            store.read_untorn_blocking()?;
             return Ok(store);
         }
         let layout = layout_of(&config, &found).ok();
@@ -130,6 +133,28 @@ impl KafkaCheckpointStore {
         Ok(store)
     }
 
+    /// A group member's store (`job.coordination = "group"`), as [`Self::open`] opens it, with
+    /// the topic's reads waiting on the async runtime (on the virtual clock, under a simulation):
+    /// a member that starts while another's transaction holds the topic waits for it there.
+    pub async fn open_member(config: KafkaStoreConfig) -> Result<Arc<Self>> {
+        let (config, producer) = crate::core::unblock(move || -> Result<_> {
+            let exists = topic_exists(&config)?;
+            admin_call(&config, exists)?;
+            let producer = producer_of(&config)?;
+            Ok((config, producer))
+        })
+        .await??;
+        let found = scan_async(&config).await?;
+        let store = Arc::new(Self::group_member(config, producer, found));
+        store.read_untorn().await?;
+        let removing = Arc::clone(&store);
+        if crate::core::unblock(move || removing.remove_superseded_runs()).await? {
+            *store.scanned.lock().unwrap_or_else(|p| p.into_inner()) = Some(scan_async(&store.config).await?);
+            store.read_untorn().await?;
+        }
+        Ok(store)
+    }
+
     /// Where this instance stands; the error the store's state gives when it cannot be placed.
     fn layout(&self) -> Result<Layout> {
         if let Some(layout) = self.layout.lock().unwrap_or_else(|p| p.into_inner()).clone() {
@@ -162,40 +187,34 @@ impl KafkaCheckpointStore {
         let c = &self.config;
         let producer = self.producer.lock().unwrap_or_else(|p| p.into_inner());
         let fail = |what: &str, e: KafkaError| store_error(c, what, e);
-        let started = Instant::now();
+        let started = sim::now();
         producer
             .begin_transaction()
             .map_err(|e| fail("beginning a transaction", e))?;
         let mut committing = false;
         let result = (|| {
             for (key, value) in records {
-                let mut record = BaseRecord::<str, [u8]>::to(&c.topic).partition(0).key(key.as_str());
-                if let Some(v) = value {
-                    record = record.payload(v.as_slice());
-                }
+                let mut record = Outgoing::to(&c.topic);
+                record.partition = Some(0);
+                record.key = Some(key.as_bytes());
+                record.value = value.as_deref();
                 loop {
-                    match producer.send(record) {
+                    match producer.send(&record) {
                         Ok(()) => break,
-                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                            producer.poll(Duration::from_millis(50));
-                            record = r;
+                        Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
+                            // deliveries make room
+                            let _ = producer.flush(Duration::from_millis(50));
                         }
-                        Err((e, _)) => return Err(fail(&format!("writing key {key}"), e)),
+                        Err(e) => return Err(fail(&format!("writing key {key}"), e)),
                     }
                 }
             }
-            // every record acknowledged (rust-rdkafka's flush polls in 100 ms steps: a checkpoint
-            // would take that long at least)
-            while producer.in_flight_count() > 0 {
-                if started.elapsed() > TIMEOUT {
-                    return Err(fail(
-                        "flushing the state records",
-                        KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut),
-                    ));
-                }
-                producer.poll(Duration::from_millis(2));
-            }
-            let flushed = started.elapsed();
+            // every record acknowledged
+            let left = TIMEOUT.saturating_sub(sim::now().saturating_duration_since(started));
+            producer
+                .flush(left)
+                .map_err(|e| fail("flushing the state records", e))?;
+            let flushed = sim::now().saturating_duration_since(started);
             crate::core::failpoint::hit("kafka_store.before_commit");
             committing = true;
             producer.commit_transaction(TIMEOUT).map_err(|e| {
@@ -208,7 +227,7 @@ impl KafkaCheckpointStore {
             debug!(
                 records = records.len(),
                 flushed_ms = flushed.as_millis() as u64,
-                committed_ms = started.elapsed().as_millis() as u64,
+                committed_ms = sim::now().saturating_duration_since(started).as_millis() as u64,
                 "state records committed"
             );
             Ok(())
@@ -314,12 +333,12 @@ impl CheckpointStore for KafkaCheckpointStore {
                      the store's sink slot, crate::daemon::sink_of)",
                 )
             })?;
-            let started = Instant::now();
+            let started = sim::now();
             let fence = self.group.get().map(|g| super::GroupFence::of(g, &checkpoint.value));
             sink.write_in_transaction(&self.config.topic, &records, fence.as_ref())?;
             debug!(
                 records = records.len(),
-                flushed_ms = started.elapsed().as_millis() as u64,
+                flushed_ms = sim::now().saturating_duration_since(started).as_millis() as u64,
                 "state records in the sink's transaction"
             );
             return Ok(());
@@ -340,7 +359,7 @@ impl CheckpointStore for KafkaCheckpointStore {
 /// A failed step of the store's transaction, in context.
 /// A fencing error (another producer took over the transactional id) says so.
 fn store_error(c: &KafkaStoreConfig, what: &str, e: KafkaError) -> Error {
-    let fenced = if e.rdkafka_error_code().is_some_and(crate::sink::kafka::is_fencing) {
+    let fenced = if e.rdkafka_error_code().is_some_and(cluster::is_fencing) {
         format!(
             "; another process of job {} took over the store's transactional id: a second process fences the first",
             c.job

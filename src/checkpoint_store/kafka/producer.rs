@@ -8,7 +8,7 @@ use super::*;
 /// a process of this job that writes its state in its own transactions, an older tidegate or a
 /// config that names the sink's cluster otherwise, is fenced, and a store transaction it left
 /// open aborted, before the restore reads), else under the store's own.
-pub(super) fn producer_of(config: &KafkaStoreConfig) -> Result<BaseProducer<TracingContext>> {
+pub(super) fn producer_of(config: &KafkaStoreConfig) -> Result<Arc<dyn Producer>> {
     match &config.sink_transactional_id {
         Some(sink_id) => {
             drop(transactional_producer(
@@ -30,22 +30,16 @@ pub(super) fn transactional_producer(
     config: &KafkaStoreConfig,
     id: &str,
     properties: &std::collections::BTreeMap<String, String>,
-) -> Result<BaseProducer<TracingContext>> {
-    let producer: BaseProducer<TracingContext> = client_config(
-        &config.bootstrap_servers,
-        &[
-            ("transactional.id", id),
-            ("enable.idempotence", "true"),
-            ("acks", "all"),
-            ("transaction.timeout.ms", "60000"),
-            ("client.id", "tidegate-state"),
-            // a checkpoint's records leave at once: nothing else would join them
-            ("linger.ms", "0"),
-        ],
-        properties,
-    )
-    .create_with_context(TracingContext::new("state-store"))
-    .map_err(|e| kafka("creating the checkpoint store's producer", e))?;
+) -> Result<Arc<dyn Producer>> {
+    let spec = ClientSpec::new(&config.bootstrap_servers, properties, "state-store")
+        .set("transactional.id", id)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("transaction.timeout.ms", "60000")
+        .set("client.id", "tidegate-state")
+        // a checkpoint's records leave at once: nothing else would join them
+        .set("linger.ms", "0");
+    let producer = cluster::of(&config.bootstrap_servers).producer(&spec)?;
     producer.init_transactions(TIMEOUT).map_err(|e| {
         kafka(
             format!(

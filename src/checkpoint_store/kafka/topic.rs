@@ -2,6 +2,7 @@
 //! existing one.
 
 use super::*;
+use crate::kafka::cluster::NewTopicSpec;
 
 /// The settings of a topic the store creates: compacted; a segment rolls every hour so the
 /// cleaner can drop superseded values; a value stays at least a minute before it may be compacted.
@@ -19,64 +20,49 @@ pub(super) fn topic_exists(config: &KafkaStoreConfig) -> Result<bool> {
         "reaching the checkpoint store's cluster at {} ({}.bootstrap_servers)",
         config.bootstrap_servers, config.cluster_of
     );
-    let metadata = fetch_metadata(&reader, None, TIMEOUT, &config.properties, &what)?;
-    Ok(metadata
-        .topics()
-        .iter()
-        .any(|t| t.name() == config.topic && t.error().is_none() && !t.partitions().is_empty()))
+    let metadata = reader.metadata(None, TIMEOUT, &config.properties, &what)?;
+    Ok(metadata.partitions_of(&config.topic).is_some())
 }
 
 /// Create the topic (`exists == false`), or check the existing one is compacted only.
 pub(super) fn admin_call(config: &KafkaStoreConfig, exists: bool) -> Result<()> {
     let topic = config.topic.as_str();
     let context = format!("checkpoint topic {topic} at {}", config.bootstrap_servers);
-    let admin: AdminClient<TracingContext> = client_config(&config.bootstrap_servers, &[], &config.properties)
-        .create_with_context(TracingContext::new("state-admin"))
-        .map_err(|e| kafka("creating the checkpoint store's admin client", e))?;
-    let options = AdminOptions::new()
-        .operation_timeout(Some(TIMEOUT))
-        .request_timeout(Some(TIMEOUT));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("starting a runtime for the admin client", e))?;
+    let cluster = cluster::of(&config.bootstrap_servers);
+    let spec = ClientSpec::new(&config.bootstrap_servers, &config.properties, "state-admin");
     if !exists {
-        let mut new_topic = NewTopic::new(topic, 1, TopicReplication::Fixed(-1));
-        for (k, v) in TOPIC_CONFIG {
-            new_topic = new_topic.set(k, v);
-        }
-        let results = runtime
-            .block_on(admin.create_topics([&new_topic], &options))
-            .map_err(|e| kafka(format!("creating {context}"), e))?;
-        for r in results {
-            match r {
-                Ok(_) => {
-                    // created with TOPIC_CONFIG: compacted by construction (a describe right
-                    // after the creation may not list the topic's configs yet)
-                    info!(topic, "checkpoint topic created (cleanup.policy=compact)");
-                    return Ok(());
-                }
-                // another process created it meanwhile: checked below like any existing topic
-                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((_, code)) => return Err(Error::runtime(format!("creating {context}"), code)),
+        let new_topic = NewTopicSpec {
+            name: topic.to_string(),
+            partitions: 1,
+            replication: -1,
+            configs: TOPIC_CONFIG
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        match cluster.create_topic(&spec, &new_topic, TIMEOUT)? {
+            Ok(()) => {
+                // created with TOPIC_CONFIG: compacted by construction (a describe right
+                // after the creation may not list the topic's configs yet)
+                info!(topic, "checkpoint topic created (cleanup.policy=compact)");
+                return Ok(());
             }
+            // another process created it meanwhile: checked below like any existing topic
+            Err(RDKafkaErrorCode::TopicAlreadyExists) => {}
+            Err(code) => return Err(Error::runtime(format!("creating {context}"), code)),
         }
     }
     // a topic created a moment ago may be described without its configs: ask again, a while
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = sim::now() + Duration::from_secs(10);
     let policy = loop {
-        let described = runtime
-            .block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options))
-            .map_err(|e| kafka(format!("describing {context}"), e))?;
-        let policy = match described.into_iter().next() {
-            Some(Ok(resource)) => resource.get("cleanup.policy").and_then(|e| e.value.clone()),
+        let policy = match cluster.topic_configs(&spec, topic, TIMEOUT)? {
+            Ok(configs) => configs.get("cleanup.policy").cloned(),
             // created by another process a moment ago and not known to every broker yet (several
             // instances create the topic at once): ask again, like a topic without configs
-            Some(Err(RDKafkaErrorCode::UnknownTopicOrPartition)) if Instant::now() < deadline => None,
-            Some(Err(code)) => return Err(Error::runtime(format!("describing {context}"), code)),
-            None => None,
+            Err(RDKafkaErrorCode::UnknownTopicOrPartition) if sim::now() < deadline => None,
+            Err(code) => return Err(Error::runtime(format!("describing {context}"), code)),
         };
-        if policy.is_some() || Instant::now() >= deadline {
+        if policy.is_some() || sim::now() >= deadline || sim::active() {
             break policy;
         }
         std::thread::sleep(Duration::from_millis(200));

@@ -12,23 +12,21 @@ pub mod routing;
 mod state_writer;
 mod targets;
 mod transaction;
-pub(crate) use transaction::is_fencing;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 
 use crate::checkpoint_store::StateInTransaction;
-use crate::core::{Sink, SinkState};
+use crate::core::{sim, Sink, SinkState};
 use crate::error::{Error, Result};
-use crate::kafka::client::{client_config, TracingContext};
+use crate::kafka::client::client_config;
+use crate::kafka::cluster::{self, ClientSpec, Outgoing, Producer};
 use crate::record::Record;
 pub use config::KafkaSinkConfig;
-use delivery::{check_failure, flush_now, DeliveryContext, DeliveryFailure};
+use delivery::check_failure;
 use retry::retried;
 use routing::{HeaderRules, TopicTemplate};
 use state_writer::SinkStateWriter;
@@ -91,27 +89,25 @@ impl KafkaSinkSettings {
 }
 
 /// The sink's producer: tidegate's settings, then the user's properties.
-pub fn producer_config(settings: &KafkaSinkSettings) -> Result<rdkafka::config::ClientConfig> {
-    let timeout_ms = settings.transaction_timeout.as_millis().to_string();
-    let mut defaults = vec![
+pub fn producer_spec(settings: &KafkaSinkSettings) -> Result<ClientSpec<'_>> {
+    let mut spec = ClientSpec::new(&settings.bootstrap_servers, &settings.properties, "sink")
         // no duplicates from retries, no reordering, and every replica has it
-        ("enable.idempotence", "true"),
-        ("acks", "all"),
-        ("client.id", "tidegate-sink"),
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("client.id", "tidegate-sink")
         // batch for throughput; the checkpoint's flush bounds the latency anyway
-        ("linger.ms", "5"),
-        ("compression.type", "lz4"),
+        .set("linger.ms", "5")
+        .set("compression.type", "lz4")
         // what librdkafka holds before the broker has it, bounded in messages and in bytes so a
         // generator faster than the broker waits instead of growing (with 1,000,000 messages and
         // librdkafka's 1 GiB, 100-byte records peaked at 286 MiB, bench/results-20261202005946.json);
         // 100,000 messages are still 150 ms of the fastest producing measured
-        ("queue.buffering.max.messages", "100000"),
-        ("queue.buffering.max.kbytes", "16384"),
+        .set("queue.buffering.max.messages", "100000")
+        .set("queue.buffering.max.kbytes", "16384")
         // the delivery callback acts on failures only (the checkpoint's flush waits for every
         // acknowledgement): a report per delivered record cost the poll thread 7 % of the data
         // generator's CPU (perf, docs/performance.md)
-        ("delivery.report.only.error", "true"),
-    ];
+        .set("delivery.report.only.error", "true");
     if settings.delivery == Delivery::ExactlyOnce {
         let id = settings.transactional_id.as_deref().ok_or_else(|| {
             Error::config(
@@ -119,22 +115,26 @@ pub fn producer_config(settings: &KafkaSinkSettings) -> Result<rdkafka::config::
                 "exactly_once needs a transactional id (the job's name)",
             )
         })?;
-        defaults.push(("transactional.id", id));
-        defaults.push(("transaction.timeout.ms", &timeout_ms));
+        spec = spec.set("transactional.id", id).set(
+            "transaction.timeout.ms",
+            settings.transaction_timeout.as_millis().to_string(),
+        );
     }
-    Ok(client_config(
-        &settings.bootstrap_servers,
-        &defaults,
-        &settings.properties,
-    ))
+    Ok(spec)
+}
+
+/// [`producer_spec`] as librdkafka's config (to check its properties).
+pub fn producer_config(settings: &KafkaSinkSettings) -> Result<rdkafka::config::ClientConfig> {
+    let spec = producer_spec(settings)?;
+    let defaults: Vec<(&str, &str)> = spec.defaults.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Ok(client_config(spec.bootstrap_servers, &defaults, spec.properties))
 }
 
 /// Produces records to a topic.
 pub struct KafkaSink {
     /// Shared with a commit-marker call that may outlive its timeout (see `transaction.rs`).
-    producer: Arc<ThreadedProducer<DeliveryContext>>,
+    producer: Arc<dyn Producer>,
     settings: KafkaSinkSettings,
-    failure: DeliveryFailure,
     end_marker: Option<Record>,
     /// Exactly-once delivery: the transaction in progress and its commit marker (shared with the
     /// Kafka checkpoint store when the checkpoints travel in the sink's transactions; it writes
@@ -152,14 +152,7 @@ pub struct KafkaSink {
 
 impl KafkaSink {
     pub fn new(settings: KafkaSinkSettings, end_marker: Option<Record>) -> Result<Self> {
-        let failure = Arc::new(Mutex::new(None));
-        let producer = producer_config(&settings)?
-            .create_with_context(DeliveryContext {
-                log: TracingContext::new("sink"),
-                failure: Arc::clone(&failure),
-            })
-            .map(Arc::new)
-            .map_err(|e| crate::error::kafka("creating the sink's producer", e))?;
+        let producer = cluster::of(&settings.bootstrap_servers).producer(&producer_spec(&settings)?)?;
         let transactional_id = match settings.delivery {
             Delivery::AtLeastOnce => None,
             Delivery::ExactlyOnce => settings.transactional_id.clone(),
@@ -171,7 +164,6 @@ impl KafkaSink {
         Ok(KafkaSink {
             producer,
             settings,
-            failure,
             end_marker,
             transactions,
             begun: false,
@@ -188,16 +180,13 @@ impl KafkaSink {
         Some(Arc::new(SinkStateWriter {
             producer: Arc::clone(&self.producer),
             transactions: Arc::clone(transactions),
-            failure: Arc::clone(&self.failure),
             properties: self.settings.properties.clone(),
             timeout: self.settings.flush_timeout,
         }))
     }
 
     fn check_failure(&self) -> Result<()> {
-        check_failure(&self.producer, &self.failure, &self.settings.properties, || {
-            self.fenced()
-        })
+        check_failure(self.producer.as_ref(), &self.settings.properties, || self.fenced())
     }
 
     fn fenced(&self) -> Error {
@@ -212,11 +201,11 @@ impl KafkaSink {
     /// librdkafka's fatal error (a fencing, when another process took over).
     fn kafka_error(&self, context: String, e: KafkaError) -> Error {
         let code = match e.rdkafka_error_code() {
-            Some(RDKafkaErrorCode::Fatal) => self.producer.client().fatal_error().map(|(code, _)| code),
+            Some(RDKafkaErrorCode::Fatal) => self.producer.fatal_error().map(|(code, _)| code),
             code => code,
         };
         match code {
-            Some(code) if transaction::is_fencing(code) => self.fenced(),
+            Some(code) if cluster::is_fencing(code) => self.fenced(),
             _ => crate::error::kafka(context, e),
         }
     }
@@ -235,43 +224,28 @@ impl KafkaSink {
             ruled = self.settings.headers.apply(&record.headers);
             &ruled
         };
-        let mut message: BaseRecord<'_, [u8], [u8], ()> = BaseRecord::to(topic);
-        // no header list at all for a record without headers (the same record on the wire: an
-        // allocation and a free less per record)
-        if !record_headers.is_empty() {
-            let mut headers = OwnedHeaders::new_with_capacity(record_headers.len());
-            for h in record_headers {
-                headers = headers.insert(KafkaHeader {
-                    key: &h.key,
-                    value: h.value.as_deref(),
-                });
-            }
-            message = message.headers(headers);
-        }
-        if let Some(k) = record.key.as_deref() {
-            message = message.key(k);
-        }
-        if let Some(v) = record.value.as_deref() {
-            message = message.payload(v);
-        }
-        if self.settings.stamp_now {
-            message = message.timestamp(crate::core::event_time::wall_millis());
-        } else if let Some(ts) = record.timestamp {
-            message = message.timestamp(ts);
-        }
-        if let Some(p) = partition {
-            message = message.partition(p);
-        }
+        let timestamp = if self.settings.stamp_now {
+            Some(crate::core::event_time::wall_millis())
+        } else {
+            record.timestamp
+        };
+        let message = Outgoing {
+            topic,
+            partition,
+            key: record.key.as_deref(),
+            value: record.value.as_deref(),
+            headers: record_headers,
+            timestamp,
+        };
         loop {
-            match self.producer.send(message) {
+            match self.producer.send(&message) {
                 Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
                     // librdkafka's queue is full: wait for deliveries to make room
-                    message = back;
                     self.check_failure()?;
                     std::thread::sleep(Duration::from_millis(1));
                 }
-                Err((e, _)) => {
+                Err(e) => {
                     let context = format!("producing to {topic}");
                     return Err(self.kafka_error(context, e));
                 }
@@ -281,23 +255,16 @@ impl KafkaSink {
 
     /// `topic`'s metadata, up to `timeout`; a refused authentication or TLS handshake ends the
     /// wait at once.
-    fn metadata(&self, topic: &str, timeout: Duration, what: &str) -> Result<rdkafka::metadata::Metadata> {
-        crate::kafka::client::metadata_unless_refused(self.producer.client(), Some(topic), timeout, what, || {
-            self.producer
-                .context()
-                .log
-                .authentication_failure(&self.settings.properties)
-        })
+    fn metadata(&self, topic: &str, timeout: Duration, what: &str) -> Result<cluster::Metadata> {
+        self.producer
+            .metadata(Some(topic), timeout, &self.settings.properties, what)
     }
 
     /// Whether the sink's topic exists (a metadata request, up to `timeout`).
     pub fn topic_exists(&self, timeout: Duration) -> Result<bool> {
         let what = format!("looking up topic {}", self.settings.topic);
         let metadata = self.metadata(&self.settings.topic, timeout, &what)?;
-        Ok(metadata
-            .topics()
-            .first()
-            .is_some_and(|t| t.error().is_none() && !t.partitions().is_empty()))
+        Ok(metadata.partitions_of(&self.settings.topic).is_some())
     }
 
     /// `topic`'s partitions, from one metadata request of up to `timeout`. A topic error,
@@ -305,31 +272,31 @@ impl KafkaSink {
     fn partitions_of(&self, topic: &str, timeout: Duration) -> Result<Vec<i32>> {
         let context = format!("reading the partitions of {topic}");
         let metadata = self.metadata(topic, timeout, &context)?;
-        let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
+        let Some(found) = metadata.topics.iter().find(|t| t.name == topic) else {
             return Err(Error::runtime(context, "the broker's metadata does not list the topic"));
         };
-        if let Some(code) = found.error() {
+        if let Some(code) = found.error {
             return Err(Error::runtime(context, RDKafkaErrorCode::from(code)));
         }
-        if found.partitions().is_empty() {
+        if found.partitions.is_empty() {
             return Err(Error::runtime(context, "the topic has no partitions"));
         }
-        Ok(found.partitions().iter().map(|p| p.id()).collect())
+        Ok(found.partitions.clone())
     }
 
     /// Wait until every send is acknowledged, up to `flush_timeout`, in short slices so a
     /// refused authentication or a failed delivery ends the wait at once.
     fn flush(&mut self) -> Result<()> {
-        let deadline = std::time::Instant::now() + self.settings.flush_timeout;
+        let deadline = sim::now() + self.settings.flush_timeout;
         loop {
             let slice = deadline
-                .saturating_duration_since(std::time::Instant::now())
+                .saturating_duration_since(sim::now())
                 .min(Duration::from_millis(500));
-            let result = flush_now(&self.producer, slice);
+            let result = self.producer.flush(slice);
             self.check_failure()?;
             match result {
                 Ok(()) => return Ok(()),
-                Err(e) if std::time::Instant::now() >= deadline => {
+                Err(e) if sim::now() >= deadline || sim::active() => {
                     let context = format!("waiting for acknowledgements from {}", self.settings.topic);
                     return Err(self.kafka_error(context, e));
                 }

@@ -5,21 +5,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 
-use super::delivery::{check_failure, flush_now, DeliveryContext, DeliveryFailure};
+use super::delivery::check_failure;
 use super::lock;
 use super::transaction::{self, Transactions};
 use crate::checkpoint_store::StateInTransaction;
+use crate::core::sim;
 use crate::error::Result;
+use crate::kafka::cluster::{self, Outgoing, Producer};
 
 /// The Kafka checkpoint store's way into the sink's transactions (KIP-618). The coordinator
 /// writes a checkpoint's state after the sink prepared it and before it commits: the sink's
 /// thread waits meanwhile, so the two never write into a transaction at once.
 pub(super) struct SinkStateWriter {
-    pub(super) producer: Arc<ThreadedProducer<DeliveryContext>>,
+    pub(super) producer: Arc<dyn Producer>,
     pub(super) transactions: Arc<Mutex<Transactions>>,
-    pub(super) failure: DeliveryFailure,
     pub(super) properties: BTreeMap<String, String>,
     /// How long the state records' acknowledgements may take (`sink.flush_timeout`).
     pub(super) timeout: Duration,
@@ -38,44 +38,41 @@ impl StateInTransaction for SinkStateWriter {
         // a fenced producer answers every call with the generic `Fatal`: its fatal error says why
         let failed = |what: String, e: KafkaError| {
             let code = match e.rdkafka_error_code() {
-                Some(RDKafkaErrorCode::Fatal) => self.producer.client().fatal_error().map(|(code, _)| code),
+                Some(RDKafkaErrorCode::Fatal) => self.producer.fatal_error().map(|(code, _)| code),
                 code => code,
             };
             match code {
-                Some(code) if transaction::is_fencing(code) => fenced(),
+                Some(code) if cluster::is_fencing(code) => fenced(),
                 _ => crate::error::kafka(what, e),
             }
         };
-        let deadline = std::time::Instant::now() + self.timeout;
+        let deadline = sim::now() + self.timeout;
         for (key, value) in records {
-            let mut record = BaseRecord::<str, [u8], ()>::to(topic)
-                .partition(0)
-                .key(key.as_str())
-                .payload(value.as_slice());
+            let mut record = Outgoing::to(topic);
+            record.partition = Some(0);
+            record.key = Some(key.as_bytes());
+            record.value = Some(value.as_slice());
             loop {
-                match self.producer.send(record) {
+                match self.producer.send(&record) {
                     Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
-                        if std::time::Instant::now() < deadline =>
-                    {
+                    Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) if sim::now() < deadline => {
                         // librdkafka's queue is full: deliveries make room
-                        record = back;
-                        check_failure(&self.producer, &self.failure, &self.properties, fenced)?;
+                        check_failure(self.producer.as_ref(), &self.properties, fenced)?;
                         std::thread::sleep(Duration::from_millis(1));
                     }
-                    Err((e, _)) => return Err(failed(format!("writing state record {key} to {topic}"), e)),
+                    Err(e) => return Err(failed(format!("writing state record {key} to {topic}"), e)),
                 }
             }
         }
         loop {
             let slice = deadline
-                .saturating_duration_since(std::time::Instant::now())
+                .saturating_duration_since(sim::now())
                 .min(Duration::from_millis(500));
-            let result = flush_now(&self.producer, slice);
-            check_failure(&self.producer, &self.failure, &self.properties, fenced)?;
+            let result = self.producer.flush(slice);
+            check_failure(self.producer.as_ref(), &self.properties, fenced)?;
             match result {
                 Ok(()) => break,
-                Err(e) if std::time::Instant::now() >= deadline => {
+                Err(e) if sim::now() >= deadline || sim::active() => {
                     return Err(failed(
                         format!("waiting for the state records' acknowledgements from {topic}"),
                         e,

@@ -22,25 +22,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{Producer, ThreadedProducer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::error::KafkaError;
+use rdkafka::TopicPartitionList;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::{DeliveryContext, KafkaSinkSettings};
-use crate::core::SinkState;
+use super::KafkaSinkSettings;
+use crate::core::{sim, SinkState};
 use crate::error::{Error, Result};
-use crate::kafka::client::{client_config, connection_properties, TracingContext};
-
-/// Whether a librdkafka error code says another producer took over the transactional id.
-pub(crate) fn is_fencing(code: RDKafkaErrorCode) -> bool {
-    matches!(
-        code,
-        RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch
-    )
-}
+use crate::kafka::client::connection_properties;
+use crate::kafka::cluster::{self, ClientSpec, Consumer, GroupMetadata, GroupOffset, Producer};
 
 /// The transactions of one sink.
 pub(super) struct Transactions {
@@ -50,9 +41,9 @@ pub(super) struct Transactions {
     timeout: Duration,
     /// Reads the commit markers (a consumer of the group named like the transactional id; it
     /// never subscribes).
-    markers: BaseConsumer<TracingContext>,
+    markers: Box<dyn Consumer>,
     /// Shared with the thread that writes a commit marker (see [`send_marker`]).
-    group: Arc<ConsumerGroupMetadata>,
+    group: GroupMetadata,
     initialised: bool,
     /// The token of the open transaction, and the topic its commit marker goes to (the first it
     /// wrote to: one transaction may span several topics).
@@ -63,19 +54,14 @@ pub(super) struct Transactions {
 
 impl Transactions {
     pub(super) fn new(settings: &KafkaSinkSettings, id: String) -> Result<Self> {
-        let markers: BaseConsumer<TracingContext> = client_config(
-            &settings.bootstrap_servers,
-            &[
-                ("group.id", &id),
-                ("client.id", "tidegate-sink-markers"),
-                ("enable.auto.commit", "false"),
-                // committed offsets of pending transactions are not returned until they settle
-                ("isolation.level", "read_committed"),
-            ],
-            &connection_properties(&settings.properties),
-        )
-        .create_with_context(TracingContext::new("sink-markers"))
-        .map_err(|e| crate::error::kafka("creating the sink's commit-marker reader", e))?;
+        let properties = connection_properties(&settings.properties);
+        let spec = ClientSpec::new(&settings.bootstrap_servers, &properties, "sink-markers")
+            .set("group.id", id.clone())
+            .set("client.id", "tidegate-sink-markers")
+            .set("enable.auto.commit", "false")
+            // committed offsets of pending transactions are not returned until they settle
+            .set("isolation.level", "read_committed");
+        let markers = cluster::of(&settings.bootstrap_servers).consumer(&spec)?;
         let group = markers
             .group_metadata()
             .ok_or_else(|| Error::runtime("kafka sink", "librdkafka gave no consumer group metadata"))?;
@@ -84,7 +70,7 @@ impl Transactions {
             topic: settings.topic.clone(),
             timeout: settings.flush_timeout,
             markers,
-            group: Arc::new(group),
+            group,
             initialised: false,
             open: None,
             carries_state: false,
@@ -113,12 +99,12 @@ impl Transactions {
 
     fn error(&self, context: &str, e: KafkaError) -> Error {
         match e.rdkafka_error_code() {
-            Some(code) if is_fencing(code) => self.fenced(),
+            Some(code) if cluster::is_fencing(code) => self.fenced(),
             _ => crate::error::kafka(format!("{context} (transactional.id {})", self.id), e),
         }
     }
 
-    fn init(&mut self, producer: &ThreadedProducer<DeliveryContext>) -> Result<()> {
+    fn init(&mut self, producer: &Arc<dyn Producer>) -> Result<()> {
         if !self.initialised {
             // fences an older producer with this id, and settles a transaction it left open
             producer
@@ -130,7 +116,7 @@ impl Transactions {
     }
 
     /// Make sure the checkpoint's records go into a transaction.
-    pub(super) fn begin_if_needed(&mut self, producer: &ThreadedProducer<DeliveryContext>, topic: &str) -> Result<()> {
+    pub(super) fn begin_if_needed(&mut self, producer: &Arc<dyn Producer>, topic: &str) -> Result<()> {
         if self.open.is_some() {
             return Ok(());
         }
@@ -144,11 +130,7 @@ impl Transactions {
 
     /// Put checkpoint `checkpoint_id`'s commit marker into the open transaction; the state the
     /// checkpoint keeps is its token (`null` when nothing was written since the last commit).
-    pub(super) fn prepare(
-        &mut self,
-        producer: &Arc<ThreadedProducer<DeliveryContext>>,
-        checkpoint_id: u64,
-    ) -> Result<SinkState> {
+    pub(super) fn prepare(&mut self, producer: &Arc<dyn Producer>, checkpoint_id: u64) -> Result<SinkState> {
         if self.carries_state {
             // no token: the checkpoint that records this state is committed with the output
             return Ok(json!({ "transactional_id": self.id, "transaction": null, "state_in_transaction": true }));
@@ -156,13 +138,12 @@ impl Transactions {
         let Some((token, topic)) = self.open.clone() else {
             return Ok(json!({ "transactional_id": self.id, "transaction": null }));
         };
-        let mut marker = TopicPartitionList::new();
-        marker
-            .add_partition_offset(&topic, 0, Offset::Offset(checkpoint_id as i64))
-            .map_err(|e| self.error("building the commit marker", e))?;
-        if let Some(mut elem) = marker.find_partition(&topic, 0) {
-            elem.set_metadata(&token);
-        }
+        let marker = vec![GroupOffset {
+            topic: topic.clone(),
+            partition: 0,
+            offset: checkpoint_id as i64,
+            metadata: Some(token.clone()),
+        }];
         send_marker(producer, marker, &self.group, self.timeout, checkpoint_id)?
             .map_err(|e| self.error("writing the commit marker into the transaction", e))?;
         debug!(checkpoint = checkpoint_id, transaction = %token, "transaction prepared");
@@ -175,7 +156,7 @@ impl Transactions {
     }
 
     /// Commit the open transaction (the checkpoint is in the state file).
-    pub(super) fn commit(&mut self, producer: &ThreadedProducer<DeliveryContext>, checkpoint_id: u64) -> Result<()> {
+    pub(super) fn commit(&mut self, producer: &Arc<dyn Producer>, checkpoint_id: u64) -> Result<()> {
         if self.open.is_none() {
             return Ok(());
         }
@@ -191,7 +172,7 @@ impl Transactions {
     /// file's last checkpoint was committed.
     pub(super) fn recover(
         &mut self,
-        producer: &ThreadedProducer<DeliveryContext>,
+        producer: &Arc<dyn Producer>,
         last: Option<(u64, Option<&SinkState>)>,
     ) -> Result<bool> {
         self.init(producer)?;
@@ -241,7 +222,7 @@ impl Transactions {
     }
 
     /// Abort a transaction still open at the end (nothing should be in it).
-    pub(super) fn abort_open(&mut self, producer: &ThreadedProducer<DeliveryContext>) {
+    pub(super) fn abort_open(&mut self, producer: &Arc<dyn Producer>) {
         if self.open.take().is_some() {
             if let Err(e) = producer.abort_transaction(self.timeout) {
                 warn!(error = %e, "aborting the open transaction failed; the broker aborts it after transaction.timeout.ms");
@@ -257,26 +238,22 @@ const STUCK_MARGIN: Duration = Duration::from_secs(10);
 /// transaction with its group metadata (KIP-447): the broker refuses them when the group has
 /// moved on without this member, and the transaction cannot commit.
 pub(super) fn send_group_offsets(
-    producer: &Arc<ThreadedProducer<DeliveryContext>>,
+    producer: &Arc<dyn Producer>,
     fence: &crate::checkpoint_store::GroupFence,
     timeout: Duration,
 ) -> Result<()> {
-    let mut offsets = TopicPartitionList::new();
-    for (topic, partition, offset) in &fence.offsets {
-        offsets
-            .add_partition_offset(topic, *partition, Offset::Offset(*offset))
-            .map_err(|e| crate::error::kafka("building the group's offsets", e))?;
-    }
+    let offsets = fence
+        .offsets
+        .iter()
+        .map(|(topic, partition, offset)| GroupOffset {
+            topic: topic.clone(),
+            partition: *partition,
+            offset: *offset,
+            metadata: None,
+        })
+        .collect();
     send_marker(producer, offsets, &fence.metadata, timeout, 0)?.map_err(|e| {
-        let dropped = matches!(
-            e.rdkafka_error_code(),
-            Some(
-                RDKafkaErrorCode::IllegalGeneration
-                    | RDKafkaErrorCode::UnknownMemberId
-                    | RDKafkaErrorCode::FencedInstanceId
-                    | RDKafkaErrorCode::RebalanceInProgress
-            )
-        );
+        let dropped = e.rdkafka_error_code().is_some_and(cluster::is_stale_member);
         let why = if dropped {
             ": the consumer group moved on without this member (its partitions are another's now), so its \
              transaction is refused (KIP-447) and aborted"
@@ -298,14 +275,18 @@ pub(super) fn send_group_offsets(
 /// resumes from the last checkpoint with nothing lost or repeated. The stuck thread keeps the
 /// producer alive until the process exits.
 fn send_marker(
-    producer: &Arc<ThreadedProducer<DeliveryContext>>,
-    marker: TopicPartitionList,
-    group: &Arc<ConsumerGroupMetadata>,
+    producer: &Arc<dyn Producer>,
+    marker: Vec<GroupOffset>,
+    group: &GroupMetadata,
     timeout: Duration,
     checkpoint_id: u64,
 ) -> Result<std::result::Result<(), KafkaError>> {
+    if sim::active() {
+        // the simulated cluster answers at once, on the simulation's one thread
+        return Ok(producer.send_offsets_to_transaction(&marker, group, timeout));
+    }
     let (tx, rx) = std::sync::mpsc::channel();
-    let (producer, group) = (Arc::clone(producer), Arc::clone(group));
+    let (producer, group) = (Arc::clone(producer), group.clone());
     std::thread::Builder::new()
         .name("tidegate-txn-marker".to_string())
         .spawn(move || {

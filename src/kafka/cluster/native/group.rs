@@ -1,35 +1,26 @@
-//! This process's membership of the job's consumer group: the consumer that joins it (and reads
-//! nothing), and the rebalance callbacks that hand the assignment to the job and hold a
-//! revocation until the job has stopped with a final checkpoint.
+//! A consumer group membership over librdkafka: the consumer that joins the group (and reads
+//! nothing), and the rebalance callbacks that hand the assignment on and hold a revocation until
+//! the job has released its partitions.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, ConsumerGroupMetadata, Rebalance};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::group_id;
+use super::super::{Change, GroupMembership, GroupMetadata, GroupSpec, NextChange};
 use crate::error::{kafka, Error, Result};
-use crate::kafka::client::{client_config, client_context_through, TracingContext};
+use crate::kafka::client::{client_context_through, TracingContext};
 use crate::kafka::TopicPartition;
 
 /// How long a revoked member may take to stop its job with a final checkpoint before the
 /// broker drops it from the group (librdkafka's `max.poll.interval.ms`, which is the rebalance
-/// timeout too), unless `source.properties` says otherwise.
+/// timeout too), unless the properties say otherwise.
 const RELEASE_TIMEOUT_MS: &str = "300000";
-
-/// What the group did to this member.
-pub enum Change {
-    /// These partitions are this member's now (maybe none), with its group metadata for the
-    /// checkpoints' transactions (KIP-447).
-    Assigned(BTreeSet<TopicPartition>, Option<Arc<ConsumerGroupMetadata>>),
-    /// Every partition is taken back: stop the job with a final checkpoint, then
-    /// [`Membership::release`].
-    Revoked,
-}
 
 /// The consumer's context: rebalances become [`Change`]s, and a revocation waits until the job
 /// has released its partitions.
@@ -74,15 +65,15 @@ impl ConsumerContext for GroupContext {
                 .collect();
             info!(partitions = partitions.len(), "group rebalance: partitions assigned");
             self.holding.store(true, Ordering::SeqCst);
-            let metadata = consumer.group_metadata().map(Arc::new);
+            let metadata = consumer.group_metadata().map(GroupMetadata::new);
             let _ = self.changes.send(Change::Assigned(partitions, metadata));
         }
     }
 }
 
-/// This process's membership of the job's consumer group: a thread that polls the group's
-/// consumer (heartbeats and rebalances; the records it is assigned are fetched by the job).
-pub struct Membership {
+/// A membership: a thread that polls the group's consumer (heartbeats and rebalances; the
+/// records it is assigned are fetched by the job).
+pub(super) struct Membership {
     changes: mpsc::UnboundedReceiver<Change>,
     released: Option<std_mpsc::Sender<()>>,
     leaving: Arc<AtomicBool>,
@@ -90,30 +81,24 @@ pub struct Membership {
 }
 
 impl Membership {
-    /// Join the group `tidegate-<job>` on the source's cluster, subscribed to `topics`, with the
-    /// source's properties (a user's `session.timeout.ms` or `heartbeat.interval.ms` apply).
-    pub fn join(
-        job: &str,
-        member: &str,
-        bootstrap_servers: &str,
-        properties: &std::collections::BTreeMap<String, String>,
-        topics: &[String],
-    ) -> Result<Membership> {
-        let group = group_id(job);
-        let client_id = format!("tidegate-{job}@{member}");
-        let mut config = client_config(
-            bootstrap_servers,
-            &[
-                ("max.poll.interval.ms", RELEASE_TIMEOUT_MS),
-                ("heartbeat.interval.ms", "1000"),
-            ],
-            properties,
-        );
+    /// Join `spec.group` with a consumer of `config` (the source's cluster and properties: a
+    /// user's `session.timeout.ms` or `heartbeat.interval.ms` apply), subscribed to `spec.topics`.
+    pub(super) fn join(config: &ClientConfig, spec: &GroupSpec) -> Result<Membership> {
+        let mut config = config.clone();
+        let servers = config.get("bootstrap.servers").unwrap_or_default().to_string();
+        for (key, value) in [
+            ("max.poll.interval.ms", RELEASE_TIMEOUT_MS),
+            ("heartbeat.interval.ms", "1000"),
+        ] {
+            if config.get(key).is_none() {
+                config.set(key, value);
+            }
+        }
         // the group and its protocol are the job's: eager (every partition revoked, then
         // assigned), nothing committed by this consumer
         config
-            .set("group.id", &group)
-            .set("client.id", &client_id)
+            .set("group.id", &spec.group)
+            .set("client.id", format!("{}@{}", spec.group, spec.member))
             .set("partition.assignment.strategy", "roundrobin")
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "false");
@@ -127,15 +112,19 @@ impl Membership {
         };
         let consumer: BaseConsumer<GroupContext> = config
             .create_with_context(context)
-            .map_err(|e| kafka(format!("joining consumer group {group} at {bootstrap_servers}"), e))?;
-        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+            .map_err(|e| kafka(format!("joining consumer group {} at {servers}", spec.group), e))?;
+        let names: Vec<&str> = spec.topics.iter().map(String::as_str).collect();
         consumer.subscribe(&names).map_err(|e| {
             kafka(
-                format!("subscribing consumer group {group} to {}", topics.join(", ")),
+                format!(
+                    "subscribing consumer group {} to {}",
+                    spec.group,
+                    spec.topics.join(", ")
+                ),
                 e,
             )
         })?;
-        info!(group = %group, member = %member, "joining the job's consumer group");
+        info!(group = %spec.group, member = %spec.member, "joining the job's consumer group");
         let leaving = Arc::new(AtomicBool::new(false));
         let stop = Arc::clone(&leaving);
         let thread = std::thread::Builder::new()
@@ -162,14 +151,14 @@ impl Membership {
             thread: Some(thread),
         })
     }
+}
 
-    /// The group's next change; `None` when the membership ended.
-    pub async fn next(&mut self) -> Option<Change> {
-        self.changes.recv().await
+impl GroupMembership for Membership {
+    fn next(&mut self) -> NextChange<'_> {
+        Box::pin(self.changes.recv())
     }
 
-    /// The job stopped after a revocation: its partitions may go.
-    pub fn release(&self) {
+    fn release(&self) {
         if let Some(tx) = &self.released {
             let _ = tx.send(());
         }

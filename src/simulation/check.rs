@@ -1,0 +1,92 @@
+//! The invariants of a schedule across processes: the committed output holds every record of
+//! the bounded input at most once, in order per partition, and nothing else; all of it once when
+//! a member ended by itself with success (a job that reports success has finished every
+//! partition, whoever read it); every member still alive at the end of the schedule ended.
+
+use super::kafka::{Broker, SimKafka};
+use super::{Exit, Outcome, Plan, OUTPUT};
+
+/// The committed output of each partition, as the input index of each record (`u64::MAX` for a
+/// record that is not one of the input's).
+pub(super) fn output(records: &[u64], broker: &Broker) -> Vec<Vec<u64>> {
+    (0..records.len() as i32)
+        .map(|p| {
+            broker
+                .committed_values(OUTPUT, p)
+                .into_iter()
+                .map(|value| {
+                    let text = value
+                        .map(|v| String::from_utf8_lossy(&v).into_owned())
+                        .unwrap_or_default();
+                    match text.split_once(':') {
+                        Some((partition, index)) if partition == p.to_string() => index.parse().unwrap_or(u64::MAX),
+                        _ => u64::MAX,
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// What of the input `output` lacks: `partition p: n of m` for each partition short.
+pub(super) fn unfinished(records: &[u64], output: &[Vec<u64>]) -> Vec<String> {
+    records
+        .iter()
+        .zip(output)
+        .enumerate()
+        .filter(|(_, (r, w))| w.len() as u64 != **r)
+        .map(|(p, (r, w))| format!("partition {p}: {} of {r}", w.len()))
+        .collect()
+}
+
+pub(super) fn invariants(plan: &Plan, outcome: &Outcome, _kafka: &SimKafka) -> Result<(), String> {
+    let mut complete = true;
+    for (p, (records, written)) in plan.records.iter().zip(&outcome.output).enumerate() {
+        if let Some(stray) = written.iter().find(|i| **i >= *records) {
+            return Err(format!(
+                "partition {p}: the output holds a record that is not in the input (index {stray}: an aborted record, \
+                 or another partition's)"
+            ));
+        }
+        if let Some(w) = written.windows(2).find(|w| w[1] <= w[0]) {
+            return Err(format!(
+                "partition {p}: the output repeats or reorders records ({} then {}; {} records written of {records})",
+                w[0],
+                w[1],
+                written.len()
+            ));
+        }
+        complete &= written.len() as u64 == *records;
+    }
+    let missing = unfinished(&plan.records, &outcome.output);
+    for m in &outcome.members {
+        match &m.exit {
+            Exit::Returned {
+                signalled: false,
+                result: Ok(()),
+                unfinished,
+            } if !unfinished.is_empty() => {
+                return Err(format!(
+                    "member {} (process {}) exited 0 by itself with the input unfinished: {}",
+                    m.name,
+                    m.pid,
+                    unfinished.join(", ")
+                ));
+            }
+            Exit::Running => {
+                return Err(format!(
+                    "member {} (process {}) did not end: hung (the bounded input: {})",
+                    m.name,
+                    m.pid,
+                    if complete {
+                        "all written".to_string()
+                    } else {
+                        missing.join(", ")
+                    }
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}

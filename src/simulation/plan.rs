@@ -1,0 +1,271 @@
+//! A schedule of the simulation across processes, drawn from one seed (or written out by hand, a
+//! named schedule that stays the same whatever the drawing does): the input, the job's
+//! settings, the members, and what happens to them when.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use super::kafka::{Broker, Faults};
+use super::{INPUT, OUTPUT, SERVERS};
+use crate::config::Config;
+use crate::core::sim::{Schedule, SplitMix64};
+
+/// Something that happens to a member at a moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// A process of this member starts (first, or again under the same name), killed at its own
+    /// step `crash_at` if it gets there.
+    Start { name: String, crash_at: Option<u64> },
+    /// Its process is killed (`kill -9`).
+    Kill(String),
+    /// Its process stops for this long (`SIGSTOP`, `SIGCONT`).
+    Pause(String, Duration),
+    /// It is asked to stop (`SIGTERM`): a final checkpoint, then exit 0.
+    Stop(String),
+}
+
+/// An action at a moment (virtual, from the schedule's start).
+#[derive(Debug, Clone)]
+pub(crate) struct Event {
+    pub(crate) at: Duration,
+    pub(crate) action: Action,
+}
+
+/// One schedule.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) seed: u64,
+    /// Records in each partition of the input (its partition count is the length).
+    pub(crate) records: Vec<u64>,
+    /// The input's records are written in transactions, some of them aborted (their records
+    /// must never be read), with the markers' offsets between them.
+    pub(crate) transactional_input: bool,
+    /// The members started at once.
+    pub(crate) members: Vec<String>,
+    /// Each initial member's process is killed at this step of its own.
+    pub(crate) crash_steps: Vec<Option<u64>>,
+    pub(crate) parallelism: usize,
+    pub(crate) checkpoint_interval: Duration,
+    pub(crate) session_timeout: Duration,
+    /// `source.max_rate` (records/s), which stretches a replay over virtual time.
+    pub(crate) max_rate: Option<u64>,
+    pub(crate) events: Vec<Event>,
+    pub(crate) compaction_every: Option<Duration>,
+    pub(crate) faults: Faults,
+    pub(crate) schedule: Schedule,
+}
+
+impl Plan {
+    /// Everything from the seed.
+    pub(crate) fn of(seed: u64) -> Plan {
+        let mut rng = SplitMix64(seed);
+        let partitions = rng.range(1, 5) as usize;
+        let records = (0..partitions).map(|_| rng.range(0, 120)).collect();
+        let transactional_input = rng.chance(300);
+        let count = rng.range(1, 3) as usize;
+        let members: Vec<String> = (0..count).map(|i| format!("m{i}")).collect();
+        let crash_steps = (0..count)
+            .map(|_| rng.chance(150).then(|| rng.range(1, 4000)))
+            .collect();
+        let session_timeout = Duration::from_millis(rng.range(3_000, 20_000));
+        let max_rate = rng.chance(500).then(|| rng.range(20, 400));
+        let mut events = Vec::new();
+        let mut joined = count;
+        for _ in 0..rng.range(0, 4) {
+            let at = Duration::from_millis(if rng.chance(700) {
+                rng.range(0, 3_000)
+            } else {
+                rng.range(0, 30_000)
+            });
+            let name = format!("m{}", rng.range(0, joined as u64 - 1));
+            match rng.range(0, 9) {
+                // killed, started again after a while (under the same name), or never
+                0..=3 => {
+                    events.push(Event {
+                        at,
+                        action: Action::Kill(name.clone()),
+                    });
+                    if rng.chance(500) {
+                        events.push(Event {
+                            at: at + Duration::from_millis(rng.range(1, 30_000)),
+                            action: Action::Start {
+                                name,
+                                crash_at: rng.chance(200).then(|| rng.range(1, 4000)),
+                            },
+                        });
+                    }
+                }
+                // paused, maybe past its session timeout
+                4 | 5 => events.push(Event {
+                    at,
+                    action: Action::Pause(name, Duration::from_millis(rng.range(100, 60_000))),
+                }),
+                // stopped, and started again later (or not)
+                6 => {
+                    events.push(Event {
+                        at,
+                        action: Action::Stop(name.clone()),
+                    });
+                    if rng.chance(600) {
+                        events.push(Event {
+                            at: at + Duration::from_millis(rng.range(1_000, 30_000)),
+                            action: Action::Start { name, crash_at: None },
+                        });
+                    }
+                }
+                // a new member joins
+                _ => {
+                    events.push(Event {
+                        at,
+                        action: Action::Start {
+                            name: format!("m{joined}"),
+                            crash_at: None,
+                        },
+                    });
+                    joined += 1;
+                }
+            }
+        }
+        events.sort_by_key(|e| e.at);
+        let compaction_every = rng.chance(500).then(|| Duration::from_millis(rng.range(500, 10_000)));
+        let faults = if rng.chance(300) {
+            Faults {
+                lookups: rng.range(0, 50),
+                commits: rng.range(0, 30),
+                offsets: rng.range(0, 30),
+            }
+        } else {
+            Faults::default()
+        };
+        let schedule = Schedule {
+            seed: rng.next_u64(),
+            yield_per_mille: rng.range(0, 300) as u32,
+            delay_per_mille: rng.range(0, 100) as u32,
+            max_delay: Duration::from_micros(rng.range(1, 5_000)),
+            crash_at: None,
+            stop_at: None,
+            fail_at: None,
+            max_steps: 5_000_000,
+        };
+        Plan {
+            seed,
+            records,
+            transactional_input,
+            members,
+            crash_steps,
+            parallelism: rng.range(1, 2) as usize,
+            checkpoint_interval: Duration::from_millis(rng.range(50, 1_000)),
+            session_timeout,
+            max_rate,
+            events,
+            compaction_every,
+            faults,
+            schedule,
+        }
+    }
+
+    /// The job as every member runs it (its name set per member).
+    fn text(&self) -> String {
+        let rate = self.max_rate.map(|r| format!("max_rate = {r}")).unwrap_or_default();
+        format!(
+            r#"
+[job]
+name = "sim"
+parallelism = {parallelism}
+coordination = "group"
+
+[source]
+type = "kafka"
+bootstrap_servers = "{SERVERS}"
+topics = ["{INPUT}"]
+format = "string"
+stopping_offsets = "latest"
+{rate}
+properties = {{ "session.timeout.ms" = "{session}" }}
+
+[sink]
+type = "kafka"
+bootstrap_servers = "{SERVERS}"
+topic = "{OUTPUT}"
+delivery = "exactly_once"
+preserve_partition = true
+
+[checkpoint]
+interval = "{interval}ms"
+store = "kafka"
+"#,
+            parallelism = self.parallelism,
+            session = self.session_timeout.as_millis(),
+            interval = self.checkpoint_interval.as_millis(),
+        )
+    }
+
+    /// Every member's config, loaded before the simulation starts (loading checks librdkafka
+    /// properties with clients of its own).
+    pub(crate) fn configs(&self) -> Result<Configs, String> {
+        let text = self.text();
+        let mut names: Vec<&String> = self.members.iter().collect();
+        for e in &self.events {
+            if let Action::Start { name, .. } = &e.action {
+                names.push(name);
+            }
+        }
+        let mut configs = BTreeMap::new();
+        for name in names {
+            if configs.contains_key(name) {
+                continue;
+            }
+            let set = format!("job.member={name}");
+            let config = crate::config::load_text(Path::new("simulation.toml"), &text, &[set])
+                .map_err(|e| format!("the simulated job's config: {e:#}"))?;
+            configs.insert(name.clone(), config);
+        }
+        Ok(Configs(configs))
+    }
+
+    /// The input: partition `p`'s records are `"p:i"` for `i` from 0, with timestamps in
+    /// order; in transactions (some aborted, their records `"p:aborted"`) when the plan says so.
+    /// And the output topic, with as many partitions.
+    pub(crate) fn seed_input(&self, broker: &mut Broker) {
+        let partitions = self.records.len() as i32;
+        broker.create_topic(INPUT, partitions, BTreeMap::new());
+        broker.create_topic(OUTPUT, partitions, BTreeMap::new());
+        let mut rng = SplitMix64(self.seed ^ 0x1a2b);
+        for (p, count) in self.records.iter().enumerate() {
+            let p = p as i32;
+            let mut i = 0;
+            while i < *count {
+                let chunk = if self.transactional_input {
+                    rng.range(1, 8).min(count - i)
+                } else {
+                    count - i
+                };
+                let aborted = self.transactional_input && rng.chance(200);
+                let values = (0..chunk)
+                    .map(|k| match aborted {
+                        true => format!("{p}:aborted").into_bytes(),
+                        false => format!("{p}:{}", i + k).into_bytes(),
+                    })
+                    .collect();
+                broker.write_input(INPUT, p, values, self.transactional_input, !aborted);
+                if !aborted {
+                    i += chunk;
+                }
+            }
+        }
+    }
+}
+
+/// Each member's config.
+pub(crate) struct Configs(BTreeMap<String, Config>);
+
+impl Configs {
+    /// Member `name`'s.
+    pub(crate) fn of(&self, name: &str) -> Config {
+        self.0
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no config for member {name}"))
+    }
+}
