@@ -6,6 +6,7 @@
 //! checkpoint of the Kafka store that holds it, whichever member wrote it.
 
 mod event_time;
+mod progress;
 mod published;
 
 use std::sync::Arc;
@@ -166,6 +167,10 @@ pub(crate) async fn run_member(
         },
     )?;
     let mut reset = reset_state;
+    // this member's last run ended by itself (its assignment's input is done): it stays in the
+    // group, its partitions finished, until the whole job's input is, whoever reads the rest
+    // (a member that died holds partitions until the group deals them again, maybe to this one)
+    let mut waiting = false;
     loop {
         let change = tokio::select! {
             // a signal or the deadline before an assignment that came with it
@@ -175,9 +180,17 @@ pub(crate) async fn run_member(
                 info!("job.max_duration reached; leaving the group");
                 None
             }
-            change = membership.next() => change,
+            change = membership.next() => Some(change),
+            _ = tokio::time::sleep(progress::LOOK_EVERY), if waiting => {
+                let left = progress::unfinished(config).await?;
+                if left.is_empty() {
+                    info!(member = %member, "group member: every partition of the job's input is finished; leaving the group");
+                    return Ok(());
+                }
+                continue;
+            }
         };
-        let (assigned, metadata) = match change {
+        let (assigned, metadata) = match change.flatten() {
             None => return Ok(()),
             Some(Change::Revoked) => {
                 membership.release();
@@ -280,11 +293,24 @@ pub(crate) async fn run_member(
         if let Some(failure) = link_failed {
             return Err(Error::runtime("the source-wide stop across the group", failure));
         }
-        if !revoked || *signal.borrow() {
-            // the job ended by itself (its assignment's input ended, max_duration) or a
-            // signal stopped it: leave the group
+        if *signal.borrow() || deadline.is_some_and(|d| sim::now() >= d) {
+            // a signal stopped it, or job.max_duration: leave the group
             return Ok(());
         }
+        if !revoked {
+            // the job ended by itself: its assignment's input is done; the job's may not be
+            let left = progress::unfinished(config).await?;
+            if left.is_empty() {
+                info!(member = %member, "group member: every partition of the job's input is finished; leaving the group");
+                return Ok(());
+            }
+            if !waiting {
+                info!(member = %member, unfinished = %left.join(", "), "group member: its partitions are finished; staying in the group until the others' are (a member that died leaves its partitions to be dealt again)");
+            }
+            waiting = true;
+            continue;
+        }
+        waiting = false;
         membership.release();
     }
 }

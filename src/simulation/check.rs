@@ -1,4 +1,5 @@
-//! The invariants of a schedule across processes: the committed output holds every record of
+//! The invariants of a schedule across processes: the committed output (every committed record,
+//! as consumers read it once a killed member's open transaction has timed out) holds every record of
 //! the bounded input at most once, in order per partition, and nothing else; all of it once when
 //! a member ended by itself with success (a job that reports success has finished every
 //! partition, whoever read it); every member still alive at the end of the schedule ended.

@@ -231,7 +231,8 @@ impl Outcome {
         let tail = self.events.len().saturating_sub(40);
         let state_tail = self.state_log.len().saturating_sub(30);
         format!(
-            "{e}\nplan: {plan:?}\nmembers:\n{}\ncluster (last {} events):\n  {}\nstate topic (last {}):\n  {}\ntrace: {:?}",
+            "{e}\nplan: {plan:?}\noutput: {:?}\nmembers:\n{}\ncluster (last {} events):\n  {}\nstate topic (last {}):\n  {}\ntrace: {:?}",
+            self.output,
             members.join("\n"),
             self.events.len() - tail,
             self.events[tail..].join("\n  "),

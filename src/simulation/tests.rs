@@ -54,7 +54,7 @@ fn group_members_explore_schedules() {
 /// The schedule of the survivor-exit loss (written out, so that a change of how seeds are drawn
 /// does not lose it): a bounded replay of 4 partitions by two members, one killed mid-replay and
 /// never started again. The survivor finished the two partitions it was dealt and exited 0, the
-/// killed member's two left unread.
+/// killed member's two left unread (as tried on a real broker: 120,000 of 240,000 records).
 pub(super) fn survivor_of_a_killed_member() -> Plan {
     use std::time::Duration;
     Plan {
@@ -65,10 +65,11 @@ pub(super) fn survivor_of_a_killed_member() -> Plan {
         crash_steps: vec![None, None],
         parallelism: 2,
         checkpoint_interval: Duration::from_millis(300),
-        session_timeout: Duration::from_secs(6),
+        // (librdkafka's default): the survivor finishes its own partitions long before
+        session_timeout: Duration::from_secs(45),
         max_rate: Some(60),
         events: vec![super::plan::Event {
-            at: Duration::from_secs(2),
+            at: Duration::from_secs(1),
             action: super::Action::Kill("m1".into()),
         }],
         compaction_every: None,

@@ -125,6 +125,13 @@ impl Log {
         (None, end.max(at))
     }
 
+    /// Its committed records and those outside transactions, whatever is still open before them.
+    pub(super) fn committed(&self) -> impl Iterator<Item = &Entry> {
+        self.entries
+            .iter()
+            .filter(|e| matches!(e.kind, Kind::Plain | Kind::Committed))
+    }
+
     /// The first offset whose record's timestamp is at least `ts` (ListOffsets by time).
     pub(super) fn offset_for_time(&self, ts: i64, committed: bool) -> Option<i64> {
         let end = self.readable_end(committed);

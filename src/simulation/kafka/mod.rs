@@ -219,18 +219,13 @@ impl Broker {
         self.topics.get(topic).map(|t| t.logs.len() as i32)
     }
 
-    /// The values of the records a `read_committed` consumer reads of a partition, in order.
+    /// The values of a partition's committed records (and its records outside transactions), in
+    /// order: what a `read_committed` consumer reads once every open transaction has ended (a
+    /// killed producer's is aborted when it times out).
     pub(crate) fn committed_values(&self, topic: &str, partition: i32) -> Vec<Option<Vec<u8>>> {
-        let mut out = Vec::new();
-        let Some(log) = self.log(topic, partition) else {
-            return out;
-        };
-        let mut at = 0;
-        while let (Some(e), next) = log.next(at, true) {
-            out.push(e.value.clone());
-            at = next;
-        }
-        out
+        self.log(topic, partition)
+            .map(|log| log.committed().map(|e| e.value.clone()).collect())
+            .unwrap_or_default()
     }
 
     /// Write the simulation's input records (their values) to `topic`'s `partition`: as they

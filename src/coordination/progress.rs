@@ -1,0 +1,168 @@
+//! Whether a group-coordinated job's input is finished, whoever read it: every partition of its
+//! subscription, as of the job's first discovery, finished in the newest checkpoint that holds it
+//! (as a restore takes each split from the newest run that holds it). A member whose own
+//! assignment is done asks this before it exits: until the answer is yes, another member's
+//! partitions are still to be read (by it, once the group deals them again, if their member died).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::checkpoint_store::StoreConfig;
+use crate::config::Config;
+use crate::connector::SourceConfig;
+use crate::error::{Error, Result};
+use crate::kafka::cluster::{self, ClientSpec};
+use crate::kafka::{Subscription, TopicPartition};
+
+/// How long a member waits between two looks at the job's progress.
+pub(super) const LOOK_EVERY: Duration = Duration::from_secs(2);
+
+/// The partitions of the job's input not finished yet (`topic:partition`), by the last
+/// checkpoints of every member's runs; empty when the whole input is.
+pub(super) async fn unfinished(config: &Config) -> Result<Vec<String>> {
+    let (SourceConfig::Kafka(source), StoreConfig::Kafka(store)) = (&config.source, &config.checkpoint.store) else {
+        return Err(Error::config(
+            "job.coordination",
+            "\"group\" needs a Kafka source and the Kafka store",
+        ));
+    };
+    let checkpoints = crate::checkpoint_store::kafka::group_checkpoints(store).await?;
+    let finished = finished_splits(&checkpoints);
+    let input: BTreeSet<TopicPartition> = match &source.settings.subscription {
+        Subscription::Partitions(list, _) => list.iter().cloned().collect(),
+        Subscription::Topics(topics) => {
+            let first = first_discovery(&checkpoints);
+            let mut input = BTreeSet::new();
+            for topic in topics {
+                let count = match first.get(topic) {
+                    Some(count) => *count,
+                    None => partitions_now(source, topic).await?,
+                };
+                input.extend((0..count).map(|p| (topic.clone(), p)));
+            }
+            input
+        }
+        Subscription::Pattern(_) => {
+            return Err(Error::config(
+                "source.topic_pattern",
+                "not used with job.coordination = \"group\"",
+            ))
+        }
+    };
+    Ok(input
+        .into_iter()
+        .filter(|tp| finished.get(tp) != Some(&true))
+        .map(|(t, p)| format!("{t}:{p}"))
+        .collect())
+}
+
+/// Whether each split the checkpoints hold is finished, by the newest that holds it
+/// (`checkpoints` oldest first): its readers' snapshots say, and a split its enumerator has not
+/// handed to a reader is not.
+fn finished_splits(checkpoints: &[Value]) -> BTreeMap<TopicPartition, bool> {
+    let mut finished = BTreeMap::new();
+    for cp in checkpoints {
+        let mut this: BTreeMap<TopicPartition, bool> = BTreeMap::new();
+        for known in cp["enumerator"]["splits"].as_array().into_iter().flatten() {
+            if let Some(tp) = topic_partition(&known["split"]) {
+                if known["removed"] == true {
+                    // gone from the cluster: nothing left to read
+                    this.insert(tp, true);
+                } else if known["assigned"] == false {
+                    this.insert(tp, false);
+                }
+            }
+        }
+        for snapshot in cp["splits"].as_array().into_iter().flatten() {
+            if let Some(tp) = topic_partition(&snapshot["split"]) {
+                this.insert(tp, !snapshot["finished"].is_null());
+            }
+        }
+        finished.extend(this);
+    }
+    finished
+}
+
+fn topic_partition(split: &Value) -> Option<TopicPartition> {
+    Some((
+        split["topic"].as_str()?.to_string(),
+        i32::try_from(split["partition"].as_i64()?).ok()?,
+    ))
+}
+
+/// Each topic's partition count at the job's first discovery: the fewest any member's saw
+/// (partitions added later are not part of what the first discovery bounded).
+fn first_discovery(checkpoints: &[Value]) -> BTreeMap<String, i32> {
+    let mut counts: BTreeMap<String, i32> = BTreeMap::new();
+    for cp in checkpoints {
+        for (topic, count) in cp["enumerator"]["initial_partitions"].as_object().into_iter().flatten() {
+            if let Some(count) = count.as_i64().and_then(|c| i32::try_from(c).ok()) {
+                let least = counts.entry(topic.clone()).or_insert(count);
+                *least = (*least).min(count);
+            }
+        }
+    }
+    counts
+}
+
+/// `topic`'s partition count now (no checkpoint knows the job's first discovery yet).
+async fn partitions_now(source: &crate::kafka::config::KafkaSourceConfig, topic: &str) -> Result<i32> {
+    let settings = source.settings.clone();
+    let topic = topic.to_string();
+    crate::core::unblock(move || {
+        let spec = ClientSpec::new(&settings.bootstrap_servers, &settings.properties, "group-progress");
+        let consumer = cluster::of(&settings.bootstrap_servers).consumer(&spec)?;
+        let what = format!("looking up the partitions of {topic}");
+        let metadata = consumer.metadata(Some(&topic), settings.request_timeout, &settings.properties, &what)?;
+        metadata
+            .partitions_of(&topic)
+            .map(|p| p.len() as i32)
+            .ok_or_else(|| Error::runtime(what, "the topic does not exist"))
+    })
+    .await?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_checkpoint_holding_a_split_says_whether_it_is_finished() {
+        let split = |p: i64| serde_json::json!({"topic": "t", "partition": p, "next_offset": 5});
+        let older = serde_json::json!({
+            "enumerator": {"splits": [{"split": split(2), "assigned": false}], "initial_partitions": {"t": 4}},
+            "splits": [
+                {"split": split(0), "finished": {"reason": "stopping_offset"}},
+                {"split": split(1), "finished": null},
+            ],
+        });
+        let newer = serde_json::json!({
+            "enumerator": {"splits": [], "initial_partitions": {"t": 3}},
+            "splits": [{"split": split(1), "finished": {"reason": "stopping_offset"}}],
+        });
+        let finished = finished_splits(&[older.clone(), newer.clone()]);
+        assert_eq!(finished.get(&("t".to_string(), 0)), Some(&true));
+        assert_eq!(
+            finished.get(&("t".to_string(), 1)),
+            Some(&true),
+            "the newer run finished it"
+        );
+        assert_eq!(
+            finished.get(&("t".to_string(), 2)),
+            Some(&false),
+            "not handed to a reader"
+        );
+        assert_eq!(
+            finished_splits(&[newer, older]).get(&("t".to_string(), 1)),
+            Some(&false)
+        );
+        assert_eq!(first_discovery(&[serde_json::json!({})]), BTreeMap::new());
+        let both = [
+            serde_json::json!({"enumerator": {"initial_partitions": {"t": 4}}}),
+            serde_json::json!({"enumerator": {"initial_partitions": {"t": 3}}}),
+        ];
+        assert_eq!(first_discovery(&both)["t"], 3);
+    }
+}
