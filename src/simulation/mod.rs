@@ -75,13 +75,16 @@ pub(crate) struct Outcome {
     pub(crate) state_log: Vec<String>,
 }
 
+/// How a member's process returned: its result, and what of the input was unfinished then.
+type Ended = (Result<(), String>, Vec<String>);
+
 /// A member process as the driver tracks it.
 struct Running {
     name: String,
     pid: usize,
     stop: watch::Sender<bool>,
     signalled: bool,
-    done: Arc<Mutex<Option<(Result<(), String>, Vec<String>)>>>,
+    done: Arc<Mutex<Option<Ended>>>,
 }
 
 /// Run `plan`; `Err` says which invariant broke, with the schedule's account.
