@@ -195,6 +195,7 @@
 
 pub mod checkpoint;
 mod coordinator;
+pub mod disk;
 pub mod emitter;
 pub mod enumerator;
 pub mod error;

@@ -6,7 +6,7 @@
 //! `{"format":"tidegate-state","version":1,"length":N,"crc32":C}\n<N payload bytes>`.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
+use crate::disk;
 use crate::error::{Error, Result, StateError};
 
 const FORMAT: &str = "tidegate-state";
@@ -85,9 +86,9 @@ impl StateStore {
             return Err(state_err(&path, StateError::Locked(lock_path)));
         }
         let temp = sibling(&path, "tmp");
-        if temp.exists() {
+        if disk::exists(&temp) {
             warn!(temp = %temp.display(), "removing a temp state file left by an interrupted checkpoint");
-            fs::remove_file(&temp).map_err(|e| state_err(&path, StateError::NotWritable(e)))?;
+            disk::remove(&temp).map_err(|e| state_err(&path, StateError::NotWritable(e)))?;
         }
         // a directory we cannot write would only fail at the first checkpoint: fail now instead
         let probe = sibling(&path, "probe");
@@ -138,16 +139,13 @@ impl StateStore {
             if let Some(i) = crate::sim::sync_point("state.write") {
                 return Err(interrupted(i));
             }
-            let mut file = File::create(&self.temp).map_err(|e| Error::io(ctx("create temp file"), e))?;
             if crash == Some(CrashPoint::DuringTempWrite) {
-                file.write_all(&bytes[..bytes.len() / 2])
+                disk::write_file(&self.temp, &bytes[..bytes.len() / 2])
                     .map_err(|e| Error::io(ctx("write temp file"), e))?;
                 return Ok(());
             }
-            file.write_all(bytes)
-                .map_err(|e| Error::io(ctx("write temp file"), e))?;
-            file.sync_all().map_err(|e| Error::io(ctx("fsync temp file"), e))?;
-            drop(file);
+            disk::write_file(&self.temp, bytes).map_err(|e| Error::io(ctx("write temp file"), e))?;
+            disk::sync_file(&self.temp).map_err(|e| Error::io(ctx("fsync temp file"), e))?;
             crate::failpoint::hit("state.before_rename");
             if let Some(i) = crate::sim::sync_point("state.before_rename") {
                 return Err(interrupted(i));
@@ -155,14 +153,13 @@ impl StateStore {
             if crash == Some(CrashPoint::BeforeRename) {
                 return Ok(());
             }
-            fs::rename(&self.temp, &self.path).map_err(|e| Error::io(ctx("rename temp file"), e))?;
-            let dir = File::open(parent_dir(&self.path)).map_err(|e| Error::io(ctx("open directory"), e))?;
-            dir.sync_all().map_err(|e| Error::io(ctx("fsync directory"), e))?;
+            disk::rename(&self.temp, &self.path).map_err(|e| Error::io(ctx("rename temp file"), e))?;
+            disk::sync_dir(&parent_dir(&self.path)).map_err(|e| Error::io(ctx("fsync directory"), e))?;
             Ok(())
         })();
         if result.is_err() {
             // a partial temp file must not linger (a full disk, say); the old state is intact
-            let _ = fs::remove_file(&self.temp);
+            let _ = disk::remove(&self.temp);
         }
         result
     }
@@ -240,7 +237,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StateError> {
 
 /// Read and check a state file; `None` if it does not exist.
 pub fn read_state<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
-    let bytes = match fs::read(path) {
+    let bytes = match disk::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(state_err(path, StateError::Unreadable(e))),

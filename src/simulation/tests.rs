@@ -8,15 +8,48 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
-/// Run the seeds; the failures, first few in full.
-fn explore(seeds: impl Iterator<Item = u64>) -> Vec<(u64, String)> {
-    let mut failures = Vec::new();
+/// What the schedules went through.
+#[derive(Debug, Default)]
+struct Totals {
+    schedules: u64,
+    members: u64,
+    killed: u64,
+    ended_well: u64,
+    stopped: u64,
+    failed: u64,
+    /// The first words of each failure a member ended with, counted.
+    errors: std::collections::BTreeMap<String, u64>,
+    records: u64,
+    failures: Vec<(u64, String)>,
+}
+
+/// Run the seeds.
+fn explore(seeds: impl Iterator<Item = u64>) -> Totals {
+    let mut totals = Totals::default();
     for seed in seeds {
-        if let Err(e) = run(&Plan::of(seed)) {
-            failures.push((seed, e));
+        totals.schedules += 1;
+        match run(&Plan::of(seed)) {
+            Ok(outcome) => {
+                totals.records += outcome.output.iter().map(|p| p.len() as u64).sum::<u64>();
+                for m in &outcome.members {
+                    totals.members += 1;
+                    match &m.exit {
+                        super::Exit::Killed => totals.killed += 1,
+                        super::Exit::Returned { signalled: true, .. } => totals.stopped += 1,
+                        super::Exit::Returned { result: Ok(()), .. } => totals.ended_well += 1,
+                        super::Exit::Returned { result: Err(e), .. } => {
+                            totals.failed += 1;
+                            let words: String = e.split_whitespace().take(6).collect::<Vec<_>>().join(" ");
+                            *totals.errors.entry(words).or_default() += 1;
+                        }
+                        super::Exit::Running => {}
+                    }
+                }
+            }
+            Err(e) => totals.failures.push((seed, e)),
         }
     }
-    failures
+    totals
 }
 
 #[test]
@@ -38,7 +71,22 @@ fn group_members_explore_schedules() {
     }
     let count = env_u64("TIDEGATE_GROUP_SIM_SCHEDULES").unwrap_or(200);
     let first = env_u64("TIDEGATE_GROUP_SIM_FIRST_SEED").unwrap_or(0);
-    let failures = explore(first..first + count);
+    let totals = explore(first..first + count);
+    eprintln!(
+        "group simulation: {} schedules (seeds {first}..{}), {} member processes: {} ended by themselves, {} stopped, {} killed, {} failed; {} records written",
+        totals.schedules,
+        first + count,
+        totals.members,
+        totals.ended_well,
+        totals.stopped,
+        totals.killed,
+        totals.failed,
+        totals.records
+    );
+    for (words, n) in &totals.errors {
+        eprintln!("group simulation:   {n} failed with: {words} …");
+    }
+    let failures = totals.failures;
     for (seed, e) in failures.iter().take(3) {
         eprintln!("group simulation: seed {seed} failed: {e}\n");
     }

@@ -210,6 +210,9 @@ pub(crate) fn run_seed(seed: u64, dir: &Path) -> Result<Outcome, String> {
     let log = Arc::new(Log::default());
     let path = dir.join("job.state");
     let disk: SharedDisk = Arc::new(Mutex::new(Disk::default()));
+    // the state file on a disk that keeps only what was synced through a crash
+    let state_disk = std::rc::Rc::new(std::cell::RefCell::new(crate::disk::SimulatedDisk::default()));
+    let _on_disk = crate::disk::SimulatedDisk::enter(std::rc::Rc::clone(&state_disk));
     let mut crash_rng = SplitMix64(seed ^ 0x5eed);
     let mut outcome = Outcome::default();
     let mut previous_parallelism = None;
@@ -232,6 +235,7 @@ pub(crate) fn run_seed(seed: u64, dir: &Path) -> Result<Outcome, String> {
             Ended::Crashed => {
                 outcome.crashes += 1;
                 disk.crash(&mut crash_rng);
+                state_disk.borrow_mut().crash(&mut crash_rng);
             }
             Ended::Failed => {
                 // the process exited: what it wrote is in the page cache, and stays
