@@ -23,13 +23,16 @@ use crate::error::{Error, Result};
 pub const DEFAULT_TOPIC: &str = "tidegate-state";
 
 /// librdkafka properties the Kafka store sets itself: how it reads (committed records, an event at
-/// the partition's end) and how it writes (one transaction per checkpoint, every replica).
+/// the partition's end) and how it writes (one transaction per checkpoint, every replica, a
+/// transaction a crashed process left open aborted within a minute, before a restore gives up
+/// waiting for it).
 const RESERVED_PROPERTIES: &[&str] = &[
     "isolation.level",
     "enable.partition.eof",
     "transactional.id",
     "enable.idempotence",
     "acks",
+    "transaction.timeout.ms",
 ];
 
 /// `checkpoint.store`, validated.

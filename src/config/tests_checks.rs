@@ -188,10 +188,28 @@ fn the_kafka_checkpoint_store_refuses_properties_it_sets() {
         "transactional.id",
         "enable.idempotence",
         "acks",
+        "transaction.timeout.ms",
     ] {
         let set = format!("checkpoint.properties={{\"{key}\":\"x\"}}");
         let e = error_of(BASE, &["checkpoint.store=kafka", &set]);
         assert_eq!(key_of(&e), format!("checkpoint.properties.\"{key}\""), "{e}");
+    }
+}
+
+/// A transaction's timeout is `sink.transaction_timeout`, checked against the checkpoint interval
+/// (and, for a group, capped): librdkafka's property would override it unchecked (at 900,000 ms
+/// a killed member's open transaction held every restore for 15 minutes).
+#[test]
+fn the_transaction_timeout_is_only_sink_transaction_timeout() {
+    let _env = env_lock();
+    for delivery in ["exactly_once", "at_least_once"] {
+        let text = format!(
+            "{BASE}\n[sink.properties]\n\"transaction.timeout.ms\" = \"900000\"\n"
+        )
+        .replace("type = \"null\"", &format!("type = \"kafka\"\nbootstrap_servers = \"127.0.0.1:9092\"\ntopic = \"out\"\ndelivery = \"{delivery}\""));
+        let e = error_of(&text, &[]);
+        assert_eq!(key_of(&e), "sink.properties.\"transaction.timeout.ms\"", "{delivery}: {e}");
+        assert!(e.to_string().contains("sink.transaction_timeout"), "{e}");
     }
 }
 

@@ -130,6 +130,13 @@ impl SinkConnector for KafkaSinkConfig {
             ],
         )?;
         let properties = properties("sink", raw.properties)?;
+        if properties.contains_key("transaction.timeout.ms") {
+            return Err(Error::config(
+                "sink.properties.\"transaction.timeout.ms\"",
+                "is set from sink.transaction_timeout, which is checked against checkpoint.interval (and capped \
+                 for a group's members); set that instead",
+            ));
+        }
         if delivery == Delivery::ExactlyOnce {
             if let Some(key) = ["transactional.id", "enable.idempotence"]
                 .into_iter()
