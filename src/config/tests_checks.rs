@@ -203,12 +203,18 @@ fn the_kafka_checkpoint_store_refuses_properties_it_sets() {
 fn the_transaction_timeout_is_only_sink_transaction_timeout() {
     let _env = env_lock();
     for delivery in ["exactly_once", "at_least_once"] {
-        let text = format!(
-            "{BASE}\n[sink.properties]\n\"transaction.timeout.ms\" = \"900000\"\n"
-        )
-        .replace("type = \"null\"", &format!("type = \"kafka\"\nbootstrap_servers = \"127.0.0.1:9092\"\ntopic = \"out\"\ndelivery = \"{delivery}\""));
+        let text = format!("{BASE}\n[sink.properties]\n\"transaction.timeout.ms\" = \"900000\"\n").replace(
+            "type = \"null\"",
+            &format!(
+                "type = \"kafka\"\nbootstrap_servers = \"127.0.0.1:9092\"\ntopic = \"out\"\ndelivery = \"{delivery}\""
+            ),
+        );
         let e = error_of(&text, &[]);
-        assert_eq!(key_of(&e), "sink.properties.\"transaction.timeout.ms\"", "{delivery}: {e}");
+        assert_eq!(
+            key_of(&e),
+            "sink.properties.\"transaction.timeout.ms\"",
+            "{delivery}: {e}"
+        );
         assert!(e.to_string().contains("sink.transaction_timeout"), "{e}");
     }
 }

@@ -277,9 +277,7 @@ impl<S: Source> Job<S> {
         }
         let _ = (self.stats.bounded).set(self.source.boundedness() == super::source::Boundedness::Bounded);
         let (rate, bytes_rate) = self.source.rate_limits();
-        if rate.is_some() || bytes_rate.is_some() {
-            self.stats.throttle.set_limits(rate, bytes_rate);
-        }
+        self.stats.throttle.configure(rate, bytes_rate);
         let mut reader_txs = Vec::with_capacity(parallelism);
         let mut reader_aborts = Vec::with_capacity(parallelism);
         let mut reader_watchers = Vec::with_capacity(parallelism);

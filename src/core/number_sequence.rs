@@ -204,6 +204,8 @@ pub struct NumberSequenceSource {
     pub queue_capacity: usize,
     /// Ends a split at the first number it matches.
     pub eof: Option<Arc<dyn EofOnRecordEvaluator<u64>>>,
+    /// The records/s and bytes/s limits a job of it starts with ([`Source::rate_limits`]).
+    pub rate_limits: (Option<f64>, Option<f64>),
 }
 
 impl NumberSequenceSource {
@@ -217,6 +219,7 @@ impl NumberSequenceSource {
             fetcher_mode: FetcherMode::Single,
             queue_capacity: super::queue::DEFAULT_CAPACITY,
             eof: None,
+            rate_limits: (None, None),
         }
     }
 }
@@ -246,6 +249,10 @@ impl Source for NumberSequenceSource {
 
     fn create_reader(&self, context: ReaderContext) -> Result<Self::Reader> {
         self.reader(context, true)
+    }
+
+    fn rate_limits(&self) -> (Option<f64>, Option<f64>) {
+        self.rate_limits
     }
 }
 

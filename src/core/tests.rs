@@ -429,3 +429,28 @@ fn a_stopped_job_does_not_signal_end_of_input() {
     assert!(report.stopped);
     assert_eq!(ends.load(Ordering::SeqCst), 0);
 }
+
+/// The limits a session's job starts with are its config's; a change made while it runs (`POST
+/// /control`) carries over to the session's next run (a group member's, after a rebalance)
+/// rather than being reset to the config's.
+#[test]
+fn limits_changed_while_a_session_runs_carry_over_to_its_next_run() {
+    let stats = Arc::new(super::JobStats::default());
+    let source = || {
+        let mut s = NumberSequenceSource::new(0, 10, 1);
+        s.rate_limits = (Some(1e9), None);
+        s
+    };
+    let first = Job::new(source(), JobOptions::new("test", 1)).with_stats(Arc::clone(&stats));
+    first.run_blocking(Box::new(CollectSink::new().0)).expect("first run");
+    assert_eq!(stats.throttle.limits(), (Some(1e9), None), "the config's limits");
+    // POST /control, between two runs of the session
+    stats.throttle.set_limits(Some(5e8), Some(1e9));
+    let second = Job::new(source(), JobOptions::new("test", 1)).with_stats(Arc::clone(&stats));
+    second.run_blocking(Box::new(CollectSink::new().0)).expect("second run");
+    assert_eq!(
+        stats.throttle.limits(),
+        (Some(5e8), Some(1e9)),
+        "the change carried over"
+    );
+}

@@ -57,6 +57,9 @@ fn cap(rate: f64) -> f64 {
 /// The job's emission control: pause and rate limits, shared by its readers.
 #[derive(Debug)]
 pub struct Throttle {
+    /// The configured limits were applied (by the session's first run): later runs keep what
+    /// the session made of them since.
+    configured: AtomicBool,
     paused: AtomicBool,
     /// Whether any limit is set (a quick test without the lock).
     limited: AtomicBool,
@@ -68,6 +71,7 @@ pub struct Throttle {
 impl Default for Throttle {
     fn default() -> Self {
         Throttle {
+            configured: AtomicBool::new(false),
             paused: AtomicBool::new(false),
             limited: AtomicBool::new(false),
             bucket: Mutex::new(Bucket {
@@ -117,6 +121,15 @@ impl Throttle {
             .store(rate.is_some() || bytes_rate.is_some(), Ordering::Relaxed);
         drop(b);
         self.changed();
+    }
+
+    /// The limits a job starts with (its source's config): applied by the first run of a
+    /// session only, so that a change made while it ran (`POST /control`) carries over to its
+    /// next runs (a group member's, after a rebalance).
+    pub fn configure(&self, rate: Option<f64>, bytes_rate: Option<f64>) {
+        if !self.configured.swap(true, Ordering::SeqCst) && (rate.is_some() || bytes_rate.is_some()) {
+            self.set_limits(rate, bytes_rate);
+        }
     }
 
     /// The limits: records/s and bytes/s.
