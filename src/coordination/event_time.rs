@@ -60,13 +60,16 @@ pub struct EventTimeLink {
 
 impl EventTimeLink {
     /// Start publishing the clocks the session's runs put in `stats`, for the job of `store`
-    /// reading `subscription` at `source_servers` (`--reset-state` has removed the values of the
-    /// job before: `checkpoint_store`'s reset writes tombstones over them with the job's state).
+    /// reading `subscription` at `source_servers`, its values stamped `stamp` ([`stamp_of`]:
+    /// values stamped otherwise are another job's, left out) (`--reset-state` has removed the
+    /// values of the job before: `checkpoint_store`'s reset writes tombstones over them with the
+    /// job's state).
     pub fn start(
         store: &KafkaStoreConfig,
         source_servers: &str,
         source_properties: &BTreeMap<String, String>,
         subscription: &Subscription,
+        stamp: String,
         stats: Arc<JobStats>,
     ) -> Result<Self> {
         Self::start_failing_after(
@@ -74,6 +77,7 @@ impl EventTimeLink {
             source_servers,
             source_properties,
             subscription,
+            stamp,
             stats,
             FAIL_AFTER,
         )
@@ -85,6 +89,7 @@ impl EventTimeLink {
         source_servers: &str,
         source_properties: &BTreeMap<String, String>,
         subscription: &Subscription,
+        stamp: String,
         stats: Arc<JobStats>,
         fail_after: Duration,
     ) -> Result<Self> {
@@ -125,7 +130,7 @@ impl EventTimeLink {
             subscription: subscription.clone(),
             properties: source_properties.clone(),
             stats,
-            merged: Merged::default(),
+            merged: Merged::of(stamp),
             splits: None,
             listed: None,
             sent: HashMap::new(),
@@ -184,6 +189,27 @@ impl Drop for EventTimeLink {
             let _ = thread.join();
         }
     }
+}
+
+/// The stamp of a job's published values: its name, and a hash of the source settings its
+/// values depend on (the cluster, the subscription, the starting and stopping offsets, the end
+/// rule): a deployment of the same name on a shared state topic that reads other topics or
+/// another day stamps its values otherwise, and the two do not stop each other.
+pub fn stamp_of(job: &str, source: &crate::kafka::config::KafkaSourceConfig) -> String {
+    let s = &source.settings;
+    let settings = format!(
+        "{}|{}|{}|{}|{}",
+        s.bootstrap_servers,
+        s.subscription,
+        s.starting,
+        s.stopping,
+        source.eof.as_deref().unwrap_or("none")
+    );
+    // FNV-1a: stable across processes and versions
+    let hash = settings.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{job}/{hash:016x}")
 }
 
 struct Link {
@@ -396,6 +422,7 @@ impl Link {
                 watermark: split.watermark,
                 front: split.front,
                 stop,
+                stamp: self.merged.stamp.clone(),
             };
             if self.sent.get(&split.id) == Some(&value) {
                 continue;

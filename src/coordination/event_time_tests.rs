@@ -116,6 +116,7 @@ fn publish(member: &Member, merged: &mut Merged) {
             watermark: split.watermark,
             front: split.front,
             stop,
+            stamp: None,
         };
         merged.apply(split.id, Some(value));
     }
@@ -248,7 +249,14 @@ fn every_schedule_of_members_ends_every_split_at_the_earliest_marker_of_any() {
 #[test]
 fn published_values_merge_by_the_largest_watermark_and_the_earliest_stop_until_a_tombstone() {
     let mut merged = Merged::default();
-    let value = |watermark, front, stop| Some(Published { watermark, front, stop });
+    let value = |watermark, front, stop| {
+        Some(Published {
+            watermark,
+            front,
+            stop,
+            stamp: None,
+        })
+    };
     // a member that read the split further, then one that took it over from an older checkpoint
     merged.apply(id(0), value(50, Some(60), Some(40)));
     merged.apply(id(0), value(20, Some(25), None));
@@ -264,6 +272,43 @@ fn published_values_merge_by_the_largest_watermark_and_the_earliest_stop_until_a
     let peers = merged.peers(&all);
     assert!(peers.watermarks.is_empty() && peers.fronts.is_empty());
     assert_eq!(peers.stop, None);
+}
+
+/// Values published for splits that are not the source's (another job's on a shared state topic,
+/// a staging run of the same name reading other topics) are not merged: their stop ended every
+/// member's partitions, and their watermarks held nothing back of ours.
+#[test]
+fn only_the_source_s_own_splits_count() {
+    let mut merged = Merged::default();
+    let value = |watermark, front, stop| {
+        Some(Published {
+            watermark,
+            front,
+            stop,
+            stamp: None,
+        })
+    };
+    merged.apply(id(0), value(50, None, None));
+    // another job's split, with a stop far before ours
+    merged.apply(Arc::from("staging-trades-0"), value(5, Some(6), Some(7)));
+    let ours: HashSet<SplitId> = [id(0)].into();
+    let peers = merged.peers(&ours);
+    assert_eq!(peers.stop, None, "another job's stop ended ours");
+    assert!(!peers.watermarks.contains_key("staging-trades-0"));
+    assert!(!peers.fronts.contains_key("staging-trades-0"));
+    // the same job name reading the same splits with other settings (a staging run of another
+    // day) stamps its values otherwise: they are left out
+    let mut merged = Merged::of("close/1".into());
+    let stamped = |stamp: &str, stop| Published {
+        watermark: 10,
+        front: None,
+        stop,
+        stamp: Some(stamp.into()),
+    };
+    merged.apply(id(0), Some(stamped("close/2", Some(3))));
+    assert_eq!(merged.peers(&ours).stop, None, "another run's stop ended ours");
+    merged.apply(id(0), Some(stamped("close/1", Some(9))));
+    assert_eq!(merged.peers(&ours).stop, Some(9));
 }
 
 /// A member whose values cannot be published fails, saying why, rather than hold every member
@@ -310,6 +355,7 @@ fn a_link_whose_values_cannot_be_published_fails_naming_the_topic() {
         &servers,
         &BTreeMap::new(),
         &Subscription::Topics(vec!["trades".into()]),
+        "close/test".into(),
         stats,
         Duration::from_secs(1),
     )

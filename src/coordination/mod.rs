@@ -234,6 +234,7 @@ pub(crate) async fn run_member(
                     &source.settings.bootstrap_servers,
                     &source.settings.properties,
                     &source.settings.subscription,
+                    event_time::stamp_of(&config.job.name, source),
                     Arc::clone(session.stats()),
                 )?);
             }
