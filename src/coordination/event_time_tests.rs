@@ -6,7 +6,6 @@
 //! when no member crashed), and every member ends.
 
 use std::collections::{HashSet, VecDeque};
-use std::time::Instant;
 
 use super::*;
 use crate::core::event_time::{EventTimeOptions, Release};
@@ -92,7 +91,7 @@ fn release(member: &mut Member, splits: &[Records]) -> Vec<(usize, usize)> {
             kept.push_back((s, r));
             continue;
         }
-        match member.clock.release(splits[s][r].0, Instant::now(), false) {
+        match member.clock.release(splits[s][r].0, tokio::time::Instant::now(), false) {
             Release::Now => out.push((s, r)),
             Release::Drop => {}
             _ => {

@@ -8,6 +8,7 @@
 mod event_time;
 mod progress;
 mod published;
+mod twins;
 
 use std::sync::Arc;
 
@@ -158,6 +159,7 @@ pub(crate) async fn run_member(
     let mut link: Option<event_time::EventTimeLink> = None;
     let servers = &source.settings.bootstrap_servers;
     let spec = ClientSpec::new(servers, &source.settings.properties, "group");
+    twins::none_running(source, &group_id(&config.job.name), &member).await?;
     let mut membership: Box<dyn GroupMembership> = cluster::of(servers).join_group(
         &spec,
         &GroupSpec {

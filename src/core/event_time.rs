@@ -32,7 +32,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// the runtime's clock: the system's, virtual under a simulation (sim::now)
+use tokio::time::Instant;
 
 use tokio::sync::watch;
 use tracing::{info, warn};

@@ -7,7 +7,8 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
+// the runtime's clock: the system's, virtual under a simulation (sim::now)
+use tokio::time::Instant;
 
 use tokio::sync::watch;
 use tracing::warn;
@@ -457,7 +458,7 @@ impl<T: RecordPosition> HeldRecords<T> {
         Box::pin(async move {
             let sleep = async {
                 match wake_at {
-                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
             };

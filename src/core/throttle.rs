@@ -7,7 +7,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// the runtime's clock: the system's, virtual under a simulation (sim::now)
+use tokio::time::Instant;
 
 use tokio::sync::watch;
 

@@ -29,7 +29,7 @@ fn a_resumed_reader_never_sees_the_clock_from_before_the_pause() {
         let split: crate::core::SplitId = Arc::from("t-0");
         clock.register(&split);
         clock.observe(&split, 0, 0, 0);
-        assert_eq!(clock.release(0, Instant::now(), false), Release::Now);
+        assert_eq!(clock.release(0, tokio::time::Instant::now(), false), Release::Now);
         clock.emitted(0, false);
         apply_control(&board, br#"{"paused": true}"#).expect("pause");
         // paused for 150 ms: a record 100 ms of event time after the last one was due during it
@@ -43,7 +43,7 @@ fn a_resumed_reader_never_sees_the_clock_from_before_the_pause() {
                 while stats.throttle.is_paused() {
                     std::hint::spin_loop();
                 }
-                *seen.lock().expect("seen") = Some(clock.release(100, Instant::now(), false));
+                *seen.lock().expect("seen") = Some(clock.release(100, tokio::time::Instant::now(), false));
             })
         };
         while !started.load(Ordering::SeqCst) {

@@ -74,6 +74,9 @@ pub(super) fn invariants(plan: &Plan, outcome: &Outcome, _kafka: &SimKafka) -> R
                     unfinished.join(", ")
                 ));
             }
+            Exit::Panicked(message) => {
+                return Err(format!("member {} (process {}) panicked: {message}", m.name, m.pid));
+            }
             Exit::Running => {
                 return Err(format!(
                     "member {} (process {}) did not end: hung (the bounded input: {})",

@@ -44,6 +44,8 @@ const LIMIT: Duration = Duration::from_secs(3600);
 pub(crate) enum Exit {
     /// Still running when the schedule ended (a hang, unless it was killed or paused).
     Running,
+    /// Its task panicked, saying this.
+    Panicked(String),
     Killed,
     /// It returned: `Ok` with or without a stop signal, or its error.
     Returned {
@@ -85,6 +87,7 @@ struct Running {
     stop: watch::Sender<bool>,
     signalled: bool,
     done: Arc<Mutex<Option<Ended>>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 /// Run `plan`; `Err` says which invariant broke, with the schedule's account.
@@ -137,7 +140,7 @@ async fn drive(
         let config = configs.of(name);
         let result = Arc::clone(&done);
         let (kafka, records) = (Arc::clone(kafka), plan.records.clone());
-        simulation.spawn_local_in(pid, async move {
+        let task = simulation.spawn_local_in(pid, async move {
             let session = crate::daemon::Session::simulated(stopped);
             let outcome = crate::coordination::run_member(&config, &session, false, true, None).await;
             let unfinished = check::unfinished(&records, &check::output(&records, &kafka.broker()));
@@ -150,6 +153,7 @@ async fn drive(
             stop,
             signalled: false,
             done,
+            task,
         });
     };
     for (i, name) in plan.members.iter().enumerate() {
@@ -161,9 +165,11 @@ async fn drive(
     let mut events = plan.events.iter().peekable();
     let deadline = began + LIMIT;
     loop {
-        let ended = running
-            .iter()
-            .all(|r| simulation.is_dead(r.pid) || r.done.lock().unwrap_or_else(|p| p.into_inner()).is_some());
+        let ended = running.iter().all(|r| {
+            simulation.is_dead(r.pid)
+                || r.task.is_finished()
+                || r.done.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        });
         if events.peek().is_none() && ended {
             break;
         }
@@ -205,22 +211,37 @@ async fn drive(
             _ = tokio::time::sleep_until(deadline) => break,
         }
     }
-    running
-        .iter()
-        .map(|r| MemberRun {
-            name: r.name.clone(),
-            pid: r.pid,
-            exit: match r.done.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-                Some((result, unfinished)) => Exit::Returned {
-                    signalled: r.signalled,
-                    result,
-                    unfinished,
-                },
-                None if simulation.is_dead(r.pid) => Exit::Killed,
-                None => Exit::Running,
+    let mut members = Vec::new();
+    for r in running {
+        let done = r.done.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let exit = match done {
+            Some((result, unfinished)) => Exit::Returned {
+                signalled: r.signalled,
+                result,
+                unfinished,
             },
-        })
-        .collect()
+            None if simulation.is_dead(r.pid) => Exit::Killed,
+            None if r.task.is_finished() => match r.task.await {
+                Err(e) if e.is_panic() => {
+                    let panic = e.into_panic();
+                    let message = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    Exit::Panicked(message)
+                }
+                _ => Exit::Panicked("its task ended without a result".into()),
+            },
+            None => Exit::Running,
+        };
+        members.push(MemberRun {
+            name: r.name,
+            pid: r.pid,
+            exit,
+        });
+    }
+    members
 }
 
 impl Outcome {

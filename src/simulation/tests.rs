@@ -42,7 +42,7 @@ fn explore(seeds: impl Iterator<Item = u64>) -> Totals {
                             let words: String = e.split_whitespace().take(6).collect::<Vec<_>>().join(" ");
                             *totals.errors.entry(words).or_default() += 1;
                         }
-                        super::Exit::Running => {}
+                        super::Exit::Running | super::Exit::Panicked(_) => {}
                     }
                 }
             }
@@ -144,4 +144,45 @@ fn a_survivor_does_not_exit_0_while_a_killed_member_s_partitions_are_unread() {
         "every record written: {:?}",
         outcome.output.iter().map(Vec::len).collect::<Vec<_>>()
     );
+}
+
+/// Two processes run as the same member (`job.member`, the host name by default, on two
+/// machines): they share the member's transactional ids and would fence each other, one restart
+/// after the other. The second refuses to start, naming `job.member`; the first reads the input
+/// once.
+#[test]
+fn a_second_process_under_a_member_s_name_is_refused_naming_job_member() {
+    use std::time::Duration;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .without_time()
+        .with_ansi(false)
+        .try_init();
+    let mut plan = survivor_of_a_killed_member();
+    plan.members = vec!["m0".into()];
+    plan.crash_steps = vec![None];
+    plan.session_timeout = Duration::from_secs(10);
+    // 24 s of input: the first is still at it when the second has waited out a session
+    plan.max_rate = Some(10);
+    plan.events = vec![super::plan::Event {
+        at: Duration::from_millis(500),
+        action: super::Action::Start {
+            name: "m0".into(),
+            crash_at: None,
+        },
+    }];
+    let outcome = run(&plan).unwrap_or_else(|e| panic!("{e}"));
+    let refused: Vec<&super::MemberRun> = outcome
+        .members
+        .iter()
+        .filter(|m| matches!(&m.exit, super::Exit::Returned { result: Err(e), .. } if e.contains("job.member")))
+        .collect();
+    assert_eq!(
+        refused.len(),
+        1,
+        "one of the twins refused, naming job.member: {:?}",
+        outcome.members
+    );
+    assert!(outcome.output.iter().all(|p| p.len() == 60));
 }

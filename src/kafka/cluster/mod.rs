@@ -296,6 +296,8 @@ pub trait Consumer: Send + Sync {
     ) -> Result<Metadata>;
     /// The ids of the existing ones of `topics` (KIP-516), asked of `broker`.
     fn topic_ids(&self, topics: &[String], broker: i32, timeout: Duration) -> Result<HashMap<String, String>>;
+    /// The members of consumer group `group` now: each one's client id and host.
+    fn group_members(&self, group: &str, timeout: Duration) -> KafkaResult<Vec<(String, String)>>;
 }
 
 /// What the consumer group did to a member.

@@ -108,6 +108,7 @@ impl Cluster for SimCluster {
             kafka: Arc::clone(&self.0),
             process,
             group: group.group.clone(),
+            client: format!("{}@{}", group.group, group.member),
             topics: group.topics.clone(),
             session_timeout: millis(spec, "session.timeout.ms", 45_000),
             rebalance_timeout: millis(spec, "max.poll.interval.ms", 300_000),
@@ -524,6 +525,21 @@ impl Consumer for SimConsumer {
         metadata(&self.kafka, self.process, topic, what)
     }
 
+    fn group_members(&self, group: &str, _timeout: Duration) -> KafkaResult<Vec<(String, String)>> {
+        alive(self.process)?;
+        let broker = self.kafka.broker();
+        Ok(broker
+            .groups
+            .get(group)
+            .map(|g| {
+                g.members
+                    .values()
+                    .map(|m| (m.client.clone(), "simulated-host".to_string()))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     fn topic_ids(&self, topics: &[String], _broker: i32, _timeout: Duration) -> Result<HashMap<String, String>> {
         alive(self.process).map_err(|e| crate::error::kafka("describing topics", e))?;
         let broker = self.kafka.broker();
@@ -551,6 +567,7 @@ struct SimMembership {
     kafka: Arc<SimKafka>,
     process: usize,
     group: String,
+    client: String,
     topics: Vec<String>,
     session_timeout: Duration,
     rebalance_timeout: Duration,
@@ -609,7 +626,13 @@ impl SimMembership {
         let id = match &state.id {
             Some(id) => id.clone(),
             None => {
-                let id = group.join(self.topics.clone(), self.session_timeout, self.rebalance_timeout, now);
+                let id = group.join(
+                    self.client.clone(),
+                    self.topics.clone(),
+                    self.session_timeout,
+                    self.rebalance_timeout,
+                    now,
+                );
                 state.id = Some(id.clone());
                 id
             }
@@ -687,12 +710,9 @@ impl Drop for SimMembership {
         let id = self.state().id.take();
         if let (Some(id), true) = (id, sim::alive(self.process)) {
             let now = sim::now();
-            self.kafka
-                .broker()
-                .groups
-                .entry(self.group.clone())
-                .or_default()
-                .leave(&id, now);
+            let mut broker = self.kafka.broker();
+            broker.note(format!("group {}: {id} leaves (process {})", self.group, self.process));
+            broker.groups.entry(self.group.clone()).or_default().leave(&id, now);
         }
     }
 }

@@ -13,6 +13,8 @@ use crate::kafka::TopicPartition;
 /// One member, as the coordinator knows it.
 #[derive(Debug, Clone)]
 pub(super) struct Member {
+    /// Its client id (`<group>@<member>`), as the group lists it.
+    pub(super) client: String,
     pub(super) topics: Vec<String>,
     pub(super) last_heartbeat: tokio::time::Instant,
     pub(super) session_timeout: Duration,
@@ -54,6 +56,7 @@ impl Group {
     /// A new member; a rebalance starts.
     pub(super) fn join(
         &mut self,
+        client: String,
         topics: Vec<String>,
         session_timeout: Duration,
         rebalance_timeout: Duration,
@@ -64,6 +67,7 @@ impl Group {
         self.members.insert(
             id.clone(),
             Member {
+                client,
                 topics,
                 last_heartbeat: now,
                 session_timeout,

@@ -119,7 +119,7 @@ impl Broker {
         sim::now()
     }
 
-    fn note(&mut self, event: String) {
+    pub(super) fn note(&mut self, event: String) {
         tracing::debug!(target: "tidegate::simulation::kafka", "{event}");
         self.events.push(event);
     }

@@ -86,11 +86,19 @@ impl Transactions {
 
     /// The error of a producer that another one fenced.
     pub(super) fn fenced(&self) -> Error {
+        // a group member's id ends with its name: two processes of one name fence each other
+        let twin = match self.id.split_once('@') {
+            Some((_, member)) => format!(
+                " (two processes running as group member {member:?} do: give each its own job.member, the host \
+                 name by default)"
+            ),
+            None => String::new(),
+        };
         Error::runtime(
             "kafka sink",
             format!(
                 "fenced: another tidegate process started the same job (transactional.id {}) and took over \
-                 its transactions, or the broker aborted a transaction that outlived transaction.timeout.ms; \
+                 its transactions{twin}, or the broker aborted a transaction that outlived transaction.timeout.ms; \
                  this one stops so that only one writes them",
                 self.id
             ),

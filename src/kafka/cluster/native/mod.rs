@@ -351,4 +351,15 @@ impl Consumer for NativeConsumer {
     fn topic_ids(&self, topics: &[String], broker: i32, timeout: Duration) -> Result<HashMap<String, String>> {
         crate::kafka::topic_ids::topic_ids(&self.0, topics, broker, timeout)
     }
+
+    fn group_members(&self, group: &str, timeout: Duration) -> KafkaResult<Vec<(String, String)>> {
+        let list = self.0.fetch_group_list(Some(group), timeout)?;
+        Ok(list
+            .groups()
+            .iter()
+            .filter(|g| g.name() == group)
+            .flat_map(|g| g.members())
+            .map(|m| (m.client_id().to_string(), m.client_host().to_string()))
+            .collect())
+    }
 }
