@@ -90,6 +90,8 @@ struct Process {
     steps: u64,
     /// Killed at this of its own steps.
     crash_at: Option<u64>,
+    /// Stopped at this of its own steps, for this long.
+    pause_at: Option<(u64, Duration)>,
     /// Killed (at a step, or by the driver): its tasks never run again.
     dead: bool,
     /// Stopped until then.
@@ -176,6 +178,13 @@ impl Simulation {
     pub fn kill(&self, pid: usize) {
         if let Some(p) = self.state.borrow_mut().processes.get_mut(pid) {
             p.dead = true;
+        }
+    }
+
+    /// Stop process `pid` at its own step `step`, for `duration`, as `SIGSTOP` and `SIGCONT` would.
+    pub fn pause_at(&self, pid: usize, step: u64, duration: Duration) {
+        if let Some(p) = self.state.borrow_mut().processes.get_mut(pid) {
+            p.pause_at = Some((step, duration));
         }
     }
 
@@ -372,6 +381,11 @@ fn decide(name: &'static str, durable: bool) -> Decision {
         if process.crash_at == Some(process.steps) {
             process.dead = true;
             return Decision::Halt;
+        }
+        if let Some((_, pause)) = process.pause_at.filter(|(at, _)| *at == process.steps) {
+            // the whole process stops here: this task sleeps, the others are held
+            process.paused_until = Some(tokio::time::Instant::now() + pause);
+            return Decision::Sleep(pause);
         }
         if s.schedule.stop_at == Some(step) {
             s.trace.stopped = true;

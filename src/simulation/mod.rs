@@ -158,6 +158,9 @@ async fn drive(
     };
     for (i, name) in plan.members.iter().enumerate() {
         start(name, plan.crash_steps.get(i).copied().flatten(), &mut running);
+        if let (Some(Some((step, pause))), Some(r)) = (plan.pause_steps.get(i), running.last()) {
+            simulation.pause_at(r.pid, *step, *pause);
+        }
     }
     let mut compactions = plan
         .compaction_every

@@ -45,6 +45,9 @@ pub(crate) struct Plan {
     pub(crate) members: Vec<String>,
     /// Each initial member's process is killed at this step of its own.
     pub(crate) crash_steps: Vec<Option<u64>>,
+    /// Each initial member's process is stopped at this step of its own, for this long (in the
+    /// middle of a checkpoint, say, past its session timeout).
+    pub(crate) pause_steps: Vec<Option<(u64, Duration)>>,
     pub(crate) parallelism: usize,
     pub(crate) checkpoint_interval: Duration,
     pub(crate) session_timeout: Duration,
@@ -67,6 +70,12 @@ impl Plan {
         let members: Vec<String> = (0..count).map(|i| format!("m{i}")).collect();
         let crash_steps = (0..count)
             .map(|_| rng.chance(150).then(|| rng.range(1, 4000)))
+            .collect();
+        let pause_steps = (0..count)
+            .map(|_| {
+                rng.chance(250)
+                    .then(|| (rng.range(1, 4000), Duration::from_millis(rng.range(1_000, 40_000))))
+            })
             .collect();
         let session_timeout = Duration::from_millis(rng.range(3_000, 20_000));
         let max_rate = rng.chance(500).then(|| rng.range(20, 400));
@@ -154,6 +163,7 @@ impl Plan {
             transactional_input,
             members,
             crash_steps,
+            pause_steps,
             parallelism: rng.range(1, 2) as usize,
             checkpoint_interval: Duration::from_millis(rng.range(50, 1_000)),
             session_timeout,

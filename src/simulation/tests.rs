@@ -111,6 +111,7 @@ pub(super) fn survivor_of_a_killed_member() -> Plan {
         transactional_input: false,
         members: vec!["m0".into(), "m1".into()],
         crash_steps: vec![None, None],
+        pause_steps: vec![None, None],
         parallelism: 2,
         checkpoint_interval: Duration::from_millis(300),
         // (librdkafka's default): the survivor finishes its own partitions long before
@@ -162,6 +163,7 @@ fn a_second_process_under_a_member_s_name_is_refused_naming_job_member() {
     let mut plan = survivor_of_a_killed_member();
     plan.members = vec!["m0".into()];
     plan.crash_steps = vec![None];
+    plan.pause_steps = vec![None];
     plan.session_timeout = Duration::from_secs(10);
     // 24 s of input: the first is still at it when the second has waited out a session
     plan.max_rate = Some(10);
