@@ -160,6 +160,9 @@ pub(crate) async fn run_member(
     let servers = &source.settings.bootstrap_servers;
     let spec = ClientSpec::new(servers, &source.settings.properties, "group");
     twins::none_running(source, &group_id(&config.job.name), &member).await?;
+    if !reset_state {
+        progress::state_topic_still_there(config, &group_id(&config.job.name)).await?;
+    }
     let mut membership: Box<dyn GroupMembership> = cluster::of(servers).join_group(
         &spec,
         &GroupSpec {

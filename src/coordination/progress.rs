@@ -58,6 +58,62 @@ pub(super) async fn unfinished(config: &Config) -> Result<Vec<String>> {
         .collect())
 }
 
+/// Before a member's first run: a state topic that does not exist while the job's consumer group
+/// holds positions its checkpoints committed (KIP-447) was deleted, or the config names another.
+/// A new, empty topic would start the job over and write everything again: refused, naming the
+/// topic and the group (exit 3). `--reset-state` starts over on purpose.
+pub(super) async fn state_topic_still_there(config: &Config, group: &str) -> Result<()> {
+    let (SourceConfig::Kafka(source), StoreConfig::Kafka(store)) = (&config.source, &config.checkpoint.store) else {
+        return Ok(());
+    };
+    let probe = (**store).clone();
+    if crate::core::unblock(move || crate::checkpoint_store::kafka::topic_exists(&probe)).await?? {
+        return Ok(());
+    }
+    let settings = source.settings.clone();
+    let (topics, group_name) = (super::topics(&config.source), group.to_string());
+    let held: Vec<String> = crate::core::unblock(move || -> Result<Vec<String>> {
+        let spec = ClientSpec::new(&settings.bootstrap_servers, &settings.properties, "group-offsets")
+            .set("group.id", group_name.clone())
+            .set("enable.auto.commit", "false");
+        let consumer = cluster::of(&settings.bootstrap_servers).consumer(&spec)?;
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for topic in &topics {
+            let what = format!("looking up the partitions of {topic}");
+            let metadata = consumer.metadata(Some(topic), settings.request_timeout, &settings.properties, &what)?;
+            for p in metadata.partitions_of(topic).unwrap_or_default() {
+                tpl.add_partition(topic, *p);
+            }
+        }
+        let committed = consumer
+            .committed_offsets(tpl, settings.request_timeout)
+            .map_err(|e| crate::error::kafka(format!("reading the offsets of consumer group {group_name}"), e))?;
+        Ok(committed
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                rdkafka::Offset::Offset(o) if o >= 0 => Some(format!("{}:{} at {o}", e.topic(), e.partition())),
+                _ => None,
+            })
+            .collect())
+    })
+    .await??;
+    if held.is_empty() {
+        return Ok(());
+    }
+    Err(Error::State {
+        path: format!("kafka topic {} at {}", store.topic, store.bootstrap_servers).into(),
+        source: crate::error::StateError::Vanished(format!(
+            "the checkpoint topic does not exist, but consumer group {group} holds positions this job's checkpoints \
+             committed ({}{}): the topic was deleted, or checkpoint.topic names another one. A new, empty topic \
+             would start the job over and write everything again: restore the topic or fix checkpoint.topic, or \
+             start over on purpose with --reset-state",
+            held.iter().take(4).cloned().collect::<Vec<_>>().join(", "),
+            if held.len() > 4 { ", …" } else { "" }
+        )),
+    })
+}
+
 /// Whether each split the checkpoints hold is finished, by the newest that holds it
 /// (`checkpoints` oldest first): its readers' snapshots say, and a split its enumerator has not
 /// handed to a reader is not.

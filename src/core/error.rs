@@ -134,6 +134,9 @@ pub enum StateError {
     /// Another process holds the file's lock.
     #[error("in use by another tidegate process (lock held on {0})")]
     Locked(PathBuf),
+    /// The state is gone while something else says the job ran (what says so).
+    #[error("missing: {0}")]
+    Vanished(String),
 }
 
 impl Error {

@@ -196,6 +196,7 @@ async fn drive(
                             simulation.pause(running[i].pid, tokio::time::Instant::now() + *pause);
                         }
                     }
+                    Action::DeleteTopic(topic) => kafka.broker().delete_topic(topic),
                     Action::Stop(name) => {
                         if let Some(i) = find(name, &running) {
                             running[i].signalled = true;

@@ -23,6 +23,8 @@ pub(crate) enum Action {
     Pause(String, Duration),
     /// It is asked to stop (`SIGTERM`): a final checkpoint, then exit 0.
     Stop(String),
+    /// A topic is deleted (an operator's mistake).
+    DeleteTopic(&'static str),
 }
 
 /// An action at a moment (virtual, from the schedule's start).

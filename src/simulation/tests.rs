@@ -188,3 +188,40 @@ fn a_second_process_under_a_member_s_name_is_refused_naming_job_member() {
     );
     assert!(outcome.output.iter().all(|p| p.len() == 60));
 }
+
+/// The state topic of a group job is deleted between two runs while the job's consumer group
+/// still holds the positions its checkpoints committed (KIP-447). A new, empty topic would start
+/// the job over and write everything again: the member refuses, naming the topic and the group.
+#[test]
+fn a_deleted_state_topic_is_not_recreated_empty_while_the_group_holds_positions() {
+    use std::time::Duration;
+    let mut plan = survivor_of_a_killed_member();
+    plan.members = vec!["m0".into()];
+    plan.crash_steps = vec![None];
+    plan.pause_steps = vec![None];
+    plan.max_rate = Some(40);
+    let at = |ms| Duration::from_millis(ms);
+    plan.events = vec![
+        super::plan::Event {
+            at: at(2_000),
+            action: super::Action::Stop("m0".into()),
+        },
+        super::plan::Event {
+            at: at(5_000),
+            action: super::Action::DeleteTopic(super::STATE),
+        },
+        super::plan::Event {
+            at: at(6_000),
+            action: super::Action::Start {
+                name: "m0".into(),
+                crash_at: None,
+            },
+        },
+    ];
+    let outcome = run(&plan).unwrap_or_else(|e| panic!("{e}"));
+    let second = &outcome.members[1].exit;
+    let super::Exit::Returned { result: Err(e), .. } = second else {
+        panic!("the second run went ahead: {second:?}");
+    };
+    assert!(e.contains(super::STATE) && e.contains("tidegate-sim"), "{e}");
+}

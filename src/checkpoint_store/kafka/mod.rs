@@ -36,7 +36,8 @@ use crate::kafka::cluster::{self, ClientSpec, GroupMetadata, Outgoing, Producer}
 use generations::layout_of;
 pub use members::group_checkpoints;
 use producer::{producer_of, transactional_producer};
-use topic::{admin_call, topic_exists};
+use topic::admin_call;
+pub use topic::topic_exists;
 
 /// How long a call to the cluster may take (metadata, a transaction, watermarks).
 const TIMEOUT: Duration = Duration::from_secs(30);

@@ -14,7 +14,7 @@ const TOPIC_CONFIG: &[(&str, &str)] = &[
 ];
 
 /// Whether the topic exists; an unreachable cluster is an error naming its address.
-pub(super) fn topic_exists(config: &KafkaStoreConfig) -> Result<bool> {
+pub fn topic_exists(config: &KafkaStoreConfig) -> Result<bool> {
     let reader = reader(config, &config.owner, "read_committed")?;
     let what = format!(
         "reaching the checkpoint store's cluster at {} ({}.bootstrap_servers)",

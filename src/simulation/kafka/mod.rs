@@ -203,6 +203,13 @@ impl Broker {
         true
     }
 
+    /// Delete a topic (its consumer groups' committed offsets stay, as Kafka's do).
+    pub(crate) fn delete_topic(&mut self, name: &str) {
+        if self.topics.remove(name).is_some() {
+            self.note(format!("topic {name} deleted"));
+        }
+    }
+
     fn log(&self, topic: &str, partition: i32) -> Option<&Log> {
         self.topics.get(topic)?.logs.get(usize::try_from(partition).ok()?)
     }
