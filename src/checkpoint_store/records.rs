@@ -12,6 +12,14 @@ use crate::core::{StateError, StoredCheckpoint};
 
 /// The `format` of every state record.
 pub const RECORD_FORMAT: &str = "tidegate-state-record";
+/// The `format` of the head of a record written in parts ([`PART_BYTES`]).
+pub const PARTS_FORMAT: &str = "tidegate-state-record-parts";
+/// A record larger than this is written in parts of this size, each its own Kafka record under
+/// `<key>/part/<i>`, its head under the key saying how many, and of what length and CRC32: a
+/// checkpoint of thousands of partitions (its enumerator's record) fits any topic's and client's
+/// message size limit (librdkafka's default `message.max.bytes` is 1,000,000). The parts go in the
+/// same transaction, before their head.
+pub const PART_BYTES: usize = 256 * 1024;
 /// The record version this build reads and writes.
 pub const RECORD_VERSION: u64 = 1;
 
@@ -76,8 +84,61 @@ pub fn is_owned(owner: &str, key: &str) -> bool {
     key.strip_prefix(owner)
         .and_then(|rest| rest.strip_prefix('/'))
         .is_some_and(|rest| {
-            rest == "checkpoint" || rest == "enumerator" || rest == "claim" || rest.starts_with("split/")
+            rest == "checkpoint"
+                || rest == "enumerator"
+                || rest == "claim"
+                || rest.starts_with("split/")
+                || rest.starts_with("checkpoint/part/")
+                || rest.starts_with("enumerator/part/")
         })
+}
+
+/// Whether `key` is a part of a record written in parts.
+pub fn is_part(key: &str) -> bool {
+    key.rsplit_once("/part/")
+        .is_some_and(|(_, i)| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// `(key, value)` as the records to write: itself, or (larger than [`PART_BYTES`]) its parts
+/// and then its head.
+fn in_parts(key: String, value: Vec<u8>) -> Vec<(String, Vec<u8>)> {
+    if value.len() <= PART_BYTES {
+        return vec![(key, value)];
+    }
+    let mut out: Vec<(String, Vec<u8>)> = value
+        .chunks(PART_BYTES)
+        .enumerate()
+        .map(|(i, part)| (format!("{key}/part/{i}"), part.to_vec()))
+        .collect();
+    let head = serde_json::json!({
+        "format": PARTS_FORMAT,
+        "parts": out.len(),
+        "length": value.len(),
+        "crc32": crc32fast::hash(&value),
+    });
+    out.push((key, serde_json::to_vec(&head).unwrap_or_default()));
+    out
+}
+
+/// The whole record whose head is `head` (under `key`), from its parts in `parts`: `None` when
+/// `head` is not the head of a record in parts, or when its parts are missing or do not match it
+/// (a read that cut their transaction, or damage: the head is left, and fails to decode).
+pub fn joined(key: &str, head: &[u8], parts: &BTreeMap<String, Option<Vec<u8>>>) -> Option<Vec<u8>> {
+    // a head is small, and says its format (a cheap look before a parse)
+    if head.len() > 512 || memchr::memmem::find(head, PARTS_FORMAT.as_bytes()).is_none() {
+        return None;
+    }
+    let head: Value = serde_json::from_slice(head).ok()?;
+    if head["format"] != PARTS_FORMAT {
+        return None;
+    }
+    let count = head["parts"].as_u64()?;
+    let mut whole = Vec::with_capacity(head["length"].as_u64().unwrap_or(0) as usize);
+    for i in 0..count {
+        whole.extend_from_slice(parts.get(&format!("{key}/part/{i}"))?.as_deref()?);
+    }
+    (whole.len() as u64 == head["length"].as_u64()? && u64::from(crc32fast::hash(&whole)) == head["crc32"].as_u64()?)
+        .then_some(whole)
 }
 
 /// The CRC32 of a record: its key, job, checkpoint id and payload (a record moved to another key
@@ -118,6 +179,11 @@ fn decode(key: &str, job: &str, bytes: &[u8]) -> Result<Envelope, StateError> {
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|_| StateError::NotAStateFile("the value is not a tidegate state record (not JSON)".into()))?;
     let format = value.get("format").and_then(Value::as_str).unwrap_or("none");
+    if format == PARTS_FORMAT {
+        return Err(StateError::Truncated(
+            "the record was written in parts, and its parts are missing or do not match it".into(),
+        ));
+    }
     if format != RECORD_FORMAT {
         return Err(StateError::NotAStateFile(format!(
             "format is {format:?}, not {RECORD_FORMAT:?}"
@@ -197,10 +263,12 @@ pub fn records_of(owner: &str, job: &str, checkpoint: &StoredCheckpoint) -> Resu
         records.push((key, value));
     }
     let key = enumerator_key(owner);
-    records.push((key.clone(), encode(&key, job, id, enumerator)?));
+    let value = encode(&key, job, id, enumerator)?;
+    records.extend(in_parts(key, value));
     fields.insert("split_ids".into(), Value::from(checkpoint.split_ids.clone()));
     let key = checkpoint_key(owner);
-    records.push((key.clone(), encode(&key, job, id, Value::Object(fields))?));
+    let value = encode(&key, job, id, Value::Object(fields))?;
+    records.extend(in_parts(key, value));
     Ok(records)
 }
 

@@ -117,7 +117,7 @@ impl Scanner {
     /// [`RESTORE_WAIT`].
     pub(super) fn step(&mut self, wait: Duration) -> Result<Option<Scan>> {
         let Some(consumer) = self.consumer.as_ref() else {
-            return Ok(Some(std::mem::take(&mut self.found)));
+            return Ok(Some(Scan::default()));
         };
         let c = &self.config;
         let mut at_end = false;
@@ -154,7 +154,9 @@ impl Scanner {
             if self.waiting {
                 info!(topic = %c.topic, offset = self.high, waited_ms = sim::now().saturating_duration_since(self.started).as_millis() as u64, "checkpoint topic read to its end");
             }
-            return Ok(Some(std::mem::take(&mut self.found)));
+            let mut found = std::mem::take(&mut self.found);
+            found.join_parts();
+            return Ok(Some(found));
         }
         if at_end && !self.waiting {
             // the end of the committed records, before the high watermark: an open transaction
@@ -195,9 +197,48 @@ pub(super) struct Scan {
     pub(super) offsets: BTreeMap<String, i64>,
     /// The job's event-time values (`records::event_time_prefix`) that are not tombstones.
     pub(super) event_time: std::collections::BTreeSet<String>,
+    /// The keys of the parts of records written in parts (their heads in `records` hold the
+    /// whole records, joined).
+    pub(super) parts: std::collections::BTreeSet<String>,
 }
 
 impl Scan {
+    /// Records written in parts, joined: each head replaced by the whole record (left as it is
+    /// when its parts are missing or do not match), the parts set apart.
+    fn join_parts(&mut self) {
+        let parts: BTreeMap<String, Option<Vec<u8>>> = self
+            .records
+            .keys()
+            .filter(|k| super::records::is_part(k))
+            .cloned()
+            .collect::<Vec<_>>()
+            .into_iter()
+            .filter_map(|k| self.records.remove_entry(&k))
+            .collect();
+        if parts.is_empty() {
+            return;
+        }
+        for (key, value) in self.records.iter_mut() {
+            if let Some(whole) = value
+                .as_deref()
+                .and_then(|head| super::records::joined(key, head, &parts))
+            {
+                *value = Some(whole);
+            }
+        }
+        self.parts = parts.into_iter().filter(|(_, v)| v.is_some()).map(|(k, _)| k).collect();
+    }
+
+    /// `owner`'s live keys, parts included (what a removal of its records tombstones).
+    pub(super) fn live_keys_of(&self, owner: &str) -> Vec<String> {
+        self.records
+            .iter()
+            .filter(|(k, v)| v.is_some() && is_owned(owner, k))
+            .map(|(k, _)| k.clone())
+            .chain(self.parts.iter().filter(|k| is_owned(owner, k)).cloned())
+            .collect()
+    }
+
     /// `owner`'s records.
     pub(super) fn of(&self, owner: &str) -> BTreeMap<String, Option<Vec<u8>>> {
         self.records
@@ -278,7 +319,46 @@ pub(super) fn reader(config: &KafkaStoreConfig, owner: &str, isolation: &str) ->
 
 #[cfg(test)]
 mod tests {
-    use super::owner_of_key;
+    use super::{owner_of_key, Scan};
+
+    /// A checkpoint of 5,000 partitions: its enumerator's record (every split it knows) is
+    /// written in parts no larger than `PART_BYTES`, read back whole; a part missing (a read
+    /// that cut the transaction) leaves a head that fails to decode.
+    #[test]
+    fn a_large_record_is_written_in_parts_and_read_back_whole() {
+        use crate::checkpoint_store::records::{assemble, records_of, PART_BYTES};
+        let topic = "market-data.equities.trades.2026-12-04.north-america-east";
+        let split = |p: usize| serde_json::json!({"topic": topic, "partition": p, "next_offset": 12_345, "stop_offset": 67_890});
+        let checkpoint = crate::core::StoredCheckpoint {
+            checkpoint_id: 3,
+            value: serde_json::json!({
+                "job": "j", "checkpoint_id": 3,
+                "enumerator": {"splits": (0..5000).map(|p| serde_json::json!({"split": split(p), "assigned": true})).collect::<Vec<_>>()},
+                "splits": (0..5000).map(|p| serde_json::json!({"split": split(p)})).collect::<Vec<_>>(),
+            }),
+            split_ids: (0..5000).map(|p| format!("{topic}-{p}")).collect(),
+        };
+        let records = records_of("j", "j", &checkpoint).unwrap();
+        let largest = records.iter().map(|(_, v)| v.len()).max().unwrap();
+        assert!(largest <= PART_BYTES, "a record of {largest} bytes");
+        assert!(
+            records.iter().any(|(k, _)| k == "j/enumerator/part/2"),
+            "written in parts"
+        );
+        let mut found = Scan::default();
+        found.records = records.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
+        let mut cut = Scan::default();
+        cut.records = found.records.clone();
+        cut.records.remove("j/enumerator/part/1");
+        found.join_parts();
+        let whole = assemble("j", "j", &found.of("j")).unwrap().unwrap();
+        assert_eq!(whole["enumerator"], checkpoint.value["enumerator"]);
+        assert!(found.live_keys_of("j").contains(&"j/enumerator/part/0".to_string()));
+        cut.join_parts();
+        let e = assemble("j", "j", &cut.of("j")).unwrap_err();
+        assert_eq!(e.0, "j/enumerator");
+        assert!(e.1.to_string().contains("parts"), "{}", e.1);
+    }
 
     #[test]
     fn a_job_s_keys_are_its_owners_with_or_without_an_instance_and_a_generation() {

@@ -75,6 +75,8 @@ pub(crate) struct Outcome {
     pub(crate) events: Vec<String>,
     /// The state topic's log at the end.
     pub(crate) state_log: Vec<String>,
+    /// The largest record produced to the state topic.
+    pub(crate) largest_state_record: usize,
 }
 
 /// How a member's process returned: its result, and what of the input was unfinished then.
@@ -117,6 +119,7 @@ pub(crate) fn run(plan: &Plan) -> Result<Outcome, String> {
         trace,
         events: broker.events.clone(),
         state_log: broker.dump(STATE),
+        largest_state_record: broker.largest.get(STATE).copied().unwrap_or(0),
     };
     drop(broker);
     check::invariants(plan, &outcome, &kafka).map_err(|e| outcome.report(plan, &e))?;

@@ -40,6 +40,8 @@ pub(crate) struct Plan {
     pub(crate) seed: u64,
     /// Records in each partition of the input (its partition count is the length).
     pub(crate) records: Vec<u64>,
+    /// The input topic's name (long names make large state records).
+    pub(crate) input: String,
     /// The input's records are written in transactions, some of them aborted (their records
     /// must never be read), with the markers' offsets between them.
     pub(crate) transactional_input: bool,
@@ -162,6 +164,7 @@ impl Plan {
         Plan {
             seed,
             records,
+            input: INPUT.to_string(),
             transactional_input,
             members,
             crash_steps,
@@ -190,7 +193,7 @@ coordination = "group"
 [source]
 type = "kafka"
 bootstrap_servers = "{SERVERS}"
-topics = ["{INPUT}"]
+topics = ["{input}"]
 format = "string"
 stopping_offsets = "latest"
 {rate}
@@ -208,6 +211,7 @@ interval = "{interval}ms"
 store = "kafka"
 "#,
             parallelism = self.parallelism,
+            input = self.input,
             session = self.session_timeout.as_millis(),
             interval = self.checkpoint_interval.as_millis(),
         )
@@ -241,7 +245,7 @@ store = "kafka"
     /// And the output topic, with as many partitions.
     pub(crate) fn seed_input(&self, broker: &mut Broker) {
         let partitions = self.records.len() as i32;
-        broker.create_topic(INPUT, partitions, BTreeMap::new());
+        broker.create_topic(&self.input, partitions, BTreeMap::new());
         broker.create_topic(OUTPUT, partitions, BTreeMap::new());
         let mut rng = SplitMix64(self.seed ^ 0x1a2b);
         for (p, count) in self.records.iter().enumerate() {
@@ -260,7 +264,7 @@ store = "kafka"
                         false => format!("{p}:{}", i + k).into_bytes(),
                     })
                     .collect();
-                broker.write_input(INPUT, p, values, self.transactional_input, !aborted);
+                broker.write_input(&self.input, p, values, self.transactional_input, !aborted);
                 if !aborted {
                     i += chunk;
                 }

@@ -108,6 +108,7 @@ pub(super) fn survivor_of_a_killed_member() -> Plan {
     Plan {
         seed: 1,
         records: vec![60, 60, 60, 60],
+        input: super::INPUT.into(),
         transactional_input: false,
         members: vec!["m0".into(), "m1".into()],
         crash_steps: vec![None, None],
@@ -224,4 +225,36 @@ fn a_deleted_state_topic_is_not_recreated_empty_while_the_group_holds_positions(
         panic!("the second run went ahead: {second:?}");
     };
     assert!(e.contains(super::STATE) && e.contains("tidegate-sim"), "{e}");
+}
+
+/// A job of 5,000 partitions (of a topic with a long name, 100 characters): its enumerator's state
+/// record grows past librdkafka's default message.max.bytes (1,000,000). It was refused at every
+/// checkpoint, so the job failed, and failed again at every restart.
+#[test]
+fn the_state_of_5000_partitions_is_written_whatever_its_size() {
+    let mut plan = survivor_of_a_killed_member();
+    plan.input = format!(
+        "market-data.equities.trades.2026-12-04.north-america-east.{}",
+        "x".repeat(42)
+    );
+    assert_eq!(plan.input.len(), 100);
+    plan.records = (0..5000).map(|p| u64::from(p % 3 == 0)).collect();
+    plan.members = vec!["m0".into()];
+    plan.crash_steps = vec![None];
+    plan.pause_steps = vec![None];
+    plan.max_rate = None;
+    plan.events = Vec::new();
+    let outcome = run(&plan).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        matches!(&outcome.members[0].exit, super::Exit::Returned { result: Ok(()), .. }),
+        "{:?}",
+        outcome.members[0].exit
+    );
+    assert_eq!(outcome.output.iter().map(Vec::len).sum::<usize>(), 1667);
+    let limit = crate::checkpoint_store::records::PART_BYTES + 1024;
+    assert!(
+        outcome.largest_state_record <= limit,
+        "{}",
+        outcome.largest_state_record
+    );
 }

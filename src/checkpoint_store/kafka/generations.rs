@@ -229,7 +229,9 @@ impl KafkaCheckpointStore {
             .records
             .into_iter()
             .filter(|(_, v)| v.is_some())
-            .map(|(k, _)| (k, None))
+            .map(|(k, _)| k)
+            .chain(found.parts)
+            .map(|k| (k, None))
             .chain(event_time)
             .collect();
         *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = None;

@@ -130,10 +130,9 @@ impl KafkaCheckpointStore {
                 .flat_map(|owner| {
                     let job_record = checkpoint_key(owner);
                     let rest: Vec<String> = found
-                        .of(owner)
+                        .live_keys_of(owner)
                         .into_iter()
-                        .filter(|(k, v)| v.is_some() && *k != job_record)
-                        .map(|(k, _)| k)
+                        .filter(|k| *k != job_record)
                         .collect();
                     std::iter::once(job_record).chain(rest)
                 })

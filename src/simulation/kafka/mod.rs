@@ -81,6 +81,8 @@ pub(crate) struct Broker {
     pub(crate) events: Vec<String>,
     /// The timestamp of the last input record written.
     input_clock: i64,
+    /// The largest record produced to each topic (refused ones too).
+    pub(crate) largest: BTreeMap<String, usize>,
 }
 
 impl SimKafka {
@@ -97,6 +99,7 @@ impl SimKafka {
                 rng: SplitMix64(seed),
                 events: Vec::new(),
                 input_clock: 1_767_225_600_000,
+                largest: BTreeMap::new(),
             }),
         })
     }
@@ -357,6 +360,24 @@ impl Broker {
         let count = self
             .partitions(record.topic)
             .ok_or_else(|| error(RDKafkaErrorCode::UnknownTopicOrPartition))?;
+        // librdkafka's default message.max.bytes, which a producer meets before the broker's
+        // 1,048,588 (a topic may set a lower max.message.bytes)
+        let limit = self
+            .topics
+            .get(record.topic)
+            .and_then(|t| t.configs.get("max.message.bytes"))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000usize);
+        let size = record.key.map_or(0, <[u8]>::len) + record.value.map_or(0, <[u8]>::len);
+        let largest = self.largest.entry(record.topic.to_string()).or_default();
+        *largest = (*largest).max(size);
+        if size > limit {
+            self.note(format!(
+                "a record of {size} bytes refused by {} (max.message.bytes {limit})",
+                record.topic
+            ));
+            return Err(error(RDKafkaErrorCode::MessageSizeTooLarge));
+        }
         let partition = match (record.partition, record.key) {
             (Some(p), _) => p,
             (None, Some(k)) => {
