@@ -345,10 +345,14 @@ mod tests {
             records.iter().any(|(k, _)| k == "j/enumerator/part/2"),
             "written in parts"
         );
-        let mut found = Scan::default();
-        found.records = records.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
-        let mut cut = Scan::default();
-        cut.records = found.records.clone();
+        let mut found = Scan {
+            records: records.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect(),
+            ..Scan::default()
+        };
+        let mut cut = Scan {
+            records: found.records.clone(),
+            ..Scan::default()
+        };
         cut.records.remove("j/enumerator/part/1");
         found.join_parts();
         let whole = assemble("j", "j", &found.of("j")).unwrap().unwrap();

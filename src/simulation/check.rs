@@ -40,6 +40,19 @@ pub(super) fn unfinished(records: &[u64], output: &[Vec<u64>]) -> Vec<String> {
         .collect()
 }
 
+/// Whether a member's failure is one the schedule asked for: an injected request error, a
+/// fencing of a member paused past its transaction's timeout, a twin refused, a deleted state
+/// topic refused.
+fn explained(plan: &Plan, error: &str) -> bool {
+    let faults = plan.faults.lookups + plan.faults.commits + plan.faults.offsets > 0;
+    let paused = plan.pause_steps.iter().any(Option::is_some)
+        || plan.events.iter().any(|e| matches!(e.action, super::Action::Pause(..)));
+    faults
+        || (paused && error.contains("fenced"))
+        || error.contains("job.member")
+        || error.contains("missing: the checkpoint topic does not exist")
+}
+
 pub(super) fn invariants(plan: &Plan, outcome: &Outcome, _kafka: &SimKafka) -> Result<(), String> {
     let mut complete = true;
     for (p, (records, written)) in plan.records.iter().zip(&outcome.output).enumerate() {
@@ -72,6 +85,14 @@ pub(super) fn invariants(plan: &Plan, outcome: &Outcome, _kafka: &SimKafka) -> R
                     m.name,
                     m.pid,
                     unfinished.join(", ")
+                ));
+            }
+            Exit::Returned {
+                result: Err(e), ..
+            } if !explained(plan, e) => {
+                return Err(format!(
+                    "member {} (process {}) failed, and nothing the schedule did explains it: {e}",
+                    m.name, m.pid
                 ));
             }
             Exit::Panicked(message) => {
