@@ -415,6 +415,28 @@ pub fn show(file: Option<&Path>, config: Option<&Path>, sets: &[String]) -> Resu
                 ))
             }
         },
+        StoreConfig::Kafka(k) if k.member.is_some() => {
+            // a group's job: every member run's last checkpoint, and what a restore makes of them
+            let runs = kafka::read_runs(k)?;
+            let merged = kafka::members::merged(&runs.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>());
+            let state = merged.map(|merged| {
+                serde_json::json!({
+                    "group": crate::coordination::group_id(&k.job),
+                    "runs": runs
+                        .into_iter()
+                        .map(|(owner, checkpoint)| serde_json::json!({"run": owner, "checkpoint": checkpoint}))
+                        .collect::<Vec<_>>(),
+                    "merged": merged,
+                })
+            });
+            (
+                format!(
+                    "kafka topic {} at {}, job {}'s members",
+                    k.topic, k.bootstrap_servers, k.job
+                ),
+                state,
+            )
+        }
         StoreConfig::Kafka(k) => (
             format!("kafka topic {} at {}, job {}", k.topic, k.bootstrap_servers, k.owner),
             kafka::read_only(k)?,

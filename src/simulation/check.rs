@@ -87,9 +87,7 @@ pub(super) fn invariants(plan: &Plan, outcome: &Outcome, _kafka: &SimKafka) -> R
                     unfinished.join(", ")
                 ));
             }
-            Exit::Returned {
-                result: Err(e), ..
-            } if !explained(plan, e) => {
+            Exit::Returned { result: Err(e), .. } if !explained(plan, e) => {
                 return Err(format!(
                     "member {} (process {}) failed, and nothing the schedule did explains it: {e}",
                     m.name, m.pid

@@ -144,9 +144,9 @@ impl Plan {
         let compaction_every = rng.chance(500).then(|| Duration::from_millis(rng.range(500, 10_000)));
         let faults = if rng.chance(300) {
             Faults {
-                lookups: rng.range(0, 50),
+                lookups: rng.range(0, 10),
                 commits: rng.range(0, 30),
-                offsets: rng.range(0, 30),
+                offsets: rng.range(0, 10),
             }
         } else {
             Faults::default()

@@ -67,7 +67,7 @@ fn kafka_store(state_topic: &str) -> String {
 }
 
 /// `tidegate state show --config` of a job: exit code, stdout, stderr.
-fn state_show(config: &Path) -> (i32, String, String) {
+pub(crate) fn state_show(config: &Path) -> (i32, String, String) {
     let out = Command::new(binary())
         .args(["state", "show", "--config"])
         .arg(config)

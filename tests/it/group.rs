@@ -229,6 +229,27 @@ pub(crate) fn a_member_killed_mid_replay_and_started_again(kafka: &TestKafka, to
     three_members_one_killed_and_started_again(&text, || (), |_| committed_counts(kafka, out).len() >= n / 4);
     let counts = output_counts(kafka, out);
     assert_each_once(&counts, n, "three members, one killed and started again");
+    // `state show` of the job (from a host that is none of its members) shows every member's runs
+    // and what a restore makes of them: every partition, finished
+    let dir = JobDir::new();
+    let (code, shown, err) = crate::checkpoint_store::state_show(&dir.config(&text));
+    assert_eq!(code, 0, "state show:\n{err}");
+    let shown: serde_json::Value = serde_json::from_str(&shown).expect("state show prints JSON");
+    let runs: Vec<&str> = shown["runs"]
+        .as_array()
+        .expect("the runs")
+        .iter()
+        .filter_map(|r| r["run"].as_str())
+        .collect();
+    assert!(
+        ["m0", "m1", "m2"]
+            .iter()
+            .all(|m| runs.iter().any(|r| r.contains(&format!("@{m}~")))),
+        "{runs:?}"
+    );
+    let merged = shown["merged"]["splits"].as_array().expect("the merged splits");
+    assert_eq!(merged.len(), partitions as usize, "{merged:?}");
+    assert!(merged.iter().all(|s| !s["finished"].is_null()), "{merged:?}");
 }
 
 /// Three members of `text`'s job share its 6 partitions; once they do, `started` runs; once

@@ -159,7 +159,7 @@ impl KafkaCheckpointStore {
 
 /// Whether `found` cut a member's checkpoint half way (its transaction's records after the end
 /// the scan read to).
-fn cuts_a_member(job: &str, found: &Scan) -> bool {
+pub(super) fn cuts_a_member(job: &str, found: &Scan) -> bool {
     found
         .heads(job)
         .filter(|h| layout::parse_member(job, h.owner).is_some())
@@ -168,7 +168,7 @@ fn cuts_a_member(job: &str, found: &Scan) -> bool {
 
 /// Every member run's last checkpoint in `found`, `(offset, owner, checkpoint)`, oldest first;
 /// an error when the topic holds the job's static instances' checkpoints.
-fn heads_in(config: &KafkaStoreConfig, found: &Scan) -> Result<Vec<(i64, String, serde_json::Value)>> {
+pub(super) fn heads_in(config: &KafkaStoreConfig, found: &Scan) -> Result<Vec<(i64, String, serde_json::Value)>> {
     if let Some(head) = found
         .heads(&config.job)
         .find(|h| h.checkpointed && layout::parse_owner(&config.job, h.owner).is_some())
@@ -214,6 +214,54 @@ pub async fn group_checkpoints(config: &KafkaStoreConfig) -> Result<Vec<serde_js
         found = scan_async(config).await?;
     }
     Ok(heads_in(config, &found)?.into_iter().map(|(_, _, v)| v).collect())
+}
+
+/// Member runs' last checkpoints (oldest first) as one, as a restore of every partition would
+/// take them: each split from the newest run that holds it (its readers' snapshot, or its
+/// enumerator's when no reader had it), the newest run's other fields, and the fewest
+/// partitions any run's first discovery saw. `None` without a run.
+pub fn merged(runs: &[serde_json::Value]) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    let mut newest = runs.last()?.clone();
+    let id = |s: &Value| {
+        Some(format!(
+            "{}:{}",
+            s["split"]["topic"].as_str()?,
+            s["split"]["partition"].as_i64()?
+        ))
+    };
+    let (mut known, mut splits) = (std::collections::BTreeMap::new(), std::collections::BTreeMap::new());
+    let mut first: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
+    for run in runs {
+        let held: Vec<Value> = run["enumerator"]["splits"].as_array().cloned().unwrap_or_default();
+        let snapshots: Vec<Value> = run["splits"].as_array().cloned().unwrap_or_default();
+        for s in held.iter().chain(&snapshots) {
+            if let Some(id) = id(s) {
+                known.remove(&id);
+                splits.remove(&id);
+            }
+        }
+        known.extend(held.into_iter().filter_map(|s| Some((id(&s)?, s))));
+        splits.extend(snapshots.into_iter().filter_map(|s| Some((id(&s)?, s))));
+        for (topic, count) in run["enumerator"]["initial_partitions"]
+            .as_object()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(count) = count.as_i64() {
+                let least = first.entry(topic.clone()).or_insert(count);
+                *least = (*least).min(count);
+            }
+        }
+    }
+    newest["splits"] = Value::Array(splits.into_values().collect());
+    if let Some(e) = newest["enumerator"].as_object_mut() {
+        e.insert("splits".into(), Value::Array(known.into_values().collect()));
+        if !first.is_empty() {
+            e.insert("initial_partitions".into(), serde_json::json!(first));
+        }
+    }
+    Some(newest)
 }
 
 /// The splits (`topic:partition`) a group member's checkpoint holds: its readers' and its
@@ -274,6 +322,32 @@ mod tests {
         // a split only an old run holds keeps that run
         let runs = [run("j@a~1", &["t:0", "t:9"]), run("j@a~2", &["t:0"])];
         assert!(superseded(&runs).is_empty());
+    }
+
+    #[test]
+    fn the_runs_merge_into_one_checkpoint_of_every_split_from_its_newest_run() {
+        let split =
+            |p: i64, next: i64| serde_json::json!({"split": {"topic": "t", "partition": p, "next_offset": next}});
+        let old = serde_json::json!({
+            "checkpoint_id": 4,
+            "enumerator": {"splits": [], "initial_partitions": {"t": 4}},
+            "splits": [split(0, 10), split(1, 20)],
+        });
+        let new = serde_json::json!({
+            "checkpoint_id": 9,
+            "enumerator": {"splits": [{"split": {"topic": "t", "partition": 2, "next_offset": 0}, "assigned": false}], "initial_partitions": {"t": 3}},
+            "splits": [split(1, 25)],
+        });
+        let m = merged(&[old, new]).unwrap();
+        assert_eq!(m["checkpoint_id"], 9);
+        assert_eq!(
+            m["splits"],
+            serde_json::json!([split(0, 10), split(1, 25)]),
+            "partition 0 from the old run, 1 from the new"
+        );
+        assert_eq!(m["enumerator"]["splits"][0]["split"]["partition"], 2);
+        assert_eq!(m["enumerator"]["initial_partitions"]["t"], 3);
+        assert!(merged(&[]).is_none());
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! tombstones.
 
 mod generations;
-mod members;
+pub mod members;
 mod producer;
 mod topic;
 
@@ -381,26 +381,38 @@ fn store_error(c: &KafkaStoreConfig, what: &str, e: KafkaError) -> Error {
 
 /// The job's last checkpoint, read without taking over its transactional id (`state show`,
 /// `plan`: a running job is not fenced); `None` when the topic or the instance's records are
-/// missing.
+/// missing. A group member's job: every member run's last checkpoint merged into one, each split
+/// from the newest run that holds it (as a restore takes it), whichever member wrote it.
 pub fn read_only(config: &KafkaStoreConfig) -> Result<Option<serde_json::Value>> {
+    if config.member.is_some() {
+        let runs = read_runs(config)?;
+        return Ok(members::merged(&runs.into_iter().map(|(_, v)| v).collect::<Vec<_>>()));
+    }
     if !topic_exists(config)? {
         return Ok(None);
     }
     let found = scan(config)?;
-    let owner = match &config.member {
-        // the member's newest run
-        Some(member) => {
-            let mine = |h: &super::scan::Head<'_>| {
-                h.checkpointed && layout::parse_member(&config.job, h.owner) == Some(member.as_str())
-            };
-            match found.heads(&config.job).filter(mine).max_by_key(|h| h.offset) {
-                Some(head) => head.owner.to_string(),
-                None => return Ok(None),
-            }
-        }
-        None => layout_of(config, &found)?.owner,
-    };
+    let owner = layout_of(config, &found)?.owner;
     assemble(&owner, &config.job, &found.of(&owner)).map_err(|(key, e)| state_error(config, &key, e))
+}
+
+/// A group member's job: every member run's last checkpoint, `(owner, checkpoint)`, oldest
+/// first, read without taking over any transactional id.
+pub fn read_runs(config: &KafkaStoreConfig) -> Result<Vec<(String, serde_json::Value)>> {
+    if !topic_exists(config)? {
+        return Ok(Vec::new());
+    }
+    let mut found = scan(config)?;
+    for _ in 0..TORN_READS {
+        if !members::cuts_a_member(&config.job, &found) {
+            break;
+        }
+        found = scan(config)?;
+    }
+    Ok(members::heads_in(config, &found)?
+        .into_iter()
+        .map(|(_, owner, v)| (owner, v))
+        .collect())
 }
 
 fn state_error(config: &KafkaStoreConfig, key: &str, source: StateError) -> Error {
