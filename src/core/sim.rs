@@ -92,6 +92,10 @@ struct Process {
     crash_at: Option<u64>,
     /// Stopped at this of its own steps, for this long.
     pause_at: Option<(u64, Duration)>,
+    /// Killed (`None`) or stopped for a while at the n-th time it reaches a named point.
+    at_point: Option<(&'static str, u64, Option<Duration>)>,
+    /// How often it reached the point of `at_point`.
+    reached: u64,
     /// Killed (at a step, or by the driver): its tasks never run again.
     dead: bool,
     /// Stopped until then.
@@ -185,6 +189,14 @@ impl Simulation {
     pub fn pause_at(&self, pid: usize, step: u64, duration: Duration) {
         if let Some(p) = self.state.borrow_mut().processes.get_mut(pid) {
             p.pause_at = Some((step, duration));
+        }
+    }
+
+    /// Kill process `pid` (`pause` `None`), or stop it for `pause`, the `nth` time it reaches the
+    /// point named `name` (between a checkpoint's state and its commit, say).
+    pub fn disrupt_at_point(&self, pid: usize, name: &'static str, nth: u64, pause: Option<Duration>) {
+        if let Some(p) = self.state.borrow_mut().processes.get_mut(pid) {
+            p.at_point = Some((name, nth, pause));
         }
     }
 
@@ -381,6 +393,22 @@ fn decide(name: &'static str, durable: bool) -> Decision {
         if process.crash_at == Some(process.steps) {
             process.dead = true;
             return Decision::Halt;
+        }
+        if let Some((point, nth, pause)) = process.at_point.filter(|(point, _, _)| *point == name) {
+            process.reached += 1;
+            if process.reached == nth {
+                match pause {
+                    None => {
+                        process.dead = true;
+                        return Decision::Halt;
+                    }
+                    Some(pause) => {
+                        process.paused_until = Some(tokio::time::Instant::now() + pause);
+                        tracing::debug!(pid, point, "process stopped at the point");
+                        return Decision::Sleep(pause);
+                    }
+                }
+            }
         }
         if let Some((_, pause)) = process.pause_at.filter(|(at, _)| *at == process.steps) {
             // the whole process stops here: this task sleeps, the others are held

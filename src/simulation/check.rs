@@ -46,6 +46,11 @@ pub(super) fn unfinished(records: &[u64], output: &[Vec<u64>]) -> Vec<String> {
 fn explained(plan: &Plan, error: &str) -> bool {
     let faults = plan.faults.lookups + plan.faults.commits + plan.faults.offsets > 0;
     let paused = plan.pause_steps.iter().any(Option::is_some)
+        || plan
+            .point_disruptions
+            .iter()
+            .flatten()
+            .any(|(_, _, pause)| pause.is_some())
         || plan.events.iter().any(|e| matches!(e.action, super::Action::Pause(..)));
     faults
         || (paused && error.contains("fenced"))

@@ -164,6 +164,9 @@ async fn drive(
         if let (Some(Some((step, pause))), Some(r)) = (plan.pause_steps.get(i), running.last()) {
             simulation.pause_at(r.pid, *step, *pause);
         }
+        if let (Some(Some((point, nth, pause))), Some(r)) = (plan.point_disruptions.get(i), running.last()) {
+            simulation.disrupt_at_point(r.pid, point, *nth, *pause);
+        }
     }
     let mut compactions = plan
         .compaction_every

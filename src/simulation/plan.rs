@@ -52,6 +52,9 @@ pub(crate) struct Plan {
     /// Each initial member's process is stopped at this step of its own, for this long (in the
     /// middle of a checkpoint, say, past its session timeout).
     pub(crate) pause_steps: Vec<Option<(u64, Duration)>>,
+    /// Each initial member's process is killed (`None`) or stopped for a while the n-th time it
+    /// reaches a point of the checkpoint protocol.
+    pub(crate) point_disruptions: Vec<Option<(&'static str, u64, Option<Duration>)>>,
     pub(crate) parallelism: usize,
     pub(crate) checkpoint_interval: Duration,
     pub(crate) session_timeout: Duration,
@@ -79,6 +82,24 @@ impl Plan {
             .map(|_| {
                 rng.chance(250)
                     .then(|| (rng.range(1, 4000), Duration::from_millis(rng.range(1_000, 40_000))))
+            })
+            .collect();
+        // the checkpoint protocol's steps: after the sink prepared, around the state's write (its
+        // records and the group's offsets in the sink's transaction), before and after the commit
+        const POINTS: [&str; 5] = [
+            "checkpoint.after_prepare",
+            "checkpoint.before_state",
+            "checkpoint.after_state",
+            "sink.commit",
+            "checkpoint.after_commit",
+        ];
+        let point_disruptions = (0..count)
+            .map(|_| {
+                rng.chance(300).then(|| {
+                    let point = POINTS[rng.range(0, POINTS.len() as u64 - 1) as usize];
+                    let pause = rng.chance(600).then(|| Duration::from_millis(rng.range(1_000, 50_000)));
+                    (point, rng.range(1, 20), pause)
+                })
             })
             .collect();
         let session_timeout = Duration::from_millis(rng.range(3_000, 20_000));
@@ -169,6 +190,7 @@ impl Plan {
             members,
             crash_steps,
             pause_steps,
+            point_disruptions,
             parallelism: rng.range(1, 2) as usize,
             checkpoint_interval: Duration::from_millis(rng.range(50, 1_000)),
             session_timeout,

@@ -113,6 +113,7 @@ pub(super) fn survivor_of_a_killed_member() -> Plan {
         members: vec!["m0".into(), "m1".into()],
         crash_steps: vec![None, None],
         pause_steps: vec![None, None],
+        point_disruptions: vec![None, None],
         parallelism: 2,
         checkpoint_interval: Duration::from_millis(300),
         // (librdkafka's default): the survivor finishes its own partitions long before
@@ -165,6 +166,7 @@ fn a_second_process_under_a_member_s_name_is_refused_naming_job_member() {
     plan.members = vec!["m0".into()];
     plan.crash_steps = vec![None];
     plan.pause_steps = vec![None];
+    plan.point_disruptions = vec![None];
     plan.session_timeout = Duration::from_secs(10);
     // 24 s of input: the first is still at it when the second has waited out a session
     plan.max_rate = Some(10);
@@ -200,6 +202,7 @@ fn a_deleted_state_topic_is_not_recreated_empty_while_the_group_holds_positions(
     plan.members = vec!["m0".into()];
     plan.crash_steps = vec![None];
     plan.pause_steps = vec![None];
+    plan.point_disruptions = vec![None];
     plan.max_rate = Some(40);
     let at = |ms| Duration::from_millis(ms);
     plan.events = vec![
@@ -242,6 +245,7 @@ fn the_state_of_5000_partitions_is_written_whatever_its_size() {
     plan.members = vec!["m0".into()];
     plan.crash_steps = vec![None];
     plan.pause_steps = vec![None];
+    plan.point_disruptions = vec![None];
     plan.max_rate = None;
     plan.events = Vec::new();
     let outcome = run(&plan).unwrap_or_else(|e| panic!("{e}"));
