@@ -252,6 +252,47 @@ pub(crate) fn a_member_killed_mid_replay_and_started_again(kafka: &TestKafka, to
     assert!(merged.iter().all(|s| !s["finished"].is_null()), "{merged:?}");
 }
 
+/// A bounded replay of 4 partitions by two members, one killed (`kill -9`) mid-replay and never
+/// started again: the survivor finishes the two partitions it was dealt, stays in the group until
+/// the dead member's session expires, takes its partitions over from its last checkpoint, and
+/// exits 0 once every record is written, each once. (It used to exit 0 with the dead member's
+/// partitions unread: 120,000 of 240,000 records.)
+#[test]
+fn a_bounded_replay_whose_member_dies_is_finished_by_the_survivor() {
+    let kafka = TestKafka::get();
+    let (partitions, n) = (4, 8000);
+    let topic = kafka.create_topic("group-survivor", partitions);
+    let out = kafka.create_topic("group-survivor-out", partitions);
+    let state = kafka.unique_topic("group-survivor-state");
+    let name = kafka.unique_topic("group-survivor-job");
+    produce(&kafka, &topic, partitions, 0, n);
+    let text = group_job(
+        &kafka,
+        &name,
+        &topic,
+        &out,
+        &state,
+        "stopping_offsets = \"latest\"\nmax_rate = 1000",
+    );
+    let (_d0, m0) = member(&text, "m0");
+    let (_d1, m1) = member(&text, "m1");
+    wait_until("two members share the partitions", MINUTE, || {
+        [&m0, &m1].iter().all(|m| assignments(&m.log_text()).last() == Some(&2))
+    });
+    wait_until("a part of the replay written", MINUTE, || {
+        committed_counts(&kafka, &out).len() >= n / 8
+    });
+    let killed = m1.kill9();
+    assert!(!assignments(&killed).is_empty(), "{killed}");
+    let (status, log) = m0.wait(MINUTE * 3);
+    assert_eq!(status.code(), Some(0), "the survivor:\n{log}");
+    assert!(
+        log.contains("staying in the group until the others'"),
+        "the survivor waited for the dead member's partitions:\n{log}"
+    );
+    assert_each_once(&output_counts(&kafka, &out), n, "two members, one killed for good");
+}
+
 /// Three members of `text`'s job share its 6 partitions; once they do, `started` runs; once
 /// `written` holds of what it returned, one member is killed (`kill -9`) and started again with an
 /// empty directory. Every member must exit 0. Returns what `started` returned.
