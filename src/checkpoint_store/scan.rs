@@ -33,9 +33,10 @@ const STEP: Duration = Duration::from_millis(100);
 /// Blocking; see [`scan_async`] for a scan that waits on the async runtime (and, under a
 /// simulation, on its virtual clock).
 pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
-    let mut scanner = Scanner::start(c)?;
+    let mut scanner = Scanner::start(c, None)?;
     loop {
-        if let Some(found) = scanner.step(STEP)? {
+        if let Some(mut found) = scanner.step(STEP)? {
+            found.join_parts();
             return Ok(found);
         }
         if sim::active() {
@@ -49,11 +50,46 @@ pub(super) fn scan(c: &KafkaStoreConfig) -> Result<Scan> {
     }
 }
 
-/// [`scan`] on the async runtime: each step on a blocking thread (in place under a simulation,
-/// where the waits between steps are virtual).
+/// What this process read of a job's state topic, kept so that its next read (a group member's
+/// next run after a rebalance, a look at the job's progress) continues where this one ended
+/// instead of reading the topic from its start again: a rebalance's pause does not grow with the
+/// topic (other jobs' records, years of this job's). Only the job's records are kept. A read older
+/// than [`CONTINUE_FOR`] starts over: compaction may have removed a tombstone written since.
+#[derive(Clone)]
+struct Continued {
+    /// The records as read (records written in parts not joined).
+    raw: Scan,
+    /// Where the read ended.
+    position: i64,
+    at: tokio::time::Instant,
+}
+
+/// How long a read may be continued (well within the topic's `delete.retention.ms`, a day).
+const CONTINUE_FOR: Duration = Duration::from_secs(3600);
+
+/// The reads kept, by the (simulation and simulated) process, cluster, topic and job.
+type ReadOf = (u64, usize, String, String, String);
+static CONTINUED: std::sync::Mutex<BTreeMap<ReadOf, Continued>> = std::sync::Mutex::new(BTreeMap::new());
+
+/// [`scan`] on the async runtime, continuing this process's last read of the topic (see
+/// [`Continued`]): each step on a blocking thread (in place under a simulation, where the waits
+/// between steps are virtual).
 pub(super) async fn scan_async(c: &KafkaStoreConfig) -> Result<Scan> {
+    let key = (
+        sim::instance(),
+        sim::current_process(),
+        c.bootstrap_servers.clone(),
+        c.topic.clone(),
+        c.job.clone(),
+    );
+    let continued = CONTINUED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+        .filter(|k| sim::now().saturating_duration_since(k.at) < CONTINUE_FOR)
+        .cloned();
     let config = c.clone();
-    let mut scanner = crate::core::unblock(move || Scanner::start(&config)).await??;
+    let mut scanner = crate::core::unblock(move || Scanner::start(&config, continued)).await??;
     loop {
         let (back, found) = crate::core::unblock(move || {
             let found = scanner.step(if sim::active() { Duration::ZERO } else { STEP });
@@ -62,6 +98,16 @@ pub(super) async fn scan_async(c: &KafkaStoreConfig) -> Result<Scan> {
         .await?;
         scanner = back;
         if let Some(found) = found? {
+            CONTINUED.lock().unwrap_or_else(|p| p.into_inner()).insert(
+                key,
+                Continued {
+                    raw: found.clone(),
+                    position: scanner.position,
+                    at: sim::now(),
+                },
+            );
+            let mut found = found;
+            found.join_parts();
             return Ok(found);
         }
         if sim::active() {
@@ -79,6 +125,8 @@ pub(super) struct Scanner {
     event_time_prefix: String,
     started: tokio::time::Instant,
     waiting: bool,
+    /// Where the consumer stands.
+    position: i64,
 }
 
 impl Scanner {
@@ -90,22 +138,33 @@ impl Scanner {
     }
 
     /// Take the end of the partition (uncommitted records included), and start reading from its
-    /// beginning.
-    pub(super) fn start(c: &KafkaStoreConfig) -> Result<Scanner> {
+    /// beginning, or from where `continued` ended.
+    fn start(c: &KafkaStoreConfig, continued: Option<Continued>) -> Result<Scanner> {
         let high = high_watermark(c)?;
+        let (found, from) = match continued {
+            // (a topic that ends before the last read did was recreated: read it all)
+            Some(k) if k.position <= high => (k.raw, k.position),
+            _ => (Scan::default(), 0),
+        };
         let mut scanner = Scanner {
             config: c.clone(),
             consumer: None,
             high,
-            found: Scan::default(),
+            found,
             event_time_prefix: super::records::event_time_prefix(&c.job),
             started: sim::now(),
             waiting: false,
+            position: from,
         };
-        if high > 0 {
+        if high > from {
             let consumer = reader(c, &c.owner, "read_committed")?;
+            let offset = if from > 0 {
+                Offset::Offset(from)
+            } else {
+                Offset::Beginning
+            };
             consumer
-                .assign(&[(c.topic.as_str(), 0, Offset::Beginning)])
+                .assign(&[(c.topic.as_str(), 0, offset)])
                 .map_err(|e| kafka(scanner.context(), e))?;
             scanner.consumer = Some(consumer);
         }
@@ -117,7 +176,8 @@ impl Scanner {
     /// [`RESTORE_WAIT`].
     pub(super) fn step(&mut self, wait: Duration) -> Result<Option<Scan>> {
         let Some(consumer) = self.consumer.as_ref() else {
-            return Ok(Some(Scan::default()));
+            // nothing past where the last read ended
+            return Ok(Some(std::mem::take(&mut self.found)));
         };
         let c = &self.config;
         let mut at_end = false;
@@ -149,14 +209,13 @@ impl Scanner {
         let position = consumer
             .position(&c.topic, 0)
             .map_err(|e| kafka(self.context(), e))?
-            .unwrap_or(0);
+            .unwrap_or(self.position);
+        self.position = position;
         if position >= self.high {
             if self.waiting {
                 info!(topic = %c.topic, offset = self.high, waited_ms = sim::now().saturating_duration_since(self.started).as_millis() as u64, "checkpoint topic read to its end");
             }
-            let mut found = std::mem::take(&mut self.found);
-            found.join_parts();
-            return Ok(Some(found));
+            return Ok(Some(std::mem::take(&mut self.found)));
         }
         if at_end && !self.waiting {
             // the end of the committed records, before the high watermark: an open transaction
@@ -190,7 +249,7 @@ impl Scanner {
 
 /// What a scan found: the latest value of each key of the job, every owner's (`None`: a
 /// tombstone).
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct Scan {
     pub(super) records: BTreeMap<String, Option<Vec<u8>>>,
     /// The offset of each key's latest record (which of two records was written later).

@@ -81,6 +81,8 @@ struct State {
     began: Option<tokio::time::Instant>,
     /// The last number [`unique`] gave.
     unique: u64,
+    /// This simulation among those of the test process ([`instance`]).
+    instance: u64,
 }
 
 /// One simulated process's fate.
@@ -131,6 +133,10 @@ impl Simulation {
             processes: vec![Process::default()],
             began: None,
             unique: 0,
+            instance: {
+                static SIMULATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                SIMULATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+            },
         }));
         CURRENT.with(|c| *c.borrow_mut() = Some(Rc::clone(&state)));
         Simulation { state, crashed }
@@ -251,6 +257,12 @@ pub fn unique() -> Option<u64> {
             s.unique
         })
     })
+}
+
+/// Which simulation runs on this thread (a number no other simulation of this test process
+/// has), 0 without one: what a process keeps in memory across its runs is keyed by it.
+pub fn instance() -> u64 {
+    CURRENT.with(|c| c.borrow().as_ref().map_or(0, |s| s.borrow().instance))
 }
 
 /// The process whose task runs now (0 outside a simulation of several).
