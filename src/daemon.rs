@@ -347,7 +347,10 @@ impl RunJob {
         progress_task.abort();
         progress.finish();
         let report = result?;
-        print_summary(&name, &report);
+        // (a simulation's many members would fill its log with them)
+        if !crate::core::sim::active() {
+            print_summary(&name, &report);
+        }
         Ok(())
     }
 }

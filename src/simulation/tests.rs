@@ -69,13 +69,21 @@ fn group_members_explore_schedules() {
         }
         return;
     }
-    let count = env_u64("TIDEGATE_GROUP_SIM_SCHEDULES").unwrap_or(200);
+    // CI's share: the regression range, then a fresh range that differs from run to run (its
+    // start printed, so that a failure there is replayed by its seed); a soak sets the counts
+    let fixed = env_u64("TIDEGATE_GROUP_SIM_SCHEDULES").unwrap_or(300);
     let first = env_u64("TIDEGATE_GROUP_SIM_FIRST_SEED").unwrap_or(0);
-    let totals = explore(first..first + count);
+    let fresh = env_u64("TIDEGATE_GROUP_SIM_FRESH").unwrap_or(100);
+    let fresh_from = env_u64("TIDEGATE_GROUP_SIM_FRESH_FROM").unwrap_or_else(fresh_start);
     eprintln!(
-        "group simulation: {} schedules (seeds {first}..{}), {} member processes: {} ended by themselves, {} stopped, {} killed, {} failed; {} records written",
+        "group simulation: the regression range {first}..{}, and {fresh} fresh seeds from {fresh_from}",
+        first + fixed
+    );
+    let seeds: Vec<u64> = (first..first + fixed).chain(fresh_from..fresh_from + fresh).collect();
+    let mut totals = in_parallel(&seeds);
+    eprintln!(
+        "group simulation: {} schedules, {} member processes: {} ended by themselves, {} stopped, {} killed, {} failed; {} records written",
         totals.schedules,
-        first + count,
         totals.members,
         totals.ended_well,
         totals.stopped,
@@ -86,17 +94,59 @@ fn group_members_explore_schedules() {
     for (words, n) in &totals.errors {
         eprintln!("group simulation:   {n} failed with: {words} …");
     }
-    let failures = totals.failures;
+    let mut failures = std::mem::take(&mut totals.failures);
+    failures.sort_by_key(|(seed, _)| *seed);
     for (seed, e) in failures.iter().take(3) {
         eprintln!("group simulation: seed {seed} failed: {e}\n");
     }
-    let seeds: Vec<u64> = failures.iter().map(|(s, _)| *s).collect();
+    let failed: Vec<u64> = failures.iter().map(|(s, _)| *s).collect();
     assert!(
         failures.is_empty(),
-        "group simulation: {} of {count} schedules (seeds {first}..{}) failed: {seeds:?}\nreplay one: TIDEGATE_GROUP_SIM_SEED=<seed> cargo test --lib simulation::tests -- --nocapture",
+        "group simulation: {} of {} schedules failed: {failed:?}\nreplay one: TIDEGATE_GROUP_SIM_SEED=<seed> cargo test --features failpoints --lib simulation::tests::group_members -- --nocapture",
         failures.len(),
-        first + count
+        seeds.len()
     );
+    // it explored: members killed, stopped and ended by themselves, records written
+    assert!(totals.killed * 20 >= totals.schedules, "{totals:?}");
+    assert!(totals.stopped * 20 >= totals.schedules, "{totals:?}");
+    assert!(totals.ended_well >= totals.schedules, "{totals:?}");
+}
+
+/// Where a fresh range starts: from the clock, a different one each run.
+fn fresh_start() -> u64 {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    1_000_000 + (secs % 1_000_000) * 1_000
+}
+
+/// `seeds` on two threads (a simulation lives on one thread), their totals together.
+fn in_parallel(seeds: &[u64]) -> Totals {
+    let threads = 2;
+    let parts: Vec<Totals> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| scope.spawn(move || explore(seeds.iter().copied().skip(t).step_by(threads))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a simulation thread"))
+            .collect()
+    });
+    let mut totals = Totals::default();
+    for p in parts {
+        totals.schedules += p.schedules;
+        totals.members += p.members;
+        totals.killed += p.killed;
+        totals.ended_well += p.ended_well;
+        totals.stopped += p.stopped;
+        totals.failed += p.failed;
+        totals.records += p.records;
+        for (k, v) in p.errors {
+            *totals.errors.entry(k).or_default() += v;
+        }
+        totals.failures.extend(p.failures);
+    }
+    totals
 }
 
 /// The schedule of the survivor-exit loss (written out, so that a change of how seeds are drawn

@@ -135,6 +135,38 @@ impl Plan {
         }
     }
 
+    /// The plan as Rust (a named schedule's literal, see `found`), so that a schedule that found
+    /// a bug stays what it was whatever happens to how seeds are drawn.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn literal(&self) -> String {
+        let us = |d: Duration| format!("Duration::from_micros({})", d.as_micros());
+        let runs: Vec<String> = self
+            .runs
+            .iter()
+            .map(|r| {
+                let s = &r.schedule;
+                format!(
+                    "RunPlan {{ parallelism: {}, schedule: Schedule {{ seed: {}, yield_per_mille: {}, delay_per_mille: {}, max_delay: {}, crash_at: {:?}, stop_at: {:?}, fail_at: {:?}, max_steps: {} }} }}",
+                    r.parallelism, s.seed, s.yield_per_mille, s.delay_per_mille, us(s.max_delay), s.crash_at, s.stop_at, s.fail_at, s.max_steps
+                )
+            })
+            .collect();
+        format!(
+            "Plan {{ count: {}, splits: {}, batch_size: {}, queue_capacity: {}, fetcher_mode: FetcherMode::{:?}, sink: SinkKind::{:?}, sink_capacity: {}, markers: vec!{:?}, checkpoint_interval: {}, resolving: {}, runs: vec![{}] }}",
+            self.count,
+            self.splits,
+            self.batch_size,
+            self.queue_capacity,
+            self.fetcher_mode,
+            self.sink,
+            self.sink_capacity,
+            self.markers,
+            self.checkpoint_interval.map_or("None".to_string(), |d| format!("Some({})", us(d))),
+            self.resolving.map_or("None".to_string(), |d| format!("Some({})", us(d))),
+            runs.join(", ")
+        )
+    }
+
     /// The splits' ranges: from 0, or from where the resolving source resolved its start
     /// (`resolved`; none before it did).
     fn ranges(&self, resolved: Option<u64>) -> Vec<Range> {

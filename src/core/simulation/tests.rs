@@ -72,6 +72,7 @@ fn explores_schedules() {
             .with_ansi(false)
             .try_init();
         eprintln!("simulation: replaying seed {seed}: {:#?}", Plan::of(seed));
+        eprintln!("simulation: seed {seed} as a named schedule: {}", Plan::of(seed).literal());
         let dir = scratch();
         match run_seed(seed, dir.path()) {
             Ok(o) => eprintln!(
@@ -82,14 +83,29 @@ fn explores_schedules() {
         }
         return;
     }
-    // CI's share; `scripts/simulate --schedules N` soaks
-    let schedules = env_u64("TIDEGATE_SIM_SCHEDULES").unwrap_or(10_000);
+    // CI's share: the regression range, then a fresh range that differs from run to run (its
+    // start printed); `scripts/simulate --schedules N` soaks
+    let fixed = env_u64("TIDEGATE_SIM_SCHEDULES").unwrap_or(10_000);
     let first = env_u64("TIDEGATE_SIM_FIRST_SEED").unwrap_or(0);
-    let threads = 2u64;
+    let fresh = env_u64("TIDEGATE_SIM_FRESH").unwrap_or(2_000);
+    let fresh_from = env_u64("TIDEGATE_SIM_FRESH_FROM").unwrap_or_else(|| {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        1_000_000 + (secs % 1_000_000) * 10_000
+    });
+    eprintln!(
+        "simulation: the regression range {first}..{}, and {fresh} fresh seeds from {fresh_from}",
+        first + fixed
+    );
+    let seeds: Vec<u64> = (first..first + fixed).chain(fresh_from..fresh_from + fresh).collect();
+    let schedules = seeds.len() as u64;
+    let threads = 2usize;
     // each thread runs its own simulations (a simulation lives on one thread)
     let parts: Vec<Totals> = std::thread::scope(|scope| {
+        let seeds = &seeds;
         let handles: Vec<_> = (0..threads)
-            .map(|t| scope.spawn(move || explore((first..first + schedules).filter(move |s| s % threads == t))))
+            .map(|t| scope.spawn(move || explore(seeds.iter().copied().skip(t).step_by(threads))))
             .collect();
         handles
             .into_iter()
@@ -109,9 +125,8 @@ fn explores_schedules() {
     }
     totals.failures.sort_by_key(|(seed, _)| *seed);
     eprintln!(
-        "simulation: {} schedules (seeds {first}..{}), {} runs, {} crashes, {} I/O faults, {} stops, {} restores at another parallelism, {} steps, {} failed",
+        "simulation: {} schedules, {} runs, {} crashes, {} I/O faults, {} stops, {} restores at another parallelism, {} steps, {} failed",
         totals.schedules,
-        first + schedules,
         totals.runs,
         totals.crashes,
         totals.faults,
