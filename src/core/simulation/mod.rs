@@ -9,6 +9,8 @@
 //! A failure names its seed, and the seed replays it (see `tests`).
 
 mod check;
+#[cfg(test)]
+mod found;
 mod resolving;
 mod sinks;
 mod tests;
@@ -238,7 +240,13 @@ pub(crate) struct Outcome {
 
 /// Run the schedule of `seed` in `dir` (a fresh directory); `Err` says what broke.
 pub(crate) fn run_seed(seed: u64, dir: &Path) -> Result<Outcome, String> {
-    let plan = Plan::of(seed);
+    run_seed_plan(&Plan::of(seed), seed, dir)
+}
+
+/// Run `plan` (seed `seed`'s, or a named schedule's) in `dir`; a crash's loss of unsynced data is
+/// drawn from `seed`.
+pub(crate) fn run_seed_plan(plan: &Plan, seed: u64, dir: &Path) -> Result<Outcome, String> {
+    let plan = plan.clone();
     let log = Arc::new(Log::default());
     let path = dir.join("job.state");
     let disk: SharedDisk = Arc::new(Mutex::new(Disk::default()));

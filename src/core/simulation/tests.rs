@@ -72,7 +72,10 @@ fn explores_schedules() {
             .with_ansi(false)
             .try_init();
         eprintln!("simulation: replaying seed {seed}: {:#?}", Plan::of(seed));
-        eprintln!("simulation: seed {seed} as a named schedule: {}", Plan::of(seed).literal());
+        eprintln!(
+            "simulation: seed {seed} as a named schedule: {}",
+            Plan::of(seed).literal()
+        );
         let dir = scratch();
         match run_seed(seed, dir.path()) {
             Ok(o) => eprintln!(
