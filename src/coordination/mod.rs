@@ -195,6 +195,8 @@ pub(crate) async fn run_member(
                 continue;
             }
         };
+        // a rebalance's pause for this member ends at its first record (see first_record)
+        let assigned_at = sim::now();
         let (assigned, metadata) = match change.flatten() {
             None => return Ok(()),
             Some(Change::Revoked) => {
@@ -251,7 +253,7 @@ pub(crate) async fn run_member(
         let (stop_tx, stop) = watch::channel(false);
         let (mut revoked, mut signalled) = (false, false);
         let mut link_failed = None;
-        let first = crate::core::spawn(first_record(Arc::clone(session.stats()), sim::now()));
+        let first = crate::core::spawn(first_record(Arc::clone(session.stats()), assigned_at));
         let job = session.run_job(&run, opened.store, sink, stop, no_progress, resuming);
         tokio::pin!(job);
         let outcome = loop {
@@ -365,8 +367,9 @@ fn run_id() -> String {
     format!("{id:x}")
 }
 
-/// Log the first record written on an assignment, and how long after its run began: with the
-/// other members' logs, the pause a rebalance makes (tests/it/group.rs measures it).
+/// Log the first record written on an assignment, and how long after the assignment came (its
+/// store opened, its state read, its job started): with the other members' logs, the pause a
+/// rebalance makes (tests/it/group.rs and scripts/bench's `rebalance` measure it).
 async fn first_record(stats: Arc<crate::core::JobStats>, began: tokio::time::Instant) {
     use std::sync::atomic::Ordering;
     let before = stats.records_written.load(Ordering::Relaxed);

@@ -1,0 +1,178 @@
+"""scripts/bench's `rebalance` part: a group-coordinated live tail scaled 1 -> 2 -> 3 -> 2 -> 1
+members, its state topic holding `other` records of other jobs, and how long each rebalance
+stopped it.
+
+A data generator writes the 12-partition input at a steady rate; each member replays it into an
+exactly-once Kafka sink, its checkpoints in the shared state topic. From every member's log:
+each run's restore-and-start time (from its assignment to its first record written, which a
+restore's read of the state topic is part of), and each rebalance's pause (from a member's
+revocation to its first record on the next assignment). A member's first run reads the state
+topic from its start; its later runs continue where its last read ended, so their pause must not
+grow with the topic.
+"""
+
+import datetime
+import os
+import re
+import signal
+import subprocess
+import time
+
+
+def _ts(line):
+    m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z", line)
+    if not m:
+        return None
+    return datetime.datetime.fromisoformat(m.group(1)[:26]).replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def fill_state_topic(kcat, bootstrap, topic, records, tmp, admin_create):
+    """`records` records of other jobs (keys `other-<i>/split/…`, 100-byte values) into a new
+    compacted topic, by kcat."""
+    admin_create(None, bootstrap, topic, 1, ("cleanup.policy=compact", "min.compaction.lag.ms=3600000"))
+    path = os.path.join(tmp, "state-fill.txt")
+    value = '{"format":"other","payload":"' + "x" * 60 + '"}'
+    with open(path, "w") as f:
+        for i in range(records):
+            f.write(f"other-job-{i % 997}#{i % 7}/split/trades-{i}|{value}\n")
+    subprocess.run([kcat, "-P", "-b", bootstrap, "-t", topic, "-p", "0", "-K", "|", "-z", "lz4",
+                    "-X", "linger.ms=50", "-X", "batch.num.messages=10000", "-l", path], check=True)
+
+
+def start(cmd, log_path):
+    out = open(log_path, "w")
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=out, start_new_session=True), out
+
+
+def stop(proc, out, timeout=90):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    out.close()
+
+
+def runs_of(log_text):
+    """Each run of a member: its restore-and-start time (ms), and when it began (s)."""
+    out = []
+    for line in log_text.splitlines():
+        m = re.search(r"first record written on this assignment after_ms=(\d+)", line)
+        if m:
+            out.append({"start_ms": int(m.group(1)), "at": _ts(line)})
+    return out
+
+
+def pauses_of(log_text):
+    """Each rebalance's pause for a member: from its revocation to its next first record (s)."""
+    pauses, revoked = [], None
+    for line in log_text.splitlines():
+        if "partitions revoked" in line:
+            revoked = _ts(line)
+        elif "first record written on this assignment" in line and revoked is not None:
+            at = _ts(line)
+            if at is not None:
+                pauses.append(at - revoked)
+            revoked = None
+    return pauses
+
+
+def rebalance_runs(args, tidegate, kcat, bootstrap, tmp, run_id, admin_create, log):
+    other = 20_000 if args.smoke else 1_000_000
+    step = 6 if args.smoke else 20
+    rate = 500 if args.smoke else 2000
+    state = f"bench-rebalance-state-{run_id}"
+    source = f"bench-rebalance-in-{run_id}"
+    sink = f"bench-rebalance-out-{run_id}"
+    log(f"filling {state} with {other:,} records of other jobs")
+    began = time.perf_counter()
+    fill_state_topic(kcat, bootstrap, state, other, tmp, admin_create)
+    log(f"filled in {time.perf_counter() - began:.1f} s")
+    admin_create(None, bootstrap, source, 12)
+    admin_create(None, bootstrap, sink, 12)
+    gen = os.path.join(tmp, "rebalance-gen.toml")
+    with open(gen, "w") as f:
+        f.write(f"""
+[job]
+name = "bench-rebalance-gen-{run_id}"
+parallelism = 2
+[source]
+type = "datagen"
+rate = {rate}.0
+[source.fields]
+seq = {{ sequence = {{}} }}
+[sink]
+type = "kafka"
+bootstrap_servers = "{bootstrap}"
+topic = "{source}"
+""")
+    job = os.path.join(tmp, "rebalance-job.toml")
+    with open(job, "w") as f:
+        f.write(f"""
+[job]
+name = "bench-rebalance-{run_id}"
+parallelism = 2
+coordination = "group"
+[source]
+type = "kafka"
+bootstrap_servers = "{bootstrap}"
+topics = ["{source}"]
+starting_offsets = "earliest"
+properties = {{ "session.timeout.ms" = "10000" }}
+[sink]
+type = "kafka"
+bootstrap_servers = "{bootstrap}"
+topic = "{sink}"
+delivery = "exactly_once"
+[checkpoint]
+store = "kafka"
+topic = "{state}"
+interval = "1s"
+""")
+    procs = {}
+    generator = start([tidegate, "run", "--config", gen, "--no-progress"], os.path.join(tmp, "gen.log"))
+    try:
+        members = []
+        plan = ["+m0", "+m1", "+m2", "-m2", "-m1"]
+        for action in plan:
+            name = action[1:]
+            if action[0] == "+":
+                logs = os.path.join(tmp, f"{name}.log")
+                procs[name] = start([tidegate, "run", "--config", job, "--no-progress", "--set",
+                                     f"job.member={name}"], logs) + (logs,)
+                members.append(name)
+            else:
+                proc, out, _ = procs[name]
+                stop(proc, out)
+            log(f"rebalance: {action}, {step} s")
+            time.sleep(step)
+        for name in list(procs):
+            proc, out, _ = procs[name]
+            stop(proc, out)
+    finally:
+        stop(*generator)
+        for proc, out, _ in procs.values():
+            if proc.poll() is None:
+                stop(proc, out)
+    report = {"state_topic_other_records": other, "members": {}}
+    for name, (_, _, path) in procs.items():
+        text = open(path).read()
+        runs = runs_of(text)
+        report["members"][name] = {"runs_start_ms": [r["start_ms"] for r in runs], "pauses_s": pauses_of(text)}
+    firsts = [m["runs_start_ms"][0] for m in report["members"].values() if m["runs_start_ms"]]
+    laters = [ms for m in report["members"].values() for ms in m["runs_start_ms"][1:]]
+    report["first_run_start_ms"] = firsts
+    report["later_runs_start_ms"] = laters
+    report["pauses_s"] = [p for m in report["members"].values() for p in m["pauses_s"]]
+    print(f"\nrebalance: a live tail of 12 partitions at {rate}/s, 1 -> 2 -> 3 -> 2 -> 1 members, "
+          f"the state topic holding {other:,} records of other jobs")
+    for name, m in report["members"].items():
+        print(f"  {name}: restore-and-start per run (ms) {m['runs_start_ms']}, "
+              f"pauses (s) {[round(p, 2) for p in m['pauses_s']]}")
+    if firsts and laters:
+        print(f"  a member's first run {max(firsts)} ms at most; its later runs {max(laters)} ms at most")
+    if not laters:
+        raise RuntimeError(f"no member ran twice: {report}")
+    return report
