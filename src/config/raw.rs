@@ -124,8 +124,8 @@ pub struct RawCheckpoint {
     /// With `store = "kafka"`: librdkafka properties of the store's clients (security, TLS,
     /// SASL). Default: the connection properties (`security.*`, `sasl.*`, `ssl.*`, …) of the
     /// source or sink whose `bootstrap_servers` it uses. The store sets `isolation.level`,
-    /// `enable.partition.eof`, `transactional.id`, `enable.idempotence` and `acks` itself: they
-    /// are refused here.
+    /// `enable.partition.eof`, `transactional.id`, `enable.idempotence`, `acks` and
+    /// `transaction.timeout.ms` itself: they are refused here.
     pub properties: Option<std::collections::BTreeMap<String, crate::connector::values::PropertyValue>>,
 }
 

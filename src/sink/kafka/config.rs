@@ -60,8 +60,9 @@ pub struct RawKafkaSink {
     /// fences the first.
     pub delivery: Option<String>,
     /// With "exactly_once": how long the broker keeps a transaction open (librdkafka's
-    /// `transaction.timeout.ms`); at least twice `checkpoint.interval`. A transaction that
-    /// times out fails the job, which then resumes exactly from its last checkpoint.
+    /// `transaction.timeout.ms`, which `sink.properties` may not set); at least twice
+    /// `checkpoint.interval`, at most 2 minutes for a group's members. A transaction that times
+    /// out fails the job, which then resumes exactly from its last checkpoint.
     #[serde(default = "sixty_seconds")]
     pub transaction_timeout: String,
     /// How long a checkpoint waits for every send to be acknowledged.
