@@ -60,7 +60,7 @@ fn explained(plan: &Plan, error: &str) -> bool {
 
 pub(super) fn invariants(plan: &Plan, outcome: &Outcome, _kafka: &SimKafka) -> Result<(), String> {
     let mut complete = true;
-    for (p, (records, written)) in plan.records.iter().zip(&outcome.output).enumerate() {
+    for (p, (records, written)) in outcome.expected.iter().zip(&outcome.output).enumerate() {
         if let Some(stray) = written.iter().find(|i| **i >= *records) {
             return Err(format!(
                 "partition {p}: the output holds a record that is not in the input (index {stray}: an aborted record, \
@@ -77,7 +77,7 @@ pub(super) fn invariants(plan: &Plan, outcome: &Outcome, _kafka: &SimKafka) -> R
         }
         complete &= written.len() as u64 == *records;
     }
-    let missing = unfinished(&plan.records, &outcome.output);
+    let missing = unfinished(&outcome.expected, &outcome.output);
     for m in &outcome.members {
         match &m.exit {
             Exit::Returned {

@@ -71,6 +71,8 @@ pub(crate) struct Outcome {
     pub(crate) trace: Trace,
     /// The committed output, per input partition, in order: the input index of each record.
     pub(crate) output: Vec<Vec<u64>>,
+    /// How many records of each partition the output must end with.
+    pub(crate) expected: Vec<u64>,
     /// The cluster's own account, for a failure's report.
     pub(crate) events: Vec<String>,
     /// The state topic's log at the end.
@@ -103,9 +105,9 @@ pub(crate) fn run(plan: &Plan) -> Result<Outcome, String> {
     let simulation = Simulation::enter(plan.schedule.clone(), None);
     let kafka = kafka::SimKafka::new(plan.seed, plan.faults);
     let guard = cluster::simulate(SERVERS, Arc::new(kafka::SimCluster(Arc::clone(&kafka))));
-    plan.seed_input(&mut kafka.broker());
+    let expected = plan.seed_input(&mut kafka.broker());
     let local = tokio::task::LocalSet::new();
-    let members = runtime.block_on(local.run_until(drive(plan, &configs, &simulation, &kafka)));
+    let members = runtime.block_on(local.run_until(drive(plan, &expected, &configs, &simulation, &kafka)));
     drop(local);
     // every task goes, the killed processes' too, while the simulation still says who is dead
     drop(runtime);
@@ -114,7 +116,8 @@ pub(crate) fn run(plan: &Plan) -> Result<Outcome, String> {
     drop(simulation);
     let broker = kafka.broker();
     let outcome = Outcome {
-        output: check::output(&plan.records, &broker),
+        output: check::output(&expected, &broker),
+        expected: expected.clone(),
         members,
         trace,
         events: broker.events.clone(),
@@ -130,6 +133,7 @@ pub(crate) fn run(plan: &Plan) -> Result<Outcome, String> {
 /// running to end (at most [`LIMIT`] of virtual time).
 async fn drive(
     plan: &Plan,
+    expected: &[u64],
     configs: &plan::Configs,
     simulation: &Simulation,
     kafka: &Arc<kafka::SimKafka>,
@@ -142,7 +146,7 @@ async fn drive(
         let done = Arc::new(Mutex::new(None));
         let config = configs.of(name);
         let result = Arc::clone(&done);
-        let (kafka, records) = (Arc::clone(kafka), plan.records.clone());
+        let (kafka, records) = (Arc::clone(kafka), expected.to_vec());
         let task = simulation.spawn_local_in(pid, async move {
             let session = crate::daemon::Session::simulated(stopped);
             let outcome = crate::coordination::run_member(&config, &session, false, true, None).await;

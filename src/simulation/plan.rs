@@ -60,6 +60,10 @@ pub(crate) struct Plan {
     pub(crate) session_timeout: Duration,
     /// `source.max_rate` (records/s), which stretches a replay over virtual time.
     pub(crate) max_rate: Option<u64>,
+    /// An end-of-stream record: `(partition, index)`, ending its partition there, or with
+    /// `eof_scope = "source"` (`true`) every partition at its timestamp (the members then publish
+    /// their partitions' event time to each other).
+    pub(crate) eof: Option<(usize, u64, bool)>,
     pub(crate) events: Vec<Event>,
     pub(crate) compaction_every: Option<Duration>,
     pub(crate) faults: Faults,
@@ -71,7 +75,8 @@ impl Plan {
     pub(crate) fn of(seed: u64) -> Plan {
         let mut rng = SplitMix64(seed);
         let partitions = rng.range(1, 5) as usize;
-        let records = (0..partitions).map(|_| rng.range(0, 120)).collect();
+        let records: Vec<u64> = (0..partitions).map(|_| rng.range(0, 120)).collect();
+        let records_of = |p: usize| records[p];
         let transactional_input = rng.chance(300);
         let count = rng.range(1, 3) as usize;
         let members: Vec<String> = (0..count).map(|i| format!("m{i}")).collect();
@@ -104,6 +109,13 @@ impl Plan {
             .collect();
         let session_timeout = Duration::from_millis(rng.range(3_000, 20_000));
         let max_rate = rng.chance(500).then(|| rng.range(20, 400));
+        let eof = {
+            let with_records: Vec<usize> = (0..partitions).filter(|p| records_of(*p) > 0).collect();
+            (rng.chance(300) && !with_records.is_empty()).then(|| {
+                let p = with_records[rng.range(0, with_records.len() as u64 - 1) as usize];
+                (p, rng.range(0, records_of(p) - 1), rng.chance(500))
+            })
+        };
         let mut events = Vec::new();
         let mut joined = count;
         for _ in 0..rng.range(0, 4) {
@@ -195,6 +207,7 @@ impl Plan {
             checkpoint_interval: Duration::from_millis(rng.range(50, 1_000)),
             session_timeout,
             max_rate,
+            eof,
             events,
             compaction_every,
             faults,
@@ -205,6 +218,13 @@ impl Plan {
     /// The job as every member runs it (its name set per member).
     fn text(&self) -> String {
         let rate = self.max_rate.map(|r| format!("max_rate = {r}")).unwrap_or_default();
+        let eof = match self.eof {
+            Some((p, i, source_wide)) => format!(
+                "eof = 'value == \"{p}:{i}\"'\neof_scope = \"{}\"",
+                if source_wide { "source" } else { "partition" }
+            ),
+            None => String::new(),
+        };
         format!(
             r#"
 [job]
@@ -219,6 +239,7 @@ topics = ["{input}"]
 format = "string"
 stopping_offsets = "latest"
 {rate}
+{eof}
 properties = {{ "session.timeout.ms" = "{session}" }}
 
 [sink]
@@ -265,11 +286,13 @@ store = "kafka"
     /// The input: partition `p`'s records are `"p:i"` for `i` from 0, with timestamps in
     /// order; in transactions (some aborted, their records `"p:aborted"`) when the plan says so.
     /// And the output topic, with as many partitions.
-    pub(crate) fn seed_input(&self, broker: &mut Broker) {
+    pub(crate) fn seed_input(&self, broker: &mut Broker) -> Vec<u64> {
         let partitions = self.records.len() as i32;
         broker.create_topic(&self.input, partitions, BTreeMap::new());
         broker.create_topic(OUTPUT, partitions, BTreeMap::new());
         let mut rng = SplitMix64(self.seed ^ 0x1a2b);
+        // each committed record's timestamp, per partition (the input's clock ticks per record)
+        let mut stamps: Vec<Vec<i64>> = vec![Vec::new(); self.records.len()];
         for (p, count) in self.records.iter().enumerate() {
             let p = p as i32;
             let mut i = 0;
@@ -286,12 +309,32 @@ store = "kafka"
                         false => format!("{p}:{}", i + k).into_bytes(),
                     })
                     .collect();
-                broker.write_input(&self.input, p, values, self.transactional_input, !aborted);
+                let written = broker.write_input(&self.input, p, values, self.transactional_input, !aborted);
                 if !aborted {
+                    stamps[p as usize].extend(written);
                     i += chunk;
                 }
             }
         }
+        self.expected(&stamps)
+    }
+
+    /// How many records of each partition the output must end with: all, or up to the
+    /// end-of-stream record (not emitted): in its partition, or with a source-wide stop in every
+    /// partition, those stamped before it.
+    fn expected(&self, stamps: &[Vec<i64>]) -> Vec<u64> {
+        let mut expected = self.records.clone();
+        match self.eof {
+            Some((p, i, false)) => expected[p] = i,
+            Some((p, i, true)) => {
+                let stop = stamps[p][i as usize];
+                for (q, ts) in stamps.iter().enumerate() {
+                    expected[q] = ts.iter().filter(|t| **t < stop).count() as u64;
+                }
+            }
+            None => {}
+        }
+        expected
     }
 }
 

@@ -169,6 +169,7 @@ pub(super) fn survivor_of_a_killed_member() -> Plan {
         // (librdkafka's default): the survivor finishes its own partitions long before
         session_timeout: Duration::from_secs(45),
         max_rate: Some(60),
+        eof: None,
         events: vec![super::plan::Event {
             at: Duration::from_secs(1),
             action: super::Action::Kill("m1".into()),

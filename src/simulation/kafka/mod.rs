@@ -239,7 +239,7 @@ impl Broker {
     }
 
     /// Write the simulation's input records (their values) to `topic`'s `partition`: as they
-    /// are, or in one transaction, committed or aborted.
+    /// are, or in one transaction, committed or aborted. Their timestamps.
     pub(crate) fn write_input(
         &mut self,
         topic: &str,
@@ -247,11 +247,13 @@ impl Broker {
         values: Vec<Vec<u8>>,
         transactional: bool,
         commit: bool,
-    ) {
+    ) -> Vec<i64> {
         const WRITER: &str = "simulation-input";
         let producer = transactional.then(|| self.init_transactions(WRITER, Duration::from_secs(3600)));
+        let mut stamps = Vec::new();
         for value in values {
             self.input_clock += 1;
+            stamps.push(self.input_clock);
             let record = Append {
                 topic,
                 partition: Some(partition),
@@ -266,6 +268,7 @@ impl Broker {
         if transactional {
             self.end_transaction(WRITER, commit);
         }
+        stamps
     }
 
     /// A topic's log, a line per entry, for a failure's report.
