@@ -10,6 +10,7 @@ pub mod error;
 pub use error::{Error, Result};
 pub(crate) mod checkpoint_store;
 pub mod cli;
+pub(crate) mod client;
 pub(crate) mod config;
 pub(crate) mod connector;
 pub(crate) mod coordination;

@@ -133,7 +133,7 @@ pub trait StateInTransaction: Send + Sync {
 /// partitions given to another) fails to commit.
 pub struct GroupFence {
     /// The member's group metadata, as of its assignment.
-    pub metadata: crate::kafka::cluster::GroupMetadata,
+    pub metadata: crate::client::cluster::GroupMetadata,
     /// `(topic, partition, next offset)` of each split the checkpoint holds.
     pub offsets: Vec<(String, i32, i64)>,
 }
@@ -141,7 +141,7 @@ pub struct GroupFence {
 impl GroupFence {
     /// The fence of checkpoint `value` (a Kafka source's: each split's topic, partition and
     /// next offset) for the member of `metadata`.
-    pub fn of(metadata: &crate::kafka::cluster::GroupMetadata, value: &serde_json::Value) -> GroupFence {
+    pub fn of(metadata: &crate::client::cluster::GroupMetadata, value: &serde_json::Value) -> GroupFence {
         // the readers' splits, and the enumerator's not yet handed to a reader (a checkpoint
         // that holds any split carries the fence: an older position of it must not win)
         let mut offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
@@ -245,7 +245,7 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
                 .or(sink_cluster.map(|c| ("sink", c)));
             let (bootstrap_servers, cluster_of, inherited_properties) = match (&raw.bootstrap_servers, inherited) {
                 (Some(b), _) => (b.clone(), "checkpoint", BTreeMap::new()),
-                (None, Some((section, (b, p)))) => (b.clone(), section, crate::kafka::client::connection_properties(p)),
+                (None, Some((section, (b, p)))) => (b.clone(), section, crate::client::connection_properties(p)),
                 (None, None) => {
                     return Err(Error::config(
                         "checkpoint.bootstrap_servers",
@@ -282,7 +282,7 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
                 {
                     (
                         Some(crate::sink::kafka::config::transactional_id(job)),
-                        crate::kafka::client::connection_properties(&k.settings.properties),
+                        crate::client::connection_properties(&k.settings.properties),
                     )
                 }
                 _ => (None, BTreeMap::new()),
@@ -317,7 +317,7 @@ pub struct OpenStore {
 impl OpenStore {
     /// A group member's run: every checkpoint's transaction carries the member's group
     /// metadata (KIP-447), so a member the group dropped cannot commit.
-    pub fn fence_with_group(&self, metadata: crate::kafka::cluster::GroupMetadata) {
+    pub fn fence_with_group(&self, metadata: crate::client::cluster::GroupMetadata) {
         if let Some(k) = &self.kafka {
             k.fence_with_group(metadata);
         }

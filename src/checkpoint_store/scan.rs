@@ -11,9 +11,9 @@ use tracing::{info, warn};
 
 use super::records::is_owned;
 use super::KafkaStoreConfig;
+use crate::client::cluster::{self, ClientSpec, Consumer};
 use crate::core::sim;
 use crate::error::{kafka, Error, Result};
-use crate::kafka::cluster::{self, ClientSpec, Consumer};
 
 /// How long a call to the cluster may take (watermarks).
 const TIMEOUT: Duration = Duration::from_secs(30);

@@ -205,10 +205,7 @@ fn property_secrets_come_from_files_and_unset_variables_are_named() {
     );
     let c = load(&write(&dir, &text), &[]).unwrap();
     let SourceConfig::Kafka(k) = c.source else { panic!() };
-    assert_eq!(
-        crate::kafka::client::redacted(&k.settings.properties)["client.id"],
-        "***"
-    );
+    assert_eq!(crate::client::redacted(&k.settings.properties)["client.id"], "***");
     let e = error_of(
         &BASE.replace(
             "type = \"null\"",

@@ -211,7 +211,7 @@ pub fn properties(section: &str, map: BTreeMap<String, PropertyValue>) -> Result
             let value = match &v {
                 PropertyValue::Secret(secret) => {
                     // shown as `***` wherever properties are, whatever its name
-                    crate::kafka::client::mark_secret(&k);
+                    crate::client::mark_secret(&k);
                     secret.resolve(&format!("{section}.properties.\"{k}\""))?
                 }
                 other => other.to_string(),

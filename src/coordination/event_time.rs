@@ -30,10 +30,10 @@ use tracing::{debug, info, warn};
 
 use super::published::{Merged, Published};
 use crate::checkpoint_store::KafkaStoreConfig;
+use crate::client::cluster::{self, ClientSpec, Consumer, Outgoing, Producer};
 use crate::core::event_time::EventTimeClock;
 use crate::core::{sim, JobStats, SplitId};
 use crate::error::{kafka, Result};
-use crate::kafka::cluster::{self, ClientSpec, Consumer, Outgoing, Producer};
 use crate::kafka::{KafkaPartitionSplit, Subscription};
 
 /// How often a member publishes and reads the others' values.

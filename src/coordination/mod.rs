@@ -16,12 +16,12 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::checkpoint_store::StoreConfig;
+use crate::client::cluster::{self, Change, ClientSpec, GroupMembership, GroupSpec};
 use crate::config::Config;
 use crate::connector::{JobConfig, SinkConfig, SourceConfig};
 use crate::core::sim;
 use crate::daemon::Session;
 use crate::error::{Error, Result};
-use crate::kafka::cluster::{self, Change, ClientSpec, GroupMembership, GroupSpec};
 
 /// The consumer group of a job's members.
 pub fn group_id(job: &str) -> String {

@@ -10,10 +10,10 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::checkpoint_store::StoreConfig;
+use crate::client::cluster::{self, ClientSpec};
 use crate::config::Config;
 use crate::connector::SourceConfig;
 use crate::error::{Error, Result};
-use crate::kafka::cluster::{self, ClientSpec};
 use crate::kafka::{Subscription, TopicPartition};
 
 /// How long a member waits between two looks at the job's progress.

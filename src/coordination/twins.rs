@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
+use crate::client::cluster::{self, ClientSpec, Consumer};
 use crate::core::sim;
 use crate::error::{Error, Result};
-use crate::kafka::cluster::{self, ClientSpec, Consumer};
 use crate::kafka::config::KafkaSourceConfig;
 
 /// librdkafka's default `session.timeout.ms`.

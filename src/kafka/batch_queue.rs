@@ -28,7 +28,7 @@ use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaRespErr;
 
-use super::client::TracingContext;
+use crate::client::TracingContext;
 use crate::record::Header;
 
 /// A message, borrowed from librdkafka for the length of a callback.

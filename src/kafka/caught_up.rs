@@ -15,11 +15,11 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, warn};
 
-use super::client::TracingContext;
 use super::consumer::consumer_config;
 use super::live_split::LiveSplit;
 use super::split_reader::KafkaPartitionSplitReader;
 use super::KafkaSourceSettings;
+use crate::client::TracingContext;
 use crate::core::event_time::{wall_millis, EventTimeClock};
 use crate::core::SplitId;
 

@@ -11,8 +11,8 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, warn};
 
-use super::client::{self, TracingContext};
 use super::{KafkaPartitionSplit, KafkaSourceSettings};
+use crate::client::{self, TracingContext};
 use crate::core::reader_base::CheckpointListener;
 use crate::core::SplitSnapshot;
 use crate::error::Result;

@@ -318,7 +318,7 @@ fn validate_kafka_source(raw: RawKafkaSource, job: &JobConfig) -> Result<KafkaSo
     settings.offset_reset = offset_reset.to_string();
     // librdkafka checks properties only when a client is created: create (and drop) the readers'
     // consumer, so a misspelt or inconsistent property is a config error now, not at run time
-    crate::kafka::client::check_properties::<rdkafka::consumer::BaseConsumer>(
+    crate::client::check_properties::<rdkafka::consumer::BaseConsumer>(
         &super::consumer::consumer_config(&settings, 0, 1, 1),
         "source",
         &settings.properties,

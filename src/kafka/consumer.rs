@@ -8,8 +8,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::types::RDKafkaRespErr;
 use tracing::{debug, info, warn};
 
-use super::client::client_config;
 use super::KafkaSourceSettings;
+use crate::client::client_config;
 use crate::error::Error;
 
 /// librdkafka's prefetch for one reader: its consumer queue (every partition of the reader's

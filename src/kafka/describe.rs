@@ -73,7 +73,7 @@ pub fn lines(c: &KafkaSourceConfig) -> Vec<String> {
         lines.push(format!("  offsets committed to group {group} after each checkpoint"));
     }
     if !s.properties.is_empty() {
-        let props: Vec<String> = super::client::redacted(&s.properties)
+        let props: Vec<String> = crate::client::redacted(&s.properties)
             .into_iter()
             .map(|(k, v)| format!("{k} = {v}"))
             .collect();

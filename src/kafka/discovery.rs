@@ -8,10 +8,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use rdkafka::types::RDKafkaRespErr;
 use tracing::debug;
 
-use super::cluster::{self, ClientSpec, Consumer, Metadata, TopicMetadata};
 use super::offsets::{OffsetsResolver, StartingOffsets, TopicPartition};
 use super::split::{split_owner, KafkaPartitionSplit};
 use super::{Instance, KafkaSourceSettings, Subscription};
+use crate::client::cluster::{self, ClientSpec, Consumer, Metadata, TopicMetadata};
 use crate::error::{Error, Result};
 
 /// What the enumerator asks of one discovery, besides the partitions that exist.
@@ -124,7 +124,7 @@ pub fn check_connection(settings: &KafkaSourceSettings) -> Result<String> {
     let metadata = consumer.metadata(None, settings.request_timeout, properties, &what)?;
     let brokers = metadata.brokers.len();
     let found = format!("{brokers} broker{}", if brokers == 1 { "" } else { "s" });
-    Ok(super::client::connected_line(
+    Ok(crate::client::connected_line(
         "source",
         &settings.bootstrap_servers,
         properties,

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
-use super::cluster::Consumer;
 use super::discovery::{admin_consumer, discover, reader_owner, Discovery, DiscoveryRequest};
 use super::offsets::TopicPartition;
 use super::split::KafkaPartitionSplit;
 use super::KafkaSourceSettings;
+use crate::client::cluster::Consumer;
 use crate::core::{EnumeratorContext, SourceSplit, SplitEnumerator, SplitId};
 use crate::error::Result;
 use crate::metrics::KafkaMetrics;

@@ -4,8 +4,6 @@
 pub(crate) mod batch_queue;
 mod builder;
 mod caught_up;
-pub(crate) mod client;
-pub(crate) mod cluster;
 mod committer;
 pub(crate) mod config;
 mod config_checks;
@@ -23,8 +21,6 @@ mod restore;
 pub(crate) mod split;
 pub(crate) mod split_reader;
 mod subscription;
-pub(crate) mod tls;
-pub(crate) mod topic_ids;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -293,8 +289,9 @@ impl Source for KafkaSource {
         };
         let metrics = self.metrics.clone();
         let factory = Box::new(move |partitions| {
-            if let Some(simulated) = cluster::of(&settings.bootstrap_servers).simulated_reader(&settings) {
-                return simulated.map(PartitionReader::Simulated);
+            #[cfg(test)]
+            if let Some(simulated) = split_reader::simulated(&settings) {
+                return Ok(PartitionReader::Simulated(simulated));
             }
             KafkaPartitionSplitReader::new(&settings, (index, readers), partitions, limit, metrics.clone())
                 .map(|reader| PartitionReader::Native(reader.confirming_caught_up(&settings, index, confirm)))

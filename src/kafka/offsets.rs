@@ -10,8 +10,8 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::debug;
 
-use super::client::TracingContext;
-use super::cluster::{Consumer, KafkaResult};
+use crate::client::cluster::{Consumer, KafkaResult};
+use crate::client::TracingContext;
 use crate::core::sim;
 use crate::error::{Error, Result};
 
@@ -67,8 +67,7 @@ fn is_transient(e: &KafkaError) -> bool {
     })
 }
 
-/// A topic and a partition.
-pub type TopicPartition = (String, i32);
+pub use crate::client::TopicPartition;
 
 /// Where a committed-offsets start goes when the group has no offset for a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

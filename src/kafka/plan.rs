@@ -11,12 +11,12 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde::Serialize;
 
-use super::client::TracingContext;
 use super::discovery::{admin_consumer, discover};
 use super::enumerator::KafkaEnumeratorState;
 use super::offsets::{OffsetsResolver, TopicPartition};
 use super::split::KafkaPartitionSplit;
 use super::KafkaSource;
+use crate::client::TracingContext;
 use crate::core::{Checkpoint, SourceSplit};
 use crate::error::{Error, Result};
 
@@ -170,7 +170,7 @@ enum Edge {
 /// (the record at the start, the records just before the stop), within [`TIMESTAMP_BUDGET`].
 fn edge_timestamps(source: &KafkaSource, plan: &mut [PartitionPlan]) -> Result<()> {
     let settings = source.settings();
-    let consumer: BaseConsumer<TracingContext> = super::client::client_config(
+    let consumer: BaseConsumer<TracingContext> = crate::client::client_config(
         &settings.bootstrap_servers,
         &[
             ("enable.auto.commit", "false"),

@@ -9,9 +9,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::client::TracingContext;
 use super::plan::PartitionPlan;
 use super::KafkaSource;
+use crate::client::TracingContext;
 use crate::error::{Error, Result};
 
 /// How long the count may go without a record or an end of partition before it gives up.
@@ -21,7 +21,7 @@ const STALL: Duration = Duration::from_secs(30);
 /// start and stop that a `read_committed` consumer reads. Unbounded partitions keep `None`.
 pub fn count_records(source: &KafkaSource, plan: &mut [PartitionPlan]) -> Result<()> {
     let settings = source.settings();
-    let consumer: BaseConsumer<TracingContext> = super::client::client_config(
+    let consumer: BaseConsumer<TracingContext> = crate::client::client_config(
         &settings.bootstrap_servers,
         &[
             ("enable.auto.commit", "false"),

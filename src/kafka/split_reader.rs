@@ -14,12 +14,12 @@ use tracing::{debug, warn};
 mod health;
 
 use super::batch_queue::{BatchLimit, ConsumerQueue, Event, RECORD_SIZE};
-use super::client::TracingContext;
 use super::consumer::{consumer_config, PartitionErrors};
 use super::live_split::{index_in, LiveSplit};
 use super::offsets::StoppingOffsets;
 use super::split::KafkaPartitionSplit;
 use super::KafkaSourceSettings;
+use crate::client::TracingContext;
 use crate::core::{FinishReason, RecordsWithSplitIds, SourceSplit, SplitId, SplitReader, SplitsChange};
 use crate::error::{Error, Result};
 use crate::metrics::KafkaMetrics;
@@ -487,7 +487,7 @@ impl SplitReader for KafkaPartitionSplitReader {
 }
 
 /// A Kafka source's split reader: over librdkafka, or under the deterministic simulation a
-/// reader of the simulated cluster ([`super::cluster::Cluster::simulated_reader`]).
+/// reader of the simulated cluster ([`crate::client::cluster::Cluster::simulated_reader`]).
 // one per fetcher, never moved once built: its size does not matter, and the native reader
 // stays unboxed on the hot path
 #[allow(clippy::large_enum_variant)]
@@ -535,5 +535,50 @@ impl SplitReader for PartitionReader {
             PartitionReader::Native(r) => r.close(),
             PartitionReader::Simulated(r) => r.close(),
         }
+    }
+}
+
+/// A split reader of a simulated cluster, built from the source's settings.
+#[cfg(test)]
+pub(crate) type SimulatedReaders = std::sync::Arc<
+    dyn Fn(&super::KafkaSourceSettings) -> Box<dyn SplitReader<Element = Record, Split = KafkaPartitionSplit>>,
+>;
+
+#[cfg(test)]
+thread_local! {
+    static SIMULATED: std::cell::RefCell<Vec<(String, SimulatedReaders)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Under the deterministic simulation on this thread: the source's split readers of the cluster at
+/// `servers` are `readers`' (the fetch path over librdkafka's batch API is not simulated), until
+/// the guard is dropped.
+#[cfg(test)]
+pub(crate) fn simulate(servers: &str, readers: SimulatedReaders) -> SimulatedGuard {
+    SIMULATED.with(|s| s.borrow_mut().push((servers.to_string(), readers)));
+    SimulatedGuard(servers.to_string())
+}
+
+/// The simulated split reader of `settings`' cluster, if one is simulated on this thread.
+#[cfg(test)]
+pub(crate) fn simulated(
+    settings: &super::KafkaSourceSettings,
+) -> Option<Box<dyn SplitReader<Element = Record, Split = KafkaPartitionSplit>>> {
+    let readers = SIMULATED.with(|s| {
+        s.borrow()
+            .iter()
+            .find(|(servers, _)| *servers == settings.bootstrap_servers)
+            .map(|(_, r)| std::sync::Arc::clone(r))
+    })?;
+    Some(readers(settings))
+}
+
+/// Ends a [`simulate`] when dropped.
+#[cfg(test)]
+pub(crate) struct SimulatedGuard(String);
+
+#[cfg(test)]
+impl Drop for SimulatedGuard {
+    fn drop(&mut self) {
+        SIMULATED.with(|s| s.borrow_mut().retain(|(servers, _)| *servers != self.0));
     }
 }

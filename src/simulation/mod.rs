@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::client::cluster;
 use crate::core::sim::{Simulation, Trace};
-use crate::kafka::cluster;
 pub(crate) use plan::{Action, Plan};
 
 /// Where the simulated cluster answers.
@@ -105,6 +105,11 @@ pub(crate) fn run(plan: &Plan) -> Result<Outcome, String> {
     let simulation = Simulation::enter(plan.schedule.clone(), None);
     let kafka = kafka::SimKafka::new(plan.seed, plan.faults);
     let guard = cluster::simulate(SERVERS, Arc::new(kafka::SimCluster(Arc::clone(&kafka))));
+    let readers = Arc::clone(&kafka);
+    let _readers = crate::kafka::split_reader::simulate(
+        SERVERS,
+        Arc::new(move |settings| kafka::split_reader(&readers, settings)),
+    );
     let expected = plan.seed_input(&mut kafka.broker());
     let local = tokio::task::LocalSet::new();
     let members = runtime.block_on(local.run_until(drive(plan, &expected, &configs, &simulation, &kafka)));

@@ -45,7 +45,7 @@ impl DeadLetterSink {
         timeout: Duration,
     ) -> Result<Self> {
         let mut settings = super::kafka::KafkaSinkSettings::new(bootstrap_servers, topic);
-        settings.properties = crate::kafka::client::connection_properties(properties);
+        settings.properties = crate::client::connection_properties(properties);
         let dead = KafkaSink::new(settings, None)?;
         if !dead.topic_exists(timeout)? {
             return Err(Error::config(

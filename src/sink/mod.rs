@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tracing::info;
 
+use crate::client::cluster::{self, ClientSpec, NewTopicSpec};
 use crate::error::{Error, Result};
-use crate::kafka::cluster::{self, ClientSpec, NewTopicSpec};
 
 /// Create `topic` unless it exists.
 pub fn create_topic_if_missing(

@@ -13,8 +13,8 @@ use super::super::records::{assemble, checkpoint_key, torn};
 use super::super::scan::{scan, scan_async, Scan};
 use super::super::{KafkaStoreConfig, SinkTransactionSlot};
 use super::{state_error, KafkaCheckpointStore, TORN_READS};
+use crate::client::cluster::{GroupMetadata, Producer};
 use crate::error::{Error, Result};
-use crate::kafka::cluster::{GroupMetadata, Producer};
 
 impl KafkaCheckpointStore {
     /// The store of a group member (`job.coordination = "group"`): no generations to settle, its

@@ -30,9 +30,9 @@ use super::records::{
 };
 use super::scan::{reader, scan, scan_async, Scan};
 use super::{KafkaStoreConfig, SinkTransactionSlot};
+use crate::client::cluster::{self, ClientSpec, GroupMetadata, Outgoing, Producer};
 use crate::core::{sim, CheckpointStore, StateError, StoredCheckpoint};
 use crate::error::{kafka, Error, Result};
-use crate::kafka::cluster::{self, ClientSpec, GroupMetadata, Outgoing, Producer};
 use generations::layout_of;
 pub use members::group_checkpoints;
 use producer::{producer_of, transactional_producer};

@@ -2,7 +2,7 @@
 //! existing one.
 
 use super::*;
-use crate::kafka::cluster::NewTopicSpec;
+use crate::client::cluster::NewTopicSpec;
 
 /// The settings of a topic the store creates: compacted; a segment rolls every hour so the
 /// cleaner can drop superseded values; a value stays at least a minute before it may be compacted.

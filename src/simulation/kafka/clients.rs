@@ -1,4 +1,4 @@
-//! tidegate's client seam ([`crate::kafka::cluster`]) over the simulated cluster: producers,
+//! tidegate's client seam ([`crate::client::cluster`]) over the simulated cluster: producers,
 //! consumers, topic administration and group memberships, each belonging to the simulated
 //! process that made it (a killed process's calls fail and change nothing).
 
@@ -11,12 +11,12 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::{error, group, Append, Broker, SimKafka};
+use crate::client::cluster::{
+    Change, ClientSpec, Cluster, Consumer, Deliveries, GroupMembership, GroupMetadata, GroupOffset, GroupSpec,
+    KafkaResult, Metadata, NewTopicSpec, NextChange, Producer, Received, TopicMetadata,
+};
 use crate::core::sim;
 use crate::error::{Error, Result};
-use crate::kafka::cluster::{
-    Change, ClientSpec, Cluster, Consumer, Deliveries, GroupMembership, GroupMetadata, GroupOffset, GroupSpec,
-    KafkaResult, Metadata, NewTopicSpec, NextChange, Producer, Received, SimulatedReader, TopicMetadata,
-};
 
 /// A simulated member's group metadata: its group, and (for a member) its generation and id.
 #[derive(Debug, Clone)]
@@ -117,14 +117,6 @@ impl Cluster for SimCluster {
         };
         Ok(Box::new(membership.started()))
     }
-
-    fn simulated_reader(&self, settings: &crate::kafka::KafkaSourceSettings) -> Option<Result<SimulatedReader>> {
-        let committed = settings.properties.get("isolation.level").map(String::as_str) != Some("read_uncommitted");
-        Some(Ok(Box::new(super::reader::SimSplitReader::new(
-            Arc::clone(&self.0),
-            committed,
-        ))))
-    }
 }
 
 #[derive(Default)]
@@ -168,7 +160,7 @@ impl SimProducer {
 
     /// A broker error of a call: a fencing becomes the producer's fatal error.
     fn failed(&self, state: &mut ProducerState, e: KafkaError) -> KafkaError {
-        if e.rdkafka_error_code().is_some_and(crate::kafka::cluster::is_fencing) {
+        if e.rdkafka_error_code().is_some_and(crate::client::cluster::is_fencing) {
             state.fatal = Some((RDKafkaErrorCode::ProducerFenced, "fenced by a newer producer".into()));
         }
         e
@@ -176,7 +168,7 @@ impl SimProducer {
 }
 
 impl Producer for SimProducer {
-    fn send(&self, record: &crate::kafka::cluster::Outgoing<'_>) -> KafkaResult<()> {
+    fn send(&self, record: &crate::client::cluster::Outgoing<'_>) -> KafkaResult<()> {
         alive(self.process)?;
         let mut broker = self.kafka.broker();
         let mut state = self.state();

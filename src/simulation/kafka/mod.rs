@@ -4,7 +4,7 @@
 //! topics, consumer groups with generations, session timeouts and offsets committed inside
 //! transactions (refused for a member the group dropped, KIP-447) (`group`), and injected request
 //! errors. It answers every call at once, on the simulation's one thread and virtual clock;
-//! [`clients`] puts tidegate's client seam ([`crate::kafka::cluster`]) over it.
+//! [`clients`] puts tidegate's client seam ([`crate::client::cluster`]) over it.
 //!
 //! Calls of a process the simulation killed change nothing and fail, so what a killed process
 //! would still do when its tasks are dropped (leave its group, abort) never reaches the cluster.
@@ -110,6 +110,15 @@ impl SimKafka {
         b.expire();
         b
     }
+}
+
+/// The split reader of a Kafka source of `settings` reading the simulated cluster.
+pub(crate) fn split_reader(
+    kafka: &Arc<SimKafka>,
+    settings: &crate::kafka::KafkaSourceSettings,
+) -> Box<dyn crate::core::SplitReader<Element = crate::record::Record, Split = crate::kafka::KafkaPartitionSplit>> {
+    let committed = settings.properties.get("isolation.level").map(String::as_str) != Some("read_uncommitted");
+    Box::new(reader::SimSplitReader::new(Arc::clone(kafka), committed))
 }
 
 /// An error as librdkafka reports a broker's answer.
@@ -451,7 +460,7 @@ impl Broker {
         (id, pid, epoch): (&str, i64, i16),
         group: &str,
         member: Option<(i32, &str)>,
-        offsets: &[crate::kafka::cluster::GroupOffset],
+        offsets: &[crate::client::cluster::GroupOffset],
     ) -> Result<(), KafkaError> {
         self.current(id, pid, epoch)?;
         let per_mille = self.faults.offsets;

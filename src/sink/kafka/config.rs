@@ -168,7 +168,7 @@ impl SinkConnector for KafkaSinkConfig {
         // the job's, set at build; any id checks the same properties)
         let mut probe = settings.clone();
         probe.transactional_id = Some("tidegate-validate".into());
-        crate::kafka::client::check_properties::<rdkafka::producer::BaseProducer>(
+        crate::client::check_properties::<rdkafka::producer::BaseProducer>(
             &super::producer_config(&probe)?,
             "sink",
             &settings.properties,
@@ -205,7 +205,7 @@ impl SinkConnector for KafkaSinkConfig {
                 false => format!("topic {topic} does not exist"),
             },
         };
-        Ok(vec![crate::kafka::client::connected_line(
+        Ok(vec![crate::client::connected_line(
             "sink",
             &s.bootstrap_servers,
             &s.properties,
@@ -253,7 +253,7 @@ impl SinkConnector for KafkaSinkConfig {
             lines.push("  records are stamped with the time they are written".to_string());
         }
         if !s.properties.is_empty() {
-            let props: Vec<String> = crate::kafka::client::redacted(&s.properties)
+            let props: Vec<String> = crate::client::redacted(&s.properties)
                 .into_iter()
                 .map(|(k, v)| format!("{k} = {v}"))
                 .collect();

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::client::cluster::{self, Producer};
 use crate::error::{Error, Result};
-use crate::kafka::cluster::{self, Producer};
 
 /// The first failed delivery (or a refused authentication) as the job's error. A producer in a
 /// fatal state purges its queue, so its deliveries fail as "purged": the cause is librdkafka's

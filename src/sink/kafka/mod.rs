@@ -20,10 +20,10 @@ use std::time::Duration;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use crate::checkpoint_store::StateInTransaction;
+use crate::client::client_config;
+use crate::client::cluster::{self, ClientSpec, Outgoing, Producer};
 use crate::core::{sim, Sink, SinkState};
 use crate::error::{Error, Result};
-use crate::kafka::client::client_config;
-use crate::kafka::cluster::{self, ClientSpec, Outgoing, Producer};
 use crate::record::Record;
 pub use config::KafkaSinkConfig;
 use delivery::check_failure;

@@ -10,9 +10,9 @@ use super::delivery::check_failure;
 use super::lock;
 use super::transaction::{self, Transactions};
 use crate::checkpoint_store::StateInTransaction;
+use crate::client::cluster::{self, Outgoing, Producer};
 use crate::core::sim;
 use crate::error::Result;
-use crate::kafka::cluster::{self, Outgoing, Producer};
 
 /// The Kafka checkpoint store's way into the sink's transactions (KIP-618). The coordinator
 /// writes a checkpoint's state after the sink prepared it and before it commits: the sink's

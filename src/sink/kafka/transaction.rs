@@ -28,10 +28,10 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::KafkaSinkSettings;
+use crate::client::cluster::{self, ClientSpec, Consumer, GroupMetadata, GroupOffset, Producer};
+use crate::client::connection_properties;
 use crate::core::{sim, SinkState};
 use crate::error::{Error, Result};
-use crate::kafka::client::connection_properties;
-use crate::kafka::cluster::{self, ClientSpec, Consumer, GroupMetadata, GroupOffset, Producer};
 
 /// The transactions of one sink.
 pub(super) struct Transactions {

@@ -10,7 +10,7 @@ use rdkafka::bindings as rd;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaRespErr;
 
-use super::client::TracingContext;
+use super::TracingContext;
 use crate::error::{Error, Result};
 
 /// Frees what the DescribeTopics call allocated, whichever way it ends.

@@ -1,6 +1,7 @@
-//! librdkafka client plumbing shared by the source, the sinks and the tests: client configs from
-//! tidegate settings plus pass-through properties, librdkafka logs routed to `tracing`, and
-//! secrets redacted wherever properties are shown.
+//! The shared Kafka client, below every feature that talks to Kafka (the source, the sinks, the
+//! checkpoint store, the group coordination): client configs from tidegate settings plus
+//! pass-through properties, librdkafka logs routed to `tracing`, secrets redacted wherever
+//! properties are shown; the seam to a cluster ([`cluster`]); TLS diagnostics; topic ids.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -13,6 +14,13 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::metadata::Metadata;
 use rdkafka::types::RDKafkaErrorCode;
+
+pub mod cluster;
+pub mod tls;
+pub mod topic_ids;
+
+/// A topic and one of its partitions.
+pub type TopicPartition = (String, i32);
 
 use crate::error::Error;
 use tracing::{debug, error, info, warn};
@@ -79,7 +87,7 @@ enum Refusal {
     Credentials(String),
     /// TLS: a certificate, not yet explained.
     Tls(String),
-    /// TLS, with its cause found ([`super::tls::explain`]).
+    /// TLS, with its cause found ([`tls::explain`]).
     TlsExplained(String),
 }
 
@@ -136,7 +144,7 @@ impl TracingContext {
                 format!("authentication failed{user}: {reason}")
             }
             Refusal::Tls(reason) => {
-                let explained = super::tls::explain(&reason, properties);
+                let explained = tls::explain(&reason, properties);
                 *self.authentication.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some(Refusal::TlsExplained(explained.clone()));
                 explained
@@ -185,7 +193,7 @@ impl ClientContext for TracingContext {
         }
         match level {
             // a broker that cannot be reached (FAIL): librdkafka retries, so a warning, once
-            RDKafkaLogLevel::Error if fac == "FAIL" && !super::tls::is_refusal(log_message) => {
+            RDKafkaLogLevel::Error if fac == "FAIL" && !tls::is_refusal(log_message) => {
                 if self.transport_trouble(log_message, true) {
                     warn!(
                         client,
@@ -200,7 +208,7 @@ impl ClientContext for TracingContext {
                 error!(client, facility = fac, "librdkafka: {log_message}");
                 // a refused TLS handshake is logged by the broker's thread at once; its error
                 // event waits in a queue the client may not serve until much later
-                if super::tls::is_refusal(log_message) && !self.passing_refusals {
+                if tls::is_refusal(log_message) && !self.passing_refusals {
                     self.refuse(Refusal::Tls(log_message.to_string()));
                 }
             }
@@ -229,7 +237,7 @@ impl ClientContext for TracingContext {
         }
         let refusal = if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication) {
             Some(Refusal::Credentials(reason.to_string()))
-        } else if super::tls::is_refusal(reason) {
+        } else if tls::is_refusal(reason) {
             Some(Refusal::Tls(reason.to_string()))
         } else {
             None
@@ -441,5 +449,4 @@ pub fn check_properties<C: rdkafka::config::FromClientConfig>(
 }
 
 #[cfg(test)]
-#[path = "client_tests.rs"]
 mod tests;

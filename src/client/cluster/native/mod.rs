@@ -18,8 +18,8 @@ use super::{
     ClientSpec, Cluster, Consumer, Deliveries, GroupMembership, GroupMetadata, GroupOffset, GroupSpec, KafkaResult,
     Metadata, NewTopicSpec, Outgoing, Producer, Received, TopicMetadata,
 };
+use crate::client::{client_config, client_context_through, TracingContext};
 use crate::error::{kafka, Error, Result};
-use crate::kafka::client::{client_config, client_context_through, TracingContext};
 use crate::record::Header;
 
 /// librdkafka's clients.
@@ -210,7 +210,7 @@ impl Producer for NativeProducer {
         properties: &BTreeMap<String, String>,
         what: &str,
     ) -> Result<Metadata> {
-        crate::kafka::client::metadata_unless_refused(self.0.client(), topic, timeout, what, || {
+        crate::client::metadata_unless_refused(self.0.client(), topic, timeout, what, || {
             self.0.context().tracing.authentication_failure(properties)
         })
         .map(|m| convert(&m))
@@ -345,11 +345,11 @@ impl Consumer for NativeConsumer {
         properties: &BTreeMap<String, String>,
         what: &str,
     ) -> Result<Metadata> {
-        crate::kafka::client::fetch_metadata(&self.0, topic, timeout, properties, what).map(|m| convert(&m))
+        crate::client::fetch_metadata(&self.0, topic, timeout, properties, what).map(|m| convert(&m))
     }
 
     fn topic_ids(&self, topics: &[String], broker: i32, timeout: Duration) -> Result<HashMap<String, String>> {
-        crate::kafka::topic_ids::topic_ids(&self.0, topics, broker, timeout)
+        crate::client::topic_ids::topic_ids(&self.0, topics, broker, timeout)
     }
 
     fn group_members(&self, group: &str, timeout: Duration) -> KafkaResult<Vec<(String, String)>> {

@@ -4,8 +4,8 @@
 //! (`crate::simulation`, tests only) implements them over a simulated cluster on its virtual
 //! clock. Code reaches a cluster through [`of`], never by building a librdkafka client itself,
 //! so the same code runs against either. The split readers' fetch path is the exception: it stays
-//! on librdkafka's raw batch API (`super::batch_queue`), and the simulation gives the source a
-//! split reader of its own ([`Cluster::simulated_reader`]).
+//! on librdkafka's raw batch API (`crate::kafka::batch_queue`), and the simulation gives the
+//! source a split reader of its own (`crate::kafka::split_reader::simulate`).
 
 pub mod native;
 
@@ -310,10 +310,6 @@ pub enum Change {
     Revoked,
 }
 
-/// A split reader of a simulated cluster.
-pub type SimulatedReader =
-    Box<dyn crate::core::SplitReader<Element = crate::record::Record, Split = super::KafkaPartitionSplit>>;
-
 /// A boxed future of a membership's next change.
 pub type NextChange<'a> = Pin<Box<dyn Future<Output = Option<Change>> + Send + 'a>>;
 
@@ -359,11 +355,6 @@ pub trait Cluster: Send + Sync {
     ) -> Result<std::result::Result<BTreeMap<String, String>, RDKafkaErrorCode>>;
     /// Join `group`'s consumer group (a member that reads nothing itself).
     fn join_group(&self, spec: &ClientSpec<'_>, group: &GroupSpec) -> Result<Box<dyn GroupMembership>>;
-    /// The simulation's split reader for a Kafka source reading this cluster, in place of the one
-    /// over librdkafka's batch API (`None`: this is a real cluster).
-    fn simulated_reader(&self, _settings: &super::KafkaSourceSettings) -> Option<Result<SimulatedReader>> {
-        None
-    }
 }
 
 thread_local! {

@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use super::super::{Change, GroupMembership, GroupMetadata, GroupSpec, NextChange};
+use crate::client::{client_context_through, TracingContext};
 use crate::error::{kafka, Error, Result};
-use crate::kafka::client::{client_context_through, TracingContext};
 use crate::kafka::TopicPartition;
 
 /// How long a revoked member may take to stop its job with a final checkpoint before the
