@@ -9,13 +9,13 @@ mod scan;
 
 pub use scan::RESTORE_WAIT;
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use schemars::JsonSchema;
+use serde::Deserialize;
 
-use crate::config::raw::RawCheckpoint;
-use crate::config::Config;
-use crate::connector::{JobConfig, SinkConfig, SourceConfig};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::connector::JobConfig;
 use crate::core::{CheckpointStore, StateStore};
 use crate::error::{Error, Result};
 
@@ -34,6 +34,55 @@ const RESERVED_PROPERTIES: &[&str] = &[
     "acks",
     "transaction.timeout.ms",
 ];
+
+/// `[checkpoint]`
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCheckpoint {
+    /// The state file. Without it the job keeps no state and always starts from scratch.
+    pub path: Option<String>,
+    /// Time between checkpoints; a restart after a crash replays at most this much.
+    #[serde(default = "five_seconds")]
+    pub interval: String,
+    /// Where checkpoints are kept: "file" (default: the state file at `checkpoint.path`) or
+    /// "kafka": records keyed by split in a compacted topic (`checkpoint.topic`), written in one
+    /// Kafka transaction per checkpoint, so a restart anywhere, with an empty working directory,
+    /// resumes exactly.
+    pub store: Option<String>,
+    /// With `store = "kafka"`: the compacted topic of the state records, shared by jobs (keys
+    /// start with `job.name`, then `#<index>` with several `job.instance`s, `~<generation>` after
+    /// a change of their count, or `@<member>~<run>` with `job.coordination = "group"`); created
+    /// with `cleanup.policy=compact` when missing. A renamed job cannot be told from a new one: it
+    /// finds no state and starts from scratch, its old records left under the old name. Default
+    /// "tidegate-state".
+    pub topic: Option<String>,
+    /// With `store = "kafka"`: the cluster of the state topic. Default: the Kafka source's
+    /// `bootstrap_servers`, else the Kafka sink's.
+    pub bootstrap_servers: Option<String>,
+    /// With `store = "kafka"`: librdkafka properties of the store's clients (security, TLS,
+    /// SASL). Default: the connection properties (`security.*`, `sasl.*`, `ssl.*`, …) of the
+    /// source or sink whose `bootstrap_servers` it uses. The store sets `isolation.level`,
+    /// `enable.partition.eof`, `transactional.id`, `enable.idempotence`, `acks` and
+    /// `transaction.timeout.ms` itself: they are refused here.
+    pub properties: Option<std::collections::BTreeMap<String, crate::connector::values::PropertyValue>>,
+}
+
+impl Default for RawCheckpoint {
+    fn default() -> Self {
+        RawCheckpoint {
+            path: None,
+            interval: five_seconds(),
+            store: None,
+            topic: None,
+            bootstrap_servers: None,
+            properties: None,
+        }
+    }
+}
+
+fn five_seconds() -> String {
+    "5s".to_string()
+}
 
 /// `checkpoint.store`, validated.
 #[derive(Debug, Clone)]
@@ -110,100 +159,22 @@ impl KafkaStoreConfig {
     }
 }
 
-/// The exactly-once Kafka sink's side of a Kafka store whose checkpoints travel in the sink's
-/// transactions (as Kafka Connect's exactly-once sources write their offsets, KIP-618): a
-/// checkpoint's state records join the transaction that holds its output, and the sink's commit
-/// makes both visible at once. A crash before the commit aborts both; nothing has to be looked
-/// up to tell whether the output of the last checkpoint restored was committed.
-pub trait StateInTransaction: Send + Sync {
-    /// Send `records` (key, value) to partition 0 of `topic` inside the sink's open transaction
-    /// (beginning one if nothing was written since the last commit), and wait until every one is
-    /// acknowledged. The sink's next commit commits them.
-    fn write_in_transaction(
-        &self,
-        topic: &str,
-        records: &[(String, Vec<u8>)],
-        fence: Option<&GroupFence>,
-    ) -> Result<()>;
+pub use crate::client::exactly_once::{GroupFence, SinkTransactionSlot};
+
+/// What the store may take from the job's source and sink (the job assembly says, from their
+/// configs): a cluster to default to, and an exactly-once Kafka sink, whose transactions carry the
+/// checkpoints when it writes to the store's cluster.
+pub struct Neighbours<'a> {
+    /// A Kafka source's cluster and properties.
+    pub source_cluster: Option<(&'a str, &'a BTreeMap<String, String>)>,
+    /// A Kafka sink's cluster and properties.
+    pub sink_cluster: Option<(&'a str, &'a BTreeMap<String, String>)>,
+    /// An exactly-once Kafka sink's cluster (its properties are `sink_cluster`'s).
+    pub exactly_once_sink: Option<&'a str>,
 }
 
-/// A group member's proof of membership in its checkpoint's transaction (KIP-447): the source
-/// positions the checkpoint holds, committed to the job's consumer group as offsets with the
-/// member's group metadata, so that the transaction of a member the group has dropped (its
-/// partitions given to another) fails to commit.
-pub struct GroupFence {
-    /// The member's group metadata, as of its assignment.
-    pub metadata: crate::client::cluster::GroupMetadata,
-    /// `(topic, partition, next offset)` of each split the checkpoint holds.
-    pub offsets: Vec<(String, i32, i64)>,
-}
-
-impl GroupFence {
-    /// The fence of checkpoint `value` (a Kafka source's: each split's topic, partition and
-    /// next offset) for the member of `metadata`.
-    pub fn of(metadata: &crate::client::cluster::GroupMetadata, value: &serde_json::Value) -> GroupFence {
-        // the readers' splits, and the enumerator's not yet handed to a reader (a checkpoint
-        // that holds any split carries the fence: an older position of it must not win)
-        let mut offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
-        let listed = [&value["enumerator"]["splits"], &value["splits"]];
-        // a partition gone from the cluster has no offset to commit
-        for s in listed
-            .into_iter()
-            .filter_map(|l| l.as_array())
-            .flatten()
-            .filter(|s| s["removed"] != true)
-        {
-            let split = &s["split"];
-            let (Some(topic), Some(partition), Some(offset)) = (
-                split["topic"].as_str(),
-                split["partition"].as_i64().and_then(|p| i32::try_from(p).ok()),
-                split["next_offset"].as_i64(),
-            ) else {
-                continue;
-            };
-            // an offset not resolved yet (earliest, latest) commits as the partition's start
-            offsets.insert((topic.to_string(), partition), offset.max(0));
-        }
-        let offsets = offsets.into_iter().map(|((t, p), o)| (t, p, o)).collect();
-        GroupFence {
-            metadata: metadata.clone(),
-            offsets,
-        }
-    }
-}
-
-/// Where the sink puts its [`StateInTransaction`] when it is built (the store is opened first),
-/// and the transactional id the store opened the sink's transactions under (it depends on the
-/// generation of the job's instances, which the store finds: see [`layout`]).
-#[derive(Clone)]
-pub struct SinkTransactionSlot {
-    /// The sink's transactional id.
-    pub transactional_id: String,
-    writer: Arc<OnceLock<Arc<dyn StateInTransaction>>>,
-}
-
-impl SinkTransactionSlot {
-    /// An empty slot for the sink of `transactional_id`.
-    pub fn new(transactional_id: String) -> Self {
-        SinkTransactionSlot {
-            transactional_id,
-            writer: Arc::default(),
-        }
-    }
-
-    /// Attach the sink's writer; `false` when one is attached already.
-    pub fn attach(&self, writer: Arc<dyn StateInTransaction>) -> bool {
-        self.writer.set(writer).is_ok()
-    }
-
-    /// The attached writer.
-    pub fn writer(&self) -> Option<&Arc<dyn StateInTransaction>> {
-        self.writer.get()
-    }
-}
-
-/// Validate `[checkpoint]`'s store keys against the job, source and sink they serve.
-pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sink: &SinkConfig) -> Result<StoreConfig> {
+/// Validate `[checkpoint]`'s store keys against the job and what its source and sink offer.
+pub fn validate(raw: &RawCheckpoint, job: &JobConfig, neighbours: &Neighbours<'_>) -> Result<StoreConfig> {
     let kafka_only = [
         ("checkpoint.topic", raw.topic.is_some()),
         ("checkpoint.bootstrap_servers", raw.bootstrap_servers.is_some()),
@@ -232,20 +203,13 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
                     ),
                 ));
             }
-            let source_cluster = match source {
-                SourceConfig::Kafka(k) => Some((&k.settings.bootstrap_servers, &k.settings.properties)),
-                _ => None,
-            };
-            let sink_cluster = match sink {
-                SinkConfig::Kafka(k) => Some((&k.settings.bootstrap_servers, &k.settings.properties)),
-                _ => None,
-            };
-            let inherited = source_cluster
+            let inherited = neighbours
+                .source_cluster
                 .map(|c| ("source", c))
-                .or(sink_cluster.map(|c| ("sink", c)));
+                .or(neighbours.sink_cluster.map(|c| ("sink", c)));
             let (bootstrap_servers, cluster_of, inherited_properties) = match (&raw.bootstrap_servers, inherited) {
                 (Some(b), _) => (b.clone(), "checkpoint", BTreeMap::new()),
-                (None, Some((section, (b, p)))) => (b.clone(), section, crate::client::connection_properties(p)),
+                (None, Some((section, (b, p)))) => (b.to_string(), section, crate::client::connection_properties(p)),
                 (None, None) => {
                     return Err(Error::config(
                         "checkpoint.bootstrap_servers",
@@ -275,16 +239,16 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, source: &SourceConfig, sin
                 None => layout::owner_of(&job.name, 0, job.instance),
             };
             // an exactly-once sink on the same cluster carries the checkpoints in its transactions
-            let (sink_transactional_id, sink_properties) = match sink {
-                SinkConfig::Kafka(k)
-                    if k.settings.delivery == crate::sink::kafka::Delivery::ExactlyOnce
-                        && k.settings.bootstrap_servers == bootstrap_servers =>
-                {
-                    (
-                        Some(crate::sink::kafka::config::transactional_id(job)),
-                        crate::client::connection_properties(&k.settings.properties),
-                    )
-                }
+            let (sink_transactional_id, sink_properties) = match (neighbours.exactly_once_sink, neighbours.sink_cluster)
+            {
+                (Some(servers), Some((_, properties))) if servers == bootstrap_servers => (
+                    Some(crate::client::exactly_once::transactional_id(
+                        &job.name,
+                        job.member.as_deref(),
+                        job.instance,
+                    )),
+                    crate::client::connection_properties(properties),
+                ),
                 _ => (None, BTreeMap::new()),
             };
             Ok(StoreConfig::Kafka(Box::new(KafkaStoreConfig {
@@ -324,7 +288,7 @@ impl OpenStore {
     }
 
     /// Where the exactly-once Kafka sink attaches itself when the checkpoints travel in its
-    /// transactions (`None`: they do not). Pass it to [`crate::daemon::sink_of`].
+    /// transactions (`None`: they do not). Pass it to [`crate::assembly::sink_of`].
     pub fn sink_slot(&self) -> Option<SinkTransactionSlot> {
         self.kafka.as_ref().and_then(|k| k.sink_slot())
     }
@@ -351,11 +315,11 @@ impl OpenStore {
     }
 }
 
-/// Open the configured store; `state` (`--state`) overrides `checkpoint.path`.
-pub fn open(config: &Config, state: Option<&Path>) -> Result<OpenStore> {
-    match &config.checkpoint.store {
+/// Open the configured store: the state file at `path` (`--state`, else `checkpoint.path`;
+/// none: no state kept), or the Kafka store.
+pub fn open(store: &StoreConfig, path: Option<std::path::PathBuf>) -> Result<OpenStore> {
+    match store {
         StoreConfig::File => {
-            let path = state.map(Path::to_path_buf).or_else(|| config.checkpoint.path.clone());
             let store = path.map(StateStore::open).transpose()?;
             Ok(OpenStore {
                 store: store.map(|s| Arc::new(s) as Arc<dyn CheckpointStore>),
@@ -363,16 +327,6 @@ pub fn open(config: &Config, state: Option<&Path>) -> Result<OpenStore> {
             })
         }
         StoreConfig::Kafka(k) => {
-            if let Some(path) = state {
-                return Err(Error::config(
-                    "--state",
-                    format!(
-                        "names a state file ({}), but this job keeps its checkpoints in Kafka (checkpoint.store = \"kafka\", topic {})",
-                        path.display(),
-                        k.topic
-                    ),
-                ));
-            }
             let store = Arc::new(kafka::KafkaCheckpointStore::open((**k).clone())?);
             Ok(OpenStore {
                 store: Some(Arc::clone(&store) as Arc<dyn CheckpointStore>),
@@ -384,8 +338,8 @@ pub fn open(config: &Config, state: Option<&Path>) -> Result<OpenStore> {
 
 /// Open a group member's Kafka store (`job.coordination = "group"`), its reads of the topic
 /// waiting on the async runtime (see [`kafka::KafkaCheckpointStore::open_member`]).
-pub async fn open_member(config: &Config) -> Result<OpenStore> {
-    let StoreConfig::Kafka(k) = &config.checkpoint.store else {
+pub async fn open_member(store: &StoreConfig) -> Result<OpenStore> {
+    let StoreConfig::Kafka(k) = store else {
         return Err(Error::config(
             "checkpoint.store",
             "must be \"kafka\" with job.coordination = \"group\"",
@@ -396,63 +350,4 @@ pub async fn open_member(config: &Config) -> Result<OpenStore> {
         store: Some(Arc::clone(&store) as Arc<dyn CheckpointStore>),
         kafka: Some(store),
     })
-}
-
-/// `tidegate state show FILE`, or `tidegate state show --config JOB` (the configured store).
-pub fn show(file: Option<&Path>, config: Option<&Path>, sets: &[String]) -> Result<()> {
-    let config = match (file, config) {
-        (Some(file), _) => return crate::daemon::show_state(file),
-        (None, Some(config)) => crate::config::load(config, sets)?,
-        (None, None) => return Err(Error::config("state show", "give a state file or --config")),
-    };
-    let (location, state) = match &config.checkpoint.store {
-        StoreConfig::File => match &config.checkpoint.path {
-            Some(path) => return crate::daemon::show_state(path),
-            None => {
-                return Err(Error::config(
-                    "checkpoint.path",
-                    "the job keeps no state (no checkpoint.path, checkpoint.store = \"file\")",
-                ))
-            }
-        },
-        StoreConfig::Kafka(k) if k.member.is_some() => {
-            // a group's job: every member run's last checkpoint, and what a restore makes of them
-            let runs = kafka::read_runs(k)?;
-            let merged = kafka::members::merged(&runs.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>());
-            let state = merged.map(|merged| {
-                serde_json::json!({
-                    "group": crate::coordination::group_id(&k.job),
-                    "runs": runs
-                        .into_iter()
-                        .map(|(owner, checkpoint)| serde_json::json!({"run": owner, "checkpoint": checkpoint}))
-                        .collect::<Vec<_>>(),
-                    "merged": merged,
-                })
-            });
-            (
-                format!(
-                    "kafka topic {} at {}, job {}'s members",
-                    k.topic, k.bootstrap_servers, k.job
-                ),
-                state,
-            )
-        }
-        StoreConfig::Kafka(k) => (
-            format!("kafka topic {} at {}, job {}", k.topic, k.bootstrap_servers, k.owner),
-            kafka::read_only(k)?,
-        ),
-    };
-    let Some(state) = state else {
-        return Err(Error::State {
-            path: location.into(),
-            source: crate::error::StateError::Unreadable(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no checkpoint of this job in the topic",
-            )),
-        });
-    };
-    let text = serde_json::to_string_pretty(&state).unwrap_or_default();
-    // a closed pipe (`state show | head`) ends the output; it is not a failure
-    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), format!("{text}\n").as_bytes());
-    Ok(())
 }

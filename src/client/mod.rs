@@ -16,6 +16,7 @@ use rdkafka::metadata::Metadata;
 use rdkafka::types::RDKafkaErrorCode;
 
 pub mod cluster;
+pub mod exactly_once;
 pub mod tls;
 pub mod topic_ids;
 

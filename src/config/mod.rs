@@ -3,6 +3,7 @@
 //! [`raw`], then validated once into typed settings. The `[source]` and `[sink]` tables are
 //! validated by their connectors (see [`crate::connector`]); every error names the offending key.
 
+mod group;
 pub mod raw;
 pub mod reference;
 
@@ -12,8 +13,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub use crate::connector::registry::{SinkConfig, SourceConfig};
 use crate::connector::values::{duration_at, keyword, optional_duration, positive, typed};
-pub use crate::connector::{JobConfig, SinkConfig, SourceConfig};
+pub use crate::connector::JobConfig;
 use crate::core::{FetcherMode, Instance};
 use crate::error::{Error, Result};
 use raw::*;
@@ -283,8 +285,8 @@ pub fn validate(path: &Path, tree: Value) -> Result<Config> {
     let source = SourceConfig::validate(&kind, body, &job)?;
     let (kind, body) = tagged("sink", raw.sink, SinkConfig::TYPES)?;
     let sink = SinkConfig::validate(&kind, body)?;
-    let store = crate::checkpoint_store::validate(&raw.checkpoint, &job, &source, &sink)?;
-    crate::coordination::validate(&job, &source, &sink, &store)?;
+    let store = crate::checkpoint_store::validate(&raw.checkpoint, &job, &neighbours(&source, &sink))?;
+    group::validate(&job, &source, &sink, &store)?;
     let checkpoint = CheckpointConfig {
         store,
         path: raw.checkpoint.path.map(PathBuf::from),
@@ -319,6 +321,27 @@ pub fn validate(path: &Path, tree: Value) -> Result<Config> {
         metrics,
         log,
     })
+}
+
+/// What the checkpoint store may take from the job's source and sink.
+fn neighbours<'a>(source: &'a SourceConfig, sink: &'a SinkConfig) -> crate::checkpoint_store::Neighbours<'a> {
+    let source_cluster = match source {
+        SourceConfig::Kafka(k) => Some((k.settings.bootstrap_servers.as_str(), &k.settings.properties)),
+        _ => None,
+    };
+    let (sink_cluster, exactly_once_sink) = match sink {
+        SinkConfig::Kafka(k) => (
+            Some((k.settings.bootstrap_servers.as_str(), &k.settings.properties)),
+            (k.settings.delivery == crate::client::exactly_once::Delivery::ExactlyOnce)
+                .then_some(k.settings.bootstrap_servers.as_str()),
+        ),
+        _ => (None, None),
+    };
+    crate::checkpoint_store::Neighbours {
+        source_cluster,
+        sink_cluster,
+        exactly_once_sink,
+    }
 }
 
 fn parse_listen(text: &str) -> Result<SocketAddr> {

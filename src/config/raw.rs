@@ -12,9 +12,6 @@ fn one() -> i64 {
 fn two() -> i64 {
     2
 }
-fn five_seconds() -> String {
-    "5s".into()
-}
 
 /// A tidegate job: one source, one sink, checkpoints to a state file.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -31,7 +28,7 @@ pub struct RawConfig {
     pub sink: Value,
     /// Checkpoints and the state file.
     #[serde(default)]
-    pub checkpoint: RawCheckpoint,
+    pub checkpoint: crate::checkpoint_store::RawCheckpoint,
     /// The Prometheus endpoint.
     #[serde(default)]
     pub metrics: RawMetrics,
@@ -95,51 +92,6 @@ pub struct RawInstance {
     pub index: i64,
     /// How many instances share the job.
     pub count: i64,
-}
-
-/// `[checkpoint]`
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RawCheckpoint {
-    /// The state file. Without it the job keeps no state and always starts from scratch.
-    pub path: Option<String>,
-    /// Time between checkpoints; a restart after a crash replays at most this much.
-    #[serde(default = "five_seconds")]
-    pub interval: String,
-    /// Where checkpoints are kept: "file" (default: the state file at `checkpoint.path`) or
-    /// "kafka": records keyed by split in a compacted topic (`checkpoint.topic`), written in one
-    /// Kafka transaction per checkpoint, so a restart anywhere, with an empty working directory,
-    /// resumes exactly.
-    pub store: Option<String>,
-    /// With `store = "kafka"`: the compacted topic of the state records, shared by jobs (keys
-    /// start with `job.name`, then `#<index>` with several `job.instance`s, `~<generation>` after
-    /// a change of their count, or `@<member>~<run>` with `job.coordination = "group"`); created
-    /// with `cleanup.policy=compact` when missing. A renamed job cannot be told from a new one: it
-    /// finds no state and starts from scratch, its old records left under the old name. Default
-    /// "tidegate-state".
-    pub topic: Option<String>,
-    /// With `store = "kafka"`: the cluster of the state topic. Default: the Kafka source's
-    /// `bootstrap_servers`, else the Kafka sink's.
-    pub bootstrap_servers: Option<String>,
-    /// With `store = "kafka"`: librdkafka properties of the store's clients (security, TLS,
-    /// SASL). Default: the connection properties (`security.*`, `sasl.*`, `ssl.*`, …) of the
-    /// source or sink whose `bootstrap_servers` it uses. The store sets `isolation.level`,
-    /// `enable.partition.eof`, `transactional.id`, `enable.idempotence`, `acks` and
-    /// `transaction.timeout.ms` itself: they are refused here.
-    pub properties: Option<std::collections::BTreeMap<String, crate::connector::values::PropertyValue>>,
-}
-
-impl Default for RawCheckpoint {
-    fn default() -> Self {
-        RawCheckpoint {
-            path: None,
-            interval: five_seconds(),
-            store: None,
-            topic: None,
-            bootstrap_servers: None,
-            properties: None,
-        }
-    }
 }
 
 /// `[metrics]`

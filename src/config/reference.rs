@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde_json::Value;
 
 use super::raw::*;
-use crate::connector::{SinkConfig, SourceConfig};
+use crate::connector::registry::{SinkConfig, SourceConfig};
 
 fn type_name(prop: &Value, defs: &Value) -> String {
     if let Some(r) = prop.get("$ref").and_then(Value::as_str) {

@@ -19,7 +19,6 @@ use crate::error::Result;
 use crate::record::Record;
 
 pub use crate::sink::kafka::routing::RecordCheck;
-pub use registry::{SinkConfig, SourceConfig};
 
 /// The validated `[job]`: what connectors need to know of the job they are part of.
 #[derive(Debug, Clone)]
@@ -59,8 +58,8 @@ pub struct SinkContext<'a> {
     /// A record to write once at the end of input (the data generator's end marker).
     pub end_marker: Option<Record>,
     /// The Kafka checkpoint store's slot for the exactly-once sink whose transactions carry the
-    /// checkpoints ([`crate::checkpoint_store::StateInTransaction`]); that sink fills it.
-    pub state_in_transaction: Option<crate::checkpoint_store::SinkTransactionSlot>,
+    /// checkpoints ([`crate::client::exactly_once::StateInTransaction`]); that sink fills it.
+    pub state_in_transaction: Option<crate::client::exactly_once::SinkTransactionSlot>,
 }
 
 /// One section of the config reference: a title and the JSON schema of a raw config table.

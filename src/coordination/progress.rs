@@ -11,22 +11,18 @@ use serde_json::Value;
 
 use crate::checkpoint_store::StoreConfig;
 use crate::client::cluster::{self, ClientSpec};
-use crate::config::Config;
-use crate::connector::SourceConfig;
 use crate::error::{Error, Result};
+use crate::kafka::config::KafkaSourceConfig;
 use crate::kafka::{Subscription, TopicPartition};
 
 /// How long a member waits between two looks at the job's progress.
-pub(super) const LOOK_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(2);
 
 /// The partitions of the job's input not finished yet (`topic:partition`), by the last
 /// checkpoints of every member's runs; empty when the whole input is.
-pub(super) async fn unfinished(config: &Config) -> Result<Vec<String>> {
-    let (SourceConfig::Kafka(source), StoreConfig::Kafka(store)) = (&config.source, &config.checkpoint.store) else {
-        return Err(Error::config(
-            "job.coordination",
-            "\"group\" needs a Kafka source and the Kafka store",
-        ));
+pub(crate) async fn unfinished(source: &KafkaSourceConfig, store: &StoreConfig) -> Result<Vec<String>> {
+    let StoreConfig::Kafka(store) = store else {
+        return Err(Error::config("job.coordination", "\"group\" needs the Kafka store"));
     };
     let checkpoints = crate::checkpoint_store::kafka::group_checkpoints(store).await?;
     let finished = finished_splits(&checkpoints);
@@ -62,8 +58,12 @@ pub(super) async fn unfinished(config: &Config) -> Result<Vec<String>> {
 /// holds positions its checkpoints committed (KIP-447) was deleted, or the config names another.
 /// A new, empty topic would start the job over and write everything again: refused, naming the
 /// topic and the group (exit 3). `--reset-state` starts over on purpose.
-pub(super) async fn state_topic_still_there(config: &Config, group: &str) -> Result<()> {
-    let (SourceConfig::Kafka(source), StoreConfig::Kafka(store)) = (&config.source, &config.checkpoint.store) else {
+pub(crate) async fn state_topic_still_there(
+    source: &KafkaSourceConfig,
+    store: &StoreConfig,
+    group: &str,
+) -> Result<()> {
+    let StoreConfig::Kafka(store) = store else {
         return Ok(());
     };
     let probe = (**store).clone();
@@ -71,7 +71,7 @@ pub(super) async fn state_topic_still_there(config: &Config, group: &str) -> Res
         return Ok(());
     }
     let settings = source.settings.clone();
-    let (topics, group_name) = (super::topics(&config.source), group.to_string());
+    let (topics, group_name) = (super::topics(&source.settings.subscription), group.to_string());
     let held: Vec<String> = crate::core::unblock(move || -> Result<Vec<String>> {
         let spec = ClientSpec::new(&settings.bootstrap_servers, &settings.properties, "group-offsets")
             .set("group.id", group_name.clone())
@@ -164,7 +164,7 @@ fn first_discovery(checkpoints: &[Value]) -> BTreeMap<String, i32> {
 }
 
 /// `topic`'s partition count now (no checkpoint knows the job's first discovery yet).
-async fn partitions_now(source: &crate::kafka::config::KafkaSourceConfig, topic: &str) -> Result<i32> {
+async fn partitions_now(source: &KafkaSourceConfig, topic: &str) -> Result<i32> {
     let settings = source.settings.clone();
     let topic = topic.to_string();
     crate::core::unblock(move || {

@@ -21,7 +21,7 @@ const MARGIN: Duration = Duration::from_secs(3);
 
 /// Wait until no member of `group` runs under `member`'s name, at most one session; an error
 /// naming `job.member` if one still does.
-pub(super) async fn none_running(source: &KafkaSourceConfig, group: &str, member: &str) -> Result<()> {
+pub(crate) async fn none_running(source: &KafkaSourceConfig, group: &str, member: &str) -> Result<()> {
     let settings = &source.settings;
     let session = Duration::from_millis(
         settings

@@ -153,8 +153,8 @@ async fn drive(
         let result = Arc::clone(&done);
         let (kafka, records) = (Arc::clone(kafka), expected.to_vec());
         let task = simulation.spawn_local_in(pid, async move {
-            let session = crate::daemon::Session::simulated(stopped);
-            let outcome = crate::coordination::run_member(&config, &session, false, true, None).await;
+            let session = crate::assembly::Session::simulated(stopped);
+            let outcome = crate::assembly::group::run_member(&config, &session, false, true, None).await;
             let unfinished = check::unfinished(&records, &check::output(&records, &kafka.broker()));
             *result.lock().unwrap_or_else(|p| p.into_inner()) =
                 Some((outcome.map_err(|e| format!("{e:#}")), unfinished));

@@ -79,12 +79,12 @@ fn off_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
 }
 
 /// The future `make` builds, run to its end on a multi-threaded runtime of its own, which then
-/// waits at most [`crate::daemon::LEFTOVER_WAIT`] for work left behind (a client waiting on a
+/// waits at most [`crate::assembly::LEFTOVER_WAIT`] for work left behind (a client waiting on a
 /// broker).
 fn run_on_own_runtime<T, F: Future<Output = Result<T>>>(make: impl FnOnce() -> F) -> Result<T> {
     let runtime = runtime()?;
     let result = runtime.block_on(make());
-    crate::daemon::shut_down(runtime);
+    crate::assembly::shut_down(runtime);
     result
 }
 
@@ -169,16 +169,18 @@ async fn run_config_file(path: &Path) -> Result<JobSummary> {
     let config = crate::config::load(path, &[])?;
     // the Kafka store's admin calls run a runtime of their own: not on this one's thread
     let opened = config.clone();
-    let opened = tokio::task::spawn_blocking(move || crate::checkpoint_store::open(&opened, None))
-        .await
-        .map_err(|e| crate::Error::runtime("opening the checkpoint store", e))??;
+    let opened = tokio::task::spawn_blocking(move || {
+        crate::checkpoint_store::open(&opened.checkpoint.store, opened.checkpoint.path.clone())
+    })
+    .await
+    .map_err(|e| crate::Error::runtime("opening the checkpoint store", e))??;
     let store = opened.store.clone();
     let resuming = match &store {
         Some(s) => s.resumes()?,
         None => false,
     };
-    let sink = crate::daemon::sink_of(&config, resuming, opened.sink_slot())?;
-    let source_ctx = crate::daemon::source_context(&config);
+    let sink = crate::assembly::sink_of(&config, resuming, opened.sink_slot())?;
+    let source_ctx = crate::assembly::source_context(&config);
     let mut options = JobOptions::new(config.job.name.clone(), config.job.parallelism);
     options.checkpoint_interval = Some(config.checkpoint.interval);
     options.max_duration = config.job.max_duration;

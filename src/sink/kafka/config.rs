@@ -97,13 +97,7 @@ pub struct KafkaSinkConfig {
 
 /// The transactional id of a job's exactly-once Kafka sink.
 pub fn transactional_id(job: &JobConfig) -> String {
-    if let Some(member) = &job.member {
-        format!("tidegate-{}@{member}", job.name)
-    } else if job.instance.count > 1 {
-        format!("tidegate-{}-{}", job.name, job.instance.index)
-    } else {
-        format!("tidegate-{}", job.name)
-    }
+    crate::client::exactly_once::transactional_id(&job.name, job.member.as_deref(), job.instance)
 }
 
 impl SinkConnector for KafkaSinkConfig {

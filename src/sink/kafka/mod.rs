@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use crate::checkpoint_store::StateInTransaction;
 use crate::client::client_config;
 use crate::client::cluster::{self, ClientSpec, Outgoing, Producer};
+use crate::client::exactly_once::StateInTransaction;
 use crate::core::{sim, Sink, SinkState};
 use crate::error::{Error, Result};
 use crate::record::Record;
@@ -32,15 +32,7 @@ use routing::{HeaderRules, TopicTemplate};
 use state_writer::SinkStateWriter;
 use transaction::Transactions;
 
-/// What a checkpoint guarantees of the records a Kafka sink writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Delivery {
-    /// Every record at least once: a crash repeats what was written after the last checkpoint.
-    #[default]
-    AtLeastOnce,
-    /// Every record exactly once, for consumers reading `read_committed`.
-    ExactlyOnce,
-}
+pub use crate::client::exactly_once::Delivery;
 
 /// Settings of the Kafka sink.
 #[derive(Debug, Clone)]

@@ -9,8 +9,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use super::delivery::check_failure;
 use super::lock;
 use super::transaction::{self, Transactions};
-use crate::checkpoint_store::StateInTransaction;
 use crate::client::cluster::{self, Outgoing, Producer};
+use crate::client::exactly_once::StateInTransaction;
 use crate::core::sim;
 use crate::error::Result;
 
@@ -30,7 +30,7 @@ impl StateInTransaction for SinkStateWriter {
         &self,
         topic: &str,
         records: &[(String, Vec<u8>)],
-        fence: Option<&crate::checkpoint_store::GroupFence>,
+        fence: Option<&crate::client::exactly_once::GroupFence>,
     ) -> Result<()> {
         let mut transactions = lock(&self.transactions);
         transactions.begin_if_needed(&self.producer, topic)?;

@@ -247,7 +247,7 @@ const STUCK_MARGIN: Duration = Duration::from_secs(10);
 /// moved on without this member, and the transaction cannot commit.
 pub(super) fn send_group_offsets(
     producer: &Arc<dyn Producer>,
-    fence: &crate::checkpoint_store::GroupFence,
+    fence: &crate::client::exactly_once::GroupFence,
     timeout: Duration,
 ) -> Result<()> {
     let offsets = fence

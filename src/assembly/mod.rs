@@ -1,7 +1,11 @@
-//! The daemon: turns a validated config into a running job (source, sink, state file, metrics,
-//! progress, signals) and reports how it ended.
+//! Job assembly: a validated [`Config`] in, a running job out. The one place that knows every
+//! part a job is made of: the source (through the connector registry), the sink, the checkpoint
+//! store, the group coordination, the metrics endpoint, the progress display and the signals.
+//! The commands above it parse their flags and call it; the features below it never call back.
 
-use std::io::Write;
+pub mod group;
+pub mod logging;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,9 +13,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::cli::{PlanArgs, RunArgs};
-use crate::config::{Config, LogFormat};
-use crate::connector::{JobFuture, SinkContext, SourceConfig, SourceConnector, SourceContext, SourceVisitor};
+use crate::config::Config;
+use crate::connector::{JobFuture, SinkContext, SourceContext, SourceVisitor};
 use crate::core::{CheckpointStore, Job, JobOptions, JobReport, JobStats, Sink, Source, SourceSplit};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -28,48 +31,6 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 /// request timeout.
 pub const LEFTOVER_WAIT: Duration = Duration::from_secs(2);
 
-/// Standard error for the logs and the daemon's own lines, ignoring write errors: a reader that
-/// went away (`tidegate run … 2>&1 | head -1`) must not end the job. (`eprintln!` panics on a
-/// closed pipe, and tracing-subscriber reports a failed write with `eprintln!`.)
-#[derive(Debug, Clone, Copy, Default)]
-pub struct QuietStderr;
-
-impl Write for QuietStderr {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        // the line is lost where nobody reads it; the job goes on
-        let _ = std::io::stderr().write_all(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        let _ = std::io::stderr().flush();
-        Ok(())
-    }
-}
-
-/// `eprintln!` that never panics: writes through [`QuietStderr`].
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        let _ = writeln!(QuietStderr, $($arg)*);
-    }};
-}
-
-/// Set up `tracing`: level from `RUST_LOG` (default `info`), text or JSON on stderr (write
-/// errors ignored, see [`QuietStderr`]).
-pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(|| QuietStderr)
-        .log_internal_errors(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
-    };
-}
-
 /// Move a state file aside for `--reset-state`; nothing is ever deleted.
 fn move_aside(path: &Path) -> Result<Option<PathBuf>> {
     if !path.exists() {
@@ -85,16 +46,10 @@ fn move_aside(path: &Path) -> Result<Option<PathBuf>> {
     Ok(Some(aside))
 }
 
-/// `tidegate run`.
-pub fn run(args: RunArgs) -> Result<()> {
-    let config = crate::config::load(&args.config, &args.sets)?;
-    run_loaded(config, args.state.as_deref(), args.reset_state, args.no_progress)
-}
-
-/// Run a loaded config (`run`, and the one-liners of [`crate::oneliner`]); `state` overrides
-/// `checkpoint.path`.
-pub fn run_loaded(config: Config, state: Option<&Path>, reset_state: bool, no_progress: bool) -> Result<()> {
-    init_logging(config.log.format);
+/// Run a loaded config (`tidegate run`, and the one-liners of `crate::commands`); `state`
+/// overrides `checkpoint.path`.
+pub fn run(config: Config, state: Option<&Path>, reset_state: bool, no_progress: bool) -> Result<()> {
+    logging::init(config.log.format);
     if config.job.member.is_some() {
         if let Some(path) = state {
             return Err(Error::config(
@@ -105,10 +60,23 @@ pub fn run_loaded(config: Config, state: Option<&Path>, reset_state: bool, no_pr
                 ),
             ));
         }
-        return crate::coordination::run(config, reset_state, no_progress);
+        return group::run(config, reset_state, no_progress);
     }
     let state_path = state.map(Path::to_path_buf).or_else(|| config.checkpoint.path.clone());
-    let opened = crate::checkpoint_store::open(&config, state)?;
+    if let (Some(path), crate::checkpoint_store::StoreConfig::Kafka(k)) = (state, &config.checkpoint.store) {
+        return Err(Error::config(
+            "--state",
+            format!(
+                "names a state file ({}), but this job keeps its checkpoints in Kafka (checkpoint.store = \"kafka\", topic {})",
+                path.display(),
+                k.topic
+            ),
+        ));
+    }
+    let opened = crate::checkpoint_store::open(
+        &config.checkpoint.store,
+        state.map(Path::to_path_buf).or_else(|| config.checkpoint.path.clone()),
+    )?;
     // read (and check) the state before anything starts: damaged state stops us here, untouched
     // (unless --reset-state, which ignores it)
     let resuming = match &opened.store {
@@ -172,7 +140,7 @@ pub fn source_context(config: &Config) -> SourceContext<'_> {
 pub fn sink_of(
     config: &Config,
     resuming: bool,
-    state_slot: Option<crate::checkpoint_store::SinkTransactionSlot>,
+    state_slot: Option<crate::client::exactly_once::SinkTransactionSlot>,
 ) -> Result<Box<dyn Sink<Record>>> {
     let end_marker = config.source.end_marker(&source_context(config))?;
     let sink = config.sink.build(SinkContext {
@@ -316,11 +284,11 @@ async fn handle_signals(stop: watch::Sender<bool>) {
         _ = term.recv() => {}
         _ = int.recv() => {}
         _ = tokio::time::sleep(SHUTDOWN_TIMEOUT) => {
-            say!("tidegate: the graceful stop took longer than {SHUTDOWN_TIMEOUT:?}; exiting without a final checkpoint");
+            crate::say!("tidegate: the graceful stop took longer than {SHUTDOWN_TIMEOUT:?}; exiting without a final checkpoint");
             std::process::exit(1);
         }
     }
-    say!("tidegate: second signal: exiting now, without a final checkpoint (the last completed one stands)");
+    crate::say!("tidegate: second signal: exiting now, without a final checkpoint (the last completed one stands)");
     std::process::exit(1);
 }
 
@@ -357,160 +325,6 @@ impl RunJob {
 
 fn print_summary<S: SourceSplit>(job: &str, report: &JobReport<S>) {
     for line in crate::summary::lines(job, report) {
-        say!("{line}");
+        crate::say!("{line}");
     }
-}
-
-/// `tidegate validate`: the config as it would run, in its own words.
-pub fn validate(config: &Path, sets: &[String], connect: bool) -> Result<()> {
-    let c = crate::config::load(config, sets)?;
-    let mut out = std::io::stdout().lock();
-    let job = &c.job;
-    let mut lines = vec![format!("config {} is valid", config.display())];
-    let instance = if job.instance.count > 1 {
-        format!(", instance {} of {}", job.instance.index, job.instance.count)
-    } else {
-        String::new()
-    };
-    let state = match (&c.checkpoint.store, &c.checkpoint.path) {
-        (crate::checkpoint_store::StoreConfig::Kafka(k), _) => format!(
-            " to kafka topic {} at {} (keys {}/…, from {}.bootstrap_servers)",
-            k.topic, k.bootstrap_servers, k.owner, k.cluster_of
-        ),
-        (_, Some(p)) => format!(" to {}", p.display()),
-        (_, None) => " (no state file: every run starts from scratch)".to_string(),
-    };
-    lines.push(format!(
-        "  job {}: {} reader{}{instance}, a checkpoint every {}{state}",
-        job.name,
-        job.parallelism,
-        if job.parallelism == 1 { "" } else { "s" },
-        humantime::format_duration(c.checkpoint.interval)
-    ));
-    if let Some(d) = job.max_duration {
-        lines.push(format!("  stops after {}", humantime::format_duration(d)));
-    }
-    lines.extend(
-        c.source
-            .describe()
-            .into_iter()
-            .chain(c.sink.describe())
-            .map(|l| format!("  {l}")),
-    );
-    lines.push(match c.metrics.listen {
-        Some(addr) => format!("  metrics on http://{addr}/metrics"),
-        None => "  no metrics endpoint".to_string(),
-    });
-    if connect {
-        init_logging(c.log.format);
-        lines.extend(
-            c.source
-                .check_connection()?
-                .into_iter()
-                .chain(c.sink.check_connection()?)
-                .map(|l| format!("  {l}")),
-        );
-        // the registry is contacted (reachable, credentials accepted, certificate trusted): a
-        // mistake there would otherwise show only at the first record
-        for registry in c.source.schema_registries() {
-            let subjects = crate::format::registry::check(registry)?;
-            let plural = if subjects == 1 { "" } else { "s" };
-            lines.push(format!(
-                "  schema registry {registry}: reachable, {subjects} subject{plural}"
-            ));
-        }
-    }
-    for line in lines {
-        // a closed pipe (`validate | head`) ends the output, it is not a failure
-        if writeln!(out, "{line}").is_err() {
-            break;
-        }
-    }
-    Ok(())
-}
-
-/// `tidegate plan`: what a Kafka replay will read, resolved as a run would resolve it.
-pub fn plan(args: PlanArgs) -> Result<()> {
-    let config = crate::config::load(&args.config, &args.sets)?;
-    init_logging(config.log.format);
-    let SourceConfig::Kafka(kafka) = &config.source else {
-        return Err(Error::config(
-            "source.type",
-            format!(
-                "`plan` shows what a Kafka source will read; a {} source writes what `tidegate validate` describes",
-                config.source.kind()
-            ),
-        ));
-    };
-    let source = kafka.build(&source_context(&config))?;
-    let state_path = args.state.clone().or_else(|| config.checkpoint.path.clone());
-    // only read: a running job may hold the state file's lock
-    let restored = match (&config.checkpoint.store, &state_path) {
-        // read only, as a running job's store is (its transactional id is not taken over)
-        (crate::checkpoint_store::StoreConfig::Kafka(k), _) => match crate::checkpoint_store::kafka::read_only(k)? {
-            Some(raw) => {
-                let location = PathBuf::from(format!("kafka topic {} at {}", k.topic, k.bootstrap_servers));
-                Some(crate::core::checkpoint_of(&source, &config.job.name, &location, raw)?)
-            }
-            None => None,
-        },
-        (_, Some(path)) => match crate::core::state::read_state::<serde_json::Value>(path)? {
-            Some(raw) => Some(crate::core::checkpoint_of(&source, &config.job.name, path, raw)?),
-            None => None,
-        },
-        (_, None) => None,
-    };
-    let checkpoint_id = restored.as_ref().map(|c| c.checkpoint_id);
-    let may_resume_from_previous = restored.as_ref().is_some_and(|c| c.previous.is_some());
-    let mut partitions = crate::kafka::plan::plan(&source, restored)?;
-    if args.exact {
-        crate::kafka::plan_exact::count_records(&source, &mut partitions)?;
-    }
-    let total_records = partitions
-        .iter()
-        .map(|p| p.records)
-        .sum::<Option<u64>>()
-        .filter(|_| args.exact);
-    let report = crate::kafka::plan::PlanReport {
-        job: config.job.name.clone(),
-        state: checkpoint_id.and(state_path.map(|p| p.display().to_string())),
-        checkpoint_id,
-        may_resume_from_previous,
-        eof: kafka.eof.clone(),
-        eof_scope: kafka.eof.as_ref().map(|_| {
-            if kafka.event_time.source_wide_stop {
-                "source"
-            } else {
-                "partition"
-            }
-        }),
-        replay_speed: kafka.event_time.speed,
-        paced_seconds: kafka
-            .event_time
-            .speed
-            .and_then(|speed| crate::kafka::plan::paced_seconds(&partitions, speed)),
-        total_offsets: crate::kafka::plan::total_offsets(&partitions),
-        total_records,
-        partitions,
-    };
-    let text = if args.json {
-        serde_json::to_string_pretty(&report).map_err(|e| Error::runtime("printing the plan", e.to_string()))? + "\n"
-    } else {
-        report.text()
-    };
-    // a closed pipe (`plan | head`) ends the output; it is not a failure
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
-    Ok(())
-}
-
-/// `tidegate state show`.
-pub fn show_state(path: &Path) -> Result<()> {
-    let state: serde_json::Value = crate::core::state::read_state(path)?.ok_or_else(|| Error::State {
-        path: path.to_path_buf(),
-        source: crate::error::StateError::Unreadable(std::io::Error::new(std::io::ErrorKind::NotFound, "no such file")),
-    })?;
-    let text = serde_json::to_string_pretty(&state).unwrap_or_default();
-    // a closed pipe (`state show | head`) ends the output; it is not a failure
-    let _ = writeln!(std::io::stdout().lock(), "{text}");
-    Ok(())
 }

@@ -1,0 +1,282 @@
+//! A group-coordinated job's life in one process (`job.coordination = "group"`): the member
+//! joins the job's consumer group and runs the job on each assignment (Kafka Connect's first,
+//! eager protocol): a revocation stops it with a final checkpoint before the partitions are
+//! released, each partition restored from the newest checkpoint of the Kafka store that holds it,
+//! whichever member wrote it; a bounded job's member leaves once the whole input is finished.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::Session;
+use crate::checkpoint_store::StoreConfig;
+use crate::client::cluster::{self, Change, ClientSpec, GroupMembership, GroupSpec};
+use crate::config::Config;
+use crate::connector::registry::SourceConfig;
+use crate::coordination::{event_time, group_id, progress, topics, twins};
+use crate::core::sim;
+use crate::error::{Error, Result};
+
+/// Run a group-coordinated job: join the group, and run the job on each assignment until a
+/// revocation (stop with a final checkpoint, release, wait for the next), a signal, or the end
+/// of the job's input on every partition assigned (a bounded replay: the member leaves, and the
+/// splits it finished are finished for whoever is assigned them next).
+pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
+    // job.max_duration counts from the process's start, across its runs
+    let deadline = config.job.max_duration.map(|d| sim::now() + d);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tidegate")
+        .build()
+        .map_err(|e| Error::io("starting the async runtime", e))?;
+    let result = runtime.block_on(async {
+        let session = Session::start(&config).await?;
+        run_member(&config, &session, reset_state, no_progress, deadline).await
+    });
+    super::shut_down(runtime);
+    result
+}
+
+/// A group member's life in this process (see [`run`]), on the session's stop signal and its
+/// counters; its blocking calls on blocking threads (in place under a simulation).
+pub(crate) async fn run_member(
+    config: &Config,
+    session: &Session,
+    reset_state: bool,
+    no_progress: bool,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<()> {
+    let member = config.job.member.clone().unwrap_or_default();
+    let SourceConfig::Kafka(source) = &config.source else {
+        return Err(Error::config("job.coordination", "\"group\" needs a Kafka source"));
+    };
+    let mut signal = session.stop.clone();
+    // with eof_scope = "source": this member's watermarks out, the others' in (declared
+    // before the membership, so dropped after it: the member leaves the group at once, and
+    // the link's last values go out after)
+    let mut link: Option<event_time::EventTimeLink> = None;
+    let servers = &source.settings.bootstrap_servers;
+    let spec = ClientSpec::new(servers, &source.settings.properties, "group");
+    twins::none_running(source, &group_id(&config.job.name), &member).await?;
+    if !reset_state {
+        progress::state_topic_still_there(source, &config.checkpoint.store, &group_id(&config.job.name)).await?;
+    }
+    let mut membership: Box<dyn GroupMembership> = cluster::of(servers).join_group(
+        &spec,
+        &GroupSpec {
+            group: group_id(&config.job.name),
+            member: member.clone(),
+            topics: topics(&source.settings.subscription),
+        },
+    )?;
+    let mut reset = reset_state;
+    // this member's last run ended by itself (its assignment's input is done): it stays in the
+    // group, its partitions finished, until the whole job's input is, whoever reads the rest
+    // (a member that died holds partitions until the group deals them again, maybe to this one)
+    let mut waiting = false;
+    loop {
+        let change = tokio::select! {
+            // a signal or the deadline before an assignment that came with it
+            biased;
+            _ = signal.wait_for(|stop| *stop) => None,
+            _ = until(deadline) => {
+                info!("job.max_duration reached; leaving the group");
+                None
+            }
+            change = membership.next() => Some(change),
+            _ = tokio::time::sleep(progress::LOOK_EVERY), if waiting => {
+                let left = progress::unfinished(source, &config.checkpoint.store).await?;
+                if left.is_empty() {
+                    info!(member = %member, "group member: every partition of the job's input is finished; leaving the group");
+                    return Ok(());
+                }
+                continue;
+            }
+        };
+        // a rebalance's pause for this member ends at its first record (see first_record)
+        let assigned_at = sim::now();
+        let (assigned, metadata) = match change.flatten() {
+            None => return Ok(()),
+            Some(Change::Revoked) => {
+                membership.release();
+                continue;
+            }
+            Some(Change::Assigned(partitions, metadata)) => (partitions, metadata),
+        };
+        let mut run = config.clone();
+        run.job.max_duration = deadline.map(|d| d.saturating_duration_since(sim::now()));
+        if let SourceConfig::Kafka(k) = &mut run.source {
+            k.settings.assignment = Some(Arc::new(assigned.clone()));
+            // a source-wide stop aligns with the other members' splits too
+            k.event_time.peers = k.event_time.source_wide_stop;
+        }
+        if let StoreConfig::Kafka(k) = &mut run.checkpoint.store {
+            **k = (**k).clone().for_run(&run_id());
+        }
+        let opened = crate::checkpoint_store::open_member(&run.checkpoint.store).await?;
+        if let Some(metadata) = metadata {
+            opened.fence_with_group(metadata);
+        }
+        // --reset-state: the first run starts the whole job over (every member's records and
+        // every static instance's get tombstones; members still running keep theirs: stop
+        // them first), after the checks a first start makes
+        let reset_now = std::mem::take(&mut reset);
+        let resuming = match &opened.store {
+            Some(s) if !reset_now => s.resumes()?,
+            _ => false,
+        };
+        if !resuming {
+            let checked = run.source.clone();
+            crate::core::unblock(move || checked.check_before_start()).await??;
+        }
+        if reset_now {
+            opened.reset_async().await?;
+        }
+        if link.is_none() && source.event_time.source_wide_stop {
+            if let StoreConfig::Kafka(store) = &run.checkpoint.store {
+                link = Some(event_time::EventTimeLink::start(
+                    store,
+                    &source.settings.bootstrap_servers,
+                    &source.settings.properties,
+                    &source.settings.subscription,
+                    event_time::stamp_of(&config.job.name, source),
+                    Arc::clone(session.stats()),
+                )?);
+            }
+        }
+        let slot = opened.sink_slot();
+        let built = run.clone();
+        let sink = crate::core::unblock(move || super::sink_of(&built, resuming, slot)).await??;
+        info!(member = %member, partitions = assigned.len(), resuming, "group member: running the job on its assignment");
+        let (stop_tx, stop) = watch::channel(false);
+        let (mut revoked, mut signalled) = (false, false);
+        let mut link_failed = None;
+        let first = crate::core::spawn(first_record(Arc::clone(session.stats()), assigned_at));
+        let job = session.run_job(&run, opened.store, sink, stop, no_progress, resuming);
+        tokio::pin!(job);
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut job => break outcome,
+                change = membership.next(), if !revoked => {
+                    // a revocation, or the membership ended: stop with a final checkpoint
+                    if !matches!(change, Some(Change::Assigned(..))) {
+                        revoked = true;
+                        let _ = stop_tx.send(true);
+                    }
+                }
+                _ = signal.wait_for(|stop| *stop), if !signalled => {
+                    signalled = true;
+                    let _ = stop_tx.send(true);
+                }
+                // this member's values no longer reach the others: it stops with a final
+                // checkpoint and fails, rather than hold every member back
+                failure = async {
+                    match link.as_mut() {
+                        Some(link) => link.failed().await,
+                        None => std::future::pending().await,
+                    }
+                }, if link_failed.is_none() => {
+                    link_failed = Some(failure);
+                    let _ = stop_tx.send(true);
+                }
+            }
+        };
+        first.abort();
+        match outcome {
+            // dropped by the group (paused past its session timeout, say): its transaction
+            // was refused and aborted (KIP-447), its partitions are another's; the consumer
+            // rejoins, and the group deals this member partitions again
+            Err(e) if dropped_by_group(&e) && !*signal.borrow() => {
+                warn!(member = %member, error = %e, "group member: dropped by the group; rejoining");
+                if revoked {
+                    membership.release();
+                }
+                continue;
+            }
+            Err(e) if dropped_by_group(&e) => return Ok(()),
+            outcome => outcome?,
+        }
+        if let Some(failure) = link_failed {
+            return Err(Error::runtime("the source-wide stop across the group", failure));
+        }
+        if *signal.borrow() || deadline.is_some_and(|d| sim::now() >= d) {
+            // a signal stopped it, or job.max_duration: leave the group
+            return Ok(());
+        }
+        if !revoked {
+            // the job ended by itself: its assignment's input is done; the job's may not be
+            let left = progress::unfinished(source, &config.checkpoint.store).await?;
+            if left.is_empty() {
+                info!(member = %member, "group member: every partition of the job's input is finished; leaving the group");
+                return Ok(());
+            }
+            if !waiting {
+                info!(member = %member, unfinished = %left.join(", "), "group member: its partitions are finished; staying in the group until the others' are (a member that died leaves its partitions to be dealt again)");
+            }
+            waiting = true;
+            continue;
+        }
+        waiting = false;
+        membership.release();
+    }
+}
+
+/// Whether a run failed because the group had moved on without this member: the broker
+/// refused its transaction's positions with the group's metadata (KIP-447). Not a fenced static
+/// member (`group.instance.id` taken by another process): that one is fatal to its consumer.
+fn dropped_by_group(error: &Error) -> bool {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if let Some(k) = e.downcast_ref::<KafkaError>() {
+            // not a fenced static member (FencedInstanceId): that one is fatal to its consumer
+            if k.rdkafka_error_code()
+                .is_some_and(|c| cluster::is_stale_member(c) && c != RDKafkaErrorCode::FencedInstanceId)
+            {
+                return true;
+            }
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// Wait until `deadline`, or forever without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A name for one run of this member's job, unique among its runs: the time it began, in
+/// milliseconds (hexadecimal), one later than the run before at least.
+fn run_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    if let Some(n) = sim::unique() {
+        // the same for every run of a seed
+        return format!("{:x}", sim::wall_millis().max(0) as u64 * 1000 + n);
+    }
+    let now = sim::wall_millis().max(0) as u64;
+    // one thread (the group loop) asks
+    let id = now.max(LAST.load(Ordering::SeqCst) + 1);
+    LAST.store(id, Ordering::SeqCst);
+    format!("{id:x}")
+}
+
+/// Log the first record written on an assignment, and how long after the assignment came (its
+/// store opened, its state read, its job started): with the other members' logs, the pause a
+/// rebalance makes (tests/it/group.rs and scripts/bench's `rebalance` measure it).
+async fn first_record(stats: Arc<crate::core::JobStats>, began: tokio::time::Instant) {
+    use std::sync::atomic::Ordering;
+    let before = stats.records_written.load(Ordering::Relaxed);
+    while stats.records_written.load(Ordering::Relaxed) == before {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    info!(
+        after_ms = sim::now().saturating_duration_since(began).as_millis() as u64,
+        "group member: first record written on this assignment"
+    );
+}
