@@ -487,7 +487,7 @@ impl SplitReader for KafkaPartitionSplitReader {
 }
 
 /// A Kafka source's split reader: over librdkafka, or under the deterministic simulation a
-/// reader of the simulated cluster ([`crate::client::cluster::Cluster::simulated_reader`]).
+/// reader of the simulated cluster (`simulate`, tests only).
 // one per fetcher, never moved once built: its size does not matter, and the native reader
 // stays unboxed on the hot path
 #[allow(clippy::large_enum_variant)]
