@@ -21,6 +21,8 @@ pub(crate) mod expr;
 pub mod format;
 pub mod kafka;
 pub(crate) mod metrics;
+#[cfg(test)]
+mod module_graph;
 pub(crate) mod periodic;
 pub(crate) mod progress;
 pub mod record;

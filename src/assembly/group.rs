@@ -9,7 +9,9 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::Session;
+use super::build::sink_of;
+use super::runtime;
+use super::session::Session;
 use crate::checkpoint_store::StoreConfig;
 use crate::client::cluster::{self, Change, ClientSpec, GroupMembership, GroupSpec};
 use crate::config::Config;
@@ -25,16 +27,12 @@ use crate::error::{Error, Result};
 pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
     // job.max_duration counts from the process's start, across its runs
     let deadline = config.job.max_duration.map(|d| sim::now() + d);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("tidegate")
-        .build()
-        .map_err(|e| Error::io("starting the async runtime", e))?;
+    let runtime = runtime::start()?;
     let result = runtime.block_on(async {
         let session = Session::start(&config).await?;
         run_member(&config, &session, reset_state, no_progress, deadline).await
     });
-    super::shut_down(runtime);
+    runtime::shut_down(runtime);
     result
 }
 
@@ -147,7 +145,7 @@ pub(crate) async fn run_member(
         }
         let slot = opened.sink_slot();
         let built = run.clone();
-        let sink = crate::core::unblock(move || super::sink_of(&built, resuming, slot)).await??;
+        let sink = crate::core::unblock(move || sink_of(&built, resuming, slot)).await??;
         info!(member = %member, partitions = assigned.len(), resuming, "group member: running the job on its assignment");
         let (stop_tx, stop) = watch::channel(false);
         let (mut revoked, mut signalled) = (false, false);

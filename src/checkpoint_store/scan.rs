@@ -9,8 +9,8 @@ use rdkafka::error::KafkaError;
 use rdkafka::Offset;
 use tracing::{info, warn};
 
+use super::config::KafkaStoreConfig;
 use super::records::is_owned;
-use super::KafkaStoreConfig;
 use crate::client::cluster::{self, ClientSpec, Consumer};
 use crate::core::sim;
 use crate::error::{kafka, Error, Result};

@@ -18,7 +18,9 @@ use crate::core::{FetcherMode, Instance, Sink, Source};
 use crate::error::Result;
 use crate::record::Record;
 
-pub use crate::sink::kafka::routing::RecordCheck;
+/// Checks a record before the sink has it: the Kafka source runs it in its emit path, so a record
+/// the sink could not route goes through `source.decode_errors` like an undecodable one.
+pub type RecordCheck = std::sync::Arc<dyn Fn(&Record) -> std::result::Result<(), String> + Send + Sync>;
 
 /// The validated `[job]`: what connectors need to know of the job they are part of.
 #[derive(Debug, Clone)]

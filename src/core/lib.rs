@@ -186,8 +186,8 @@
 //!
 //! # How the files depend on each other
 //!
-//! Bottom up, without circles (a file uses only files listed before it; a unit test,
-//! `module_graph::the_files_import_each_other_without_circles`, keeps it so): [`split`],
+//! Bottom up, without circles (a file uses only files listed before it; the application's
+//! module-graph test, which checks both crates against `docs/architecture.md`, keeps it so): [`split`],
 //! [`error`], [`sim`], [`failpoint`]; [`queue`], [`split_reader`], [`event_time`], [`throttle`],
 //! [`status`], [`sink`]; [`fetcher`]; [`stats`]; [`emitter`], [`enumerator`], [`reader`];
 //! [`source`]; [`checkpoint`], [`state`], [`reader_base`]; [`number_sequence`]; and on top
@@ -247,8 +247,6 @@ pub use status::SplitStatus;
 pub use store::{CheckpointStore, StoredCheckpoint};
 pub use throttle::{Admit, Throttle};
 
-#[cfg(test)]
-mod module_graph;
 #[cfg(test)]
 mod simulation;
 #[cfg(test)]

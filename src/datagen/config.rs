@@ -9,8 +9,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::template::{self, TextTemplate};
-use super::{DataGeneratorSource, DatagenSettings, TemplateGenerator};
+use super::compile::compile_fields;
+use super::generator::TemplateGenerator;
+use super::source::{DataGeneratorSource, DatagenSettings};
+use super::text::TextTemplate;
 use crate::connector::values::{positive, time_value};
 use crate::connector::{JobConfig, SourceConnector, SourceContext};
 use crate::error::{Error, Result};
@@ -142,7 +144,7 @@ fn validate_datagen(raw: RawDatagenSource) -> Result<DatagenConfig> {
     .filter(|f| *f == ValueFormat::Avro);
     let (format, avro) = produced_format(raw.format.as_deref(), key_format, raw.avro)?;
     let wire_schema = wire_schema("source", format, raw.protobuf, raw.json_schema, true)?;
-    let fields = template::compile_fields(&raw.fields, "source.fields").map_err(|(k, m)| Error::config(k, m))?;
+    let fields = compile_fields(&raw.fields, "source.fields").map_err(|(k, m)| Error::config(k, m))?;
     let text = |key: &str, t: &str| TextTemplate::parse(t, &fields).map_err(|m| Error::config(key, m));
     let key = raw.key.as_deref().map(|t| text("source.key", t)).transpose()?;
     let record_keys = match avro.as_ref().and_then(|a| a.key_schema_file.as_ref()) {
@@ -233,7 +235,7 @@ fn validate_datagen(raw: RawDatagenSource) -> Result<DatagenConfig> {
     // is a config error at `validate`
     let mut probe = generator.clone();
     probe.format = ValueFormat::Json;
-    if let Err(e) = super::GeneratorFunction::map(&mut probe, 0) {
+    if let Err(e) = super::generator::GeneratorFunction::map(&mut probe, 0) {
         let key = if generator.timestamp_field.is_some() && e.to_string().contains("timestamp field") {
             "source.timestamp"
         } else {

@@ -5,9 +5,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::generator::GeneratorFunction;
 use super::partition;
 use super::rate::RateLimiter;
-use super::GeneratorFunction;
 use crate::core::number_sequence::NumberSequenceSplit;
 use crate::core::split_reader::{WakeUpHandle, WakeableSleep};
 use crate::core::{

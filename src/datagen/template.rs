@@ -196,15 +196,13 @@ impl Gen {
     }
 }
 
-pub use super::compile::compile_fields;
-pub use super::text::TextTemplate;
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::datagen::compile::compile;
+    use crate::datagen::compile::{compile, compile_fields};
+    use crate::datagen::text::TextTemplate;
     use serde_json::json;
 
     fn fields(v: Value) -> Gen {

@@ -17,8 +17,8 @@ use schema_registry_converter::blocking::schema_registry::post_schema;
 use schema_registry_converter::schema_registry_common::{SchemaType, SuppliedSchema};
 use serde_json::{Map, Number, Value as Json};
 
+use super::codec::{DecodeError, ValueDecoder, ValueEncoder};
 use super::registry::{fetch_schema, registry_call, RegistryError, RegistrySettings};
-use super::{DecodeError, ValueDecoder, ValueEncoder};
 use crate::error::{Error, Result};
 use crate::record::ValueFormat;
 

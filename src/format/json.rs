@@ -3,8 +3,8 @@
 
 use serde_json::{Map, Value};
 
+use super::codec::{DecodeError, ValueDecoder};
 use super::json_scan::{scan_fields, Scan, Span};
-use super::{DecodeError, ValueDecoder};
 use crate::record::ValueFormat;
 
 /// `json`: one JSON document.

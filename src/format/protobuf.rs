@@ -17,8 +17,8 @@ use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver, In
 use schema_registry_converter::schema_registry_common::SchemaType;
 use serde_json::Value as Json;
 
+use super::codec::{DecodeError, ValueDecoder, ValueEncoder};
 use super::registry_wire::{frame, split_frame, Registration, SchemaCache};
-use super::{DecodeError, ValueDecoder, ValueEncoder};
 use crate::error::{Error, Result};
 use crate::record::ValueFormat;
 

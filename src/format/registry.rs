@@ -13,7 +13,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use tracing::warn;
 
-use super::DecodeError;
+use super::codec::DecodeError;
 use crate::connector::secret::SecretValue;
 use crate::error::{Error, Result};
 

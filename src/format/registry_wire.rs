@@ -12,8 +12,8 @@ use schema_registry_converter::blocking::schema_registry::{get_referenced_schema
 use schema_registry_converter::error::SRCError;
 use schema_registry_converter::schema_registry_common::{RegisteredSchema, SchemaType, SuppliedSchema};
 
+use super::codec::DecodeError;
 use super::registry::{fetch_retried, registry_call, RegistrySettings};
-use super::DecodeError;
 
 /// The schema id and the payload of a value in the Confluent wire format.
 pub fn split_frame(bytes: &[u8]) -> Result<(u32, &[u8]), DecodeError> {

@@ -9,8 +9,11 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::codec::{DecoderFactory, EncoderHandle, ValueDecoder, ValueEncoder};
+use super::config::{AvroConfig, RawAvro};
+use super::factory::decoder_factory;
 use super::registry::{RawRegistry, RegistrySettings};
-use super::{json_schema, protobuf, DecoderFactory, EncoderHandle, ValueDecoder};
+use super::{json_schema, protobuf};
 use crate::error::{Error, Result};
 use crate::record::ValueFormat;
 
@@ -156,10 +159,10 @@ pub fn wire_schema(
 pub fn read_formats(
     format: Option<&str>,
     key_format: Option<ValueFormat>,
-    avro: Option<super::config::RawAvro>,
+    avro: Option<RawAvro>,
     protobuf: Option<RawProtobuf>,
     json_schema: Option<RawJsonSchema>,
-) -> Result<(ValueFormat, Option<super::AvroConfig>, Option<WireSchema>)> {
+) -> Result<(ValueFormat, Option<AvroConfig>, Option<WireSchema>)> {
     let all = [
         ValueFormat::Bytes,
         ValueFormat::String,
@@ -175,16 +178,16 @@ pub fn read_formats(
 }
 
 /// The decoders of a Kafka source reading `format`: Protobuf and JSON Schema from `wire`, the
-/// others as [`super::decoder_factory`] makes them.
+/// others as [`decoder_factory`] makes them.
 pub fn decoders(
     format: ValueFormat,
-    avro: Option<&super::AvroConfig>,
+    avro: Option<&AvroConfig>,
     wire: Option<&WireSchema>,
     request_timeout: Duration,
 ) -> Result<DecoderFactory> {
     match wire {
         Some(schema) => schema.decoder_factory("source", request_timeout),
-        None => super::decoder_factory(format, avro, request_timeout),
+        None => decoder_factory(format, avro, request_timeout),
     }
 }
 
@@ -298,7 +301,7 @@ impl WireSchema {
             }
             (None, _) => None,
         };
-        let encoder: Arc<dyn super::ValueEncoder> = match (self.compile_file(&key, true)?, registry) {
+        let encoder: Arc<dyn ValueEncoder> = match (self.compile_file(&key, true)?, registry) {
             (Some(Compiled::Protobuf(message, text)), Some((url, topic))) => {
                 Arc::new(protobuf::Encoder::registered(message, text, url, topic))
             }

@@ -13,6 +13,13 @@ use crate::format::DecodeErrorPolicy;
 use crate::metrics::KafkaMetrics;
 use crate::record::{Record, ValueFormat};
 
+impl KafkaSource {
+    /// A builder in the spirit of Flink's `KafkaSource.builder()`.
+    pub fn builder() -> KafkaSourceBuilder {
+        KafkaSourceBuilder::default()
+    }
+}
+
 /// Builds a [`KafkaSource`] without a config file (tests, Rust programs).
 #[derive(Default)]
 pub struct KafkaSourceBuilder {

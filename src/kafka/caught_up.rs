@@ -17,8 +17,7 @@ use tracing::{debug, warn};
 
 use super::consumer::consumer_config;
 use super::live_split::LiveSplit;
-use super::split_reader::KafkaPartitionSplitReader;
-use super::KafkaSourceSettings;
+use super::settings::KafkaSourceSettings;
 use crate::client::TracingContext;
 use crate::core::event_time::{wall_millis, EventTimeClock};
 use crate::core::SplitId;
@@ -42,6 +41,15 @@ pub(crate) struct CaughtUp {
 }
 
 impl CaughtUp {
+    /// Tracks the splits at the end of their log and has the broker confirm them caught up
+    /// (asking with a client of `settings`, named after reader `reader_index`).
+    pub(super) fn confirmed_by_broker(settings: &KafkaSourceSettings, reader_index: usize) -> Self {
+        CaughtUp {
+            check: Some(CaughtUpCheck::new(settings, reader_index)),
+            ..CaughtUp::default()
+        }
+    }
+
     /// A record of `id` was fetched.
     pub(super) fn record(&mut self, id: &SplitId) {
         if !self.reported.is_empty() {
@@ -83,21 +91,6 @@ impl CaughtUp {
 /// split as done only as the broker confirms it.
 pub(super) fn needed(clock: Option<&EventTimeClock>) -> bool {
     clock.is_some_and(|c| c.options().source_wide_stop)
-}
-
-impl KafkaPartitionSplitReader {
-    /// With `confirm`, have the broker confirm splits at the end of their log.
-    pub(super) fn confirming_caught_up(
-        mut self,
-        settings: &KafkaSourceSettings,
-        reader_index: usize,
-        confirm: bool,
-    ) -> Self {
-        if confirm {
-            self.caught_up.check = Some(CaughtUpCheck::new(settings, reader_index));
-        }
-        self
-    }
 }
 
 /// Asks the broker whether the splits at the end of their log are caught up.

@@ -11,7 +11,8 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, warn};
 
-use super::{KafkaPartitionSplit, KafkaSourceSettings};
+use super::settings::KafkaSourceSettings;
+use super::split::KafkaPartitionSplit;
 use crate::client::{self, TracingContext};
 use crate::core::reader_base::CheckpointListener;
 use crate::core::SplitSnapshot;

@@ -8,7 +8,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::types::RDKafkaRespErr;
 use tracing::{debug, info, warn};
 
-use super::KafkaSourceSettings;
+use super::settings::KafkaSourceSettings;
 use crate::client::client_config;
 use crate::error::Error;
 

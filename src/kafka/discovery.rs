@@ -1,7 +1,6 @@
 //! Partition discovery for the Kafka enumerator: which subscribed partitions exist (this
-//! instance's share of them), their starting and stopping offsets when first seen, which reader
-//! owns each (Flink's `KafkaSourceEnumerator.getSplitOwner`), the topics' ids, and which topics
-//! answered with an error rather than their partitions.
+//! instance's share of them), their starting and stopping offsets when first seen, the topics'
+//! ids, and which topics answered with an error rather than their partitions.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -9,8 +8,9 @@ use rdkafka::types::RDKafkaRespErr;
 use tracing::debug;
 
 use super::offsets::{OffsetsResolver, StartingOffsets, TopicPartition};
-use super::split::{split_owner, KafkaPartitionSplit};
-use super::{Instance, KafkaSourceSettings, Subscription};
+use super::settings::KafkaSourceSettings;
+use super::split::KafkaPartitionSplit;
+use super::subscription::Subscription;
 use crate::client::cluster::{self, ClientSpec, Consumer, Metadata, TopicMetadata};
 use crate::error::{Error, Result};
 
@@ -86,20 +86,6 @@ fn is_unknown(error: RDKafkaRespErr) -> bool {
             | RDKafkaRespErr::RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC
             | RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION
     )
-}
-
-/// The reader (of this instance) that owns a partition. With one instance this is Flink's
-/// `getSplitOwner`; with `count` instances, the owner slot over all `count × parallelism` readers
-/// is dealt round-robin to instances, so consecutive partitions spread over instances and readers.
-pub fn reader_owner(topic: &str, partition: i32, parallelism: usize, instance: Instance) -> usize {
-    let count = instance.count.max(1);
-    split_owner(topic, partition, count * parallelism.max(1)) / count
-}
-
-/// Whether this instance reads a partition.
-pub fn instance_owns(topic: &str, partition: i32, parallelism: usize, instance: Instance) -> bool {
-    let count = instance.count.max(1);
-    split_owner(topic, partition, count * parallelism.max(1)) % count == instance.index
 }
 
 /// A consumer for metadata and offset lookups only (no assignment). It carries the group id,
@@ -394,39 +380,4 @@ pub fn discover(
         logs,
         partition_counts,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_instance_uses_flinks_owner() {
-        let one = Instance { index: 0, count: 1 };
-        for p in 0..12 {
-            assert_eq!(reader_owner("trades", p, 3, one), split_owner("trades", p, 3));
-            assert!(instance_owns("trades", p, 3, one));
-        }
-    }
-
-    #[test]
-    fn instances_split_partitions_and_readers_evenly() {
-        let (count, parallelism) = (2usize, 2usize);
-        let mut per_reader = BTreeMap::new();
-        for p in 0..16 {
-            let owners: Vec<usize> = (0..count)
-                .filter(|i| instance_owns("trades", p, parallelism, Instance { index: *i, count }))
-                .collect();
-            assert_eq!(owners.len(), 1, "partition {p} must belong to exactly one instance");
-            let inst = Instance {
-                index: owners[0],
-                count,
-            };
-            *per_reader
-                .entry((owners[0], reader_owner("trades", p, parallelism, inst)))
-                .or_insert(0) += 1;
-        }
-        assert_eq!(per_reader.len(), 4);
-        assert!(per_reader.values().all(|n| *n == 4), "{per_reader:?}");
-    }
 }

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
-use super::discovery::{admin_consumer, discover, reader_owner, Discovery, DiscoveryRequest};
+use super::discovery::{admin_consumer, discover, Discovery, DiscoveryRequest};
 use super::offsets::TopicPartition;
-use super::split::KafkaPartitionSplit;
-use super::KafkaSourceSettings;
+use super::settings::KafkaSourceSettings;
+use super::split::{reader_owner, KafkaPartitionSplit};
 use crate::client::cluster::Consumer;
 use crate::core::{EnumeratorContext, SourceSplit, SplitEnumerator, SplitId};
 use crate::error::Result;

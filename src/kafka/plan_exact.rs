@@ -10,7 +10,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::plan::PartitionPlan;
-use super::KafkaSource;
+use super::source::KafkaSource;
 use crate::client::TracingContext;
 use crate::error::{Error, Result};
 

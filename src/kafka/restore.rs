@@ -4,7 +4,7 @@
 use tracing::info;
 
 use super::enumerator::{EndRule, SettingsFingerprint};
-use super::KafkaSource;
+use super::source::KafkaSource;
 use crate::error::{Error, Result};
 
 impl KafkaSource {

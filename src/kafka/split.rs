@@ -1,11 +1,12 @@
 //! A Kafka split: one topic-partition with its next offset and exclusive stop offset
-//! (Flink's `KafkaPartitionSplit`).
+//! (Flink's `KafkaPartitionSplit`), and which instance and which of its readers own it
+//! (Flink's `KafkaSourceEnumerator.getSplitOwner`, dealt over instances).
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::{SourceSplit, SplitId};
+use crate::core::{Instance, SourceSplit, SplitId};
 
 /// One topic-partition and how far it has been read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,8 +98,24 @@ pub fn split_owner(topic: &str, partition: i32, readers: usize) -> usize {
     ((start + i64::from(partition)) % readers) as usize
 }
 
+/// The reader (of this instance) that owns a partition. With one instance this is Flink's
+/// `getSplitOwner`; with `count` instances, the owner slot over all `count × parallelism` readers
+/// is dealt round-robin to instances, so consecutive partitions spread over instances and readers.
+pub fn reader_owner(topic: &str, partition: i32, parallelism: usize, instance: Instance) -> usize {
+    let count = instance.count.max(1);
+    split_owner(topic, partition, count * parallelism.max(1)) / count
+}
+
+/// Whether this instance reads a partition.
+pub fn instance_owns(topic: &str, partition: i32, parallelism: usize, instance: Instance) -> bool {
+    let count = instance.count.max(1);
+    split_owner(topic, partition, count * parallelism.max(1)) % count == instance.index
+}
+
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     #[test]
@@ -117,5 +134,35 @@ mod tests {
             assert_eq!(split_owner("trades", p, 4), (first + p as usize) % 4);
         }
         assert_eq!(split_owner("any", 5, 1), 0);
+    }
+
+    #[test]
+    fn one_instance_uses_flinks_owner() {
+        let one = Instance { index: 0, count: 1 };
+        for p in 0..12 {
+            assert_eq!(reader_owner("trades", p, 3, one), split_owner("trades", p, 3));
+            assert!(instance_owns("trades", p, 3, one));
+        }
+    }
+
+    #[test]
+    fn instances_split_partitions_and_readers_evenly() {
+        let (count, parallelism) = (2usize, 2usize);
+        let mut per_reader = BTreeMap::new();
+        for p in 0..16 {
+            let owners: Vec<usize> = (0..count)
+                .filter(|i| instance_owns("trades", p, parallelism, Instance { index: *i, count }))
+                .collect();
+            assert_eq!(owners.len(), 1, "partition {p} must belong to exactly one instance");
+            let inst = Instance {
+                index: owners[0],
+                count,
+            };
+            *per_reader
+                .entry((owners[0], reader_owner("trades", p, parallelism, inst)))
+                .or_insert(0) += 1;
+        }
+        assert_eq!(per_reader.len(), 4);
+        assert!(per_reader.values().all(|n| *n == 4), "{per_reader:?}");
     }
 }

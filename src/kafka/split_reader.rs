@@ -14,11 +14,12 @@ use tracing::{debug, warn};
 mod health;
 
 use super::batch_queue::{BatchLimit, ConsumerQueue, Event, RECORD_SIZE};
+use super::caught_up::CaughtUp;
 use super::consumer::{consumer_config, PartitionErrors};
 use super::live_split::{index_in, LiveSplit};
 use super::offsets::StoppingOffsets;
+use super::settings::KafkaSourceSettings;
 use super::split::KafkaPartitionSplit;
-use super::KafkaSourceSettings;
 use crate::client::TracingContext;
 use crate::core::{FinishReason, RecordsWithSplitIds, SourceSplit, SplitId, SplitReader, SplitsChange};
 use crate::error::{Error, Result};
@@ -51,7 +52,7 @@ pub struct KafkaPartitionSplitReader {
     /// Errors librdkafka keeps reporting for a split's partition (not authorized, gone).
     partition_errors: PartitionErrors,
     /// Splits at the end of their log, reported and (for a source-wide stop) confirmed.
-    pub(super) caught_up: super::caught_up::CaughtUp,
+    caught_up: CaughtUp,
     /// How long a split may not move before its fetch is restarted ([`STALL_AFTER`]; shorter in tests).
     stall_after: Duration,
     /// The configured stops, to resolve again for a split whose log was reset under it.
@@ -93,6 +94,19 @@ impl KafkaPartitionSplitReader {
             request_timeout: settings.request_timeout,
             restarts: 0,
         })
+    }
+
+    /// With `confirm`, have the broker confirm splits at the end of their log.
+    pub(super) fn confirming_caught_up(
+        mut self,
+        settings: &KafkaSourceSettings,
+        reader_index: usize,
+        confirm: bool,
+    ) -> Self {
+        if confirm {
+            self.caught_up = CaughtUp::confirmed_by_broker(settings, reader_index);
+        }
+        self
     }
 
     fn tpl_of(&self, topic: &str, partitions: &[i32]) -> TopicPartitionList {
@@ -540,9 +554,8 @@ impl SplitReader for PartitionReader {
 
 /// A split reader of a simulated cluster, built from the source's settings.
 #[cfg(test)]
-pub(crate) type SimulatedReaders = std::sync::Arc<
-    dyn Fn(&super::KafkaSourceSettings) -> Box<dyn SplitReader<Element = Record, Split = KafkaPartitionSplit>>,
->;
+pub(crate) type SimulatedReaders =
+    std::sync::Arc<dyn Fn(&KafkaSourceSettings) -> Box<dyn SplitReader<Element = Record, Split = KafkaPartitionSplit>>>;
 
 #[cfg(test)]
 thread_local! {
@@ -561,7 +574,7 @@ pub(crate) fn simulate(servers: &str, readers: SimulatedReaders) -> SimulatedGua
 /// The simulated split reader of `settings`' cluster, if one is simulated on this thread.
 #[cfg(test)]
 pub(crate) fn simulated(
-    settings: &super::KafkaSourceSettings,
+    settings: &KafkaSourceSettings,
 ) -> Option<Box<dyn SplitReader<Element = Record, Split = KafkaPartitionSplit>>> {
     let readers = SIMULATED.with(|s| {
         s.borrow()

@@ -202,8 +202,8 @@ fn a_fetch_batch_is_bounded_in_bytes_as_well_as_records() {
         records: 4096,
         bytes: 500_000,
     };
-    let mut reader =
-        KafkaPartitionSplitReader::new(&settings, (0, 1), 1, limit, super::KafkaMetrics::noop()).expect("reader");
+    let mut reader = KafkaPartitionSplitReader::new(&settings, (0, 1), 1, limit, crate::metrics::KafkaMetrics::noop())
+        .expect("reader");
     reader
         .handle_splits_changes(SplitsChange::Add(vec![KafkaPartitionSplit::new(
             "mock-large",
@@ -240,9 +240,8 @@ fn a_fetch_batch_is_bounded_in_bytes_as_well_as_records() {
 
 #[test]
 fn every_partition_moves_to_the_instance_discovery_deals_it_to_with_its_offset() {
-    use super::discovery::instance_owns;
     use super::enumerator::{KafkaEnumeratorState, KnownSplit};
-    use super::split::KafkaPartitionSplit;
+    use super::split::{instance_owns, KafkaPartitionSplit};
     use crate::core::{Instance, Source, SplitSnapshot};
     use std::collections::BTreeMap;
 

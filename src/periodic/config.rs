@@ -10,8 +10,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::schedule::CatchUp;
+use super::settings::PeriodicSettings;
+use super::source::PeriodicSource;
 use super::supplier::{read_file, validate_events, RawEvent, Supplier, DEFAULT_MAX_EVENTS};
-use super::{PeriodicSettings, PeriodicSource};
 use crate::connector::values::{duration_at, keyword, positive};
 use crate::connector::{JobConfig, ReferenceSection, SourceConnector, SourceContext};
 use crate::error::{Error, Result};

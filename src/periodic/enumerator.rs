@@ -9,8 +9,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
+use super::settings::PeriodicSettings;
+use super::split::PeriodicEventSplit;
 use super::supplier::EventDef;
-use super::{PeriodicEventSplit, PeriodicSettings};
 use crate::core::{EnumeratorContext, RemoveSplits, SourceEvent, SourceSplit, SplitEnumerator};
 use crate::error::Result;
 use crate::metrics::PeriodicMetrics;

@@ -8,8 +8,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::schedule::{CatchUp, Schedule};
+use super::settings::PeriodicSettings;
+use super::source::PeriodicSource;
 use super::supplier::{EventDef, Supplier};
-use super::{PeriodicSettings, PeriodicSource};
 use crate::core::{EnumeratorContext, ReaderCommand, Source, SourceSplit, SplitEnumerator};
 use crate::metrics::PeriodicMetrics;
 use crate::record::ValueFormat;

@@ -10,7 +10,7 @@ use rdkafka::config::ClientConfig;
 use testcontainers_modules::kafka::apache::{Kafka as KafkaImage, KAFKA_PORT};
 use testcontainers_modules::testcontainers::Container;
 
-use super::{block_on_own, off_runtime};
+use super::runtime::{block_on_own, off_runtime};
 use crate::error::{Error, Result};
 
 /// A Kafka broker for tests.

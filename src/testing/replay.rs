@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{block_on_own, own_runtime, run_source, JobSummary};
+use super::job::{run_source, JobSummary};
+use super::runtime::{block_on_own, own_runtime};
 use crate::core::{CollectSink, JobOptions, StateStore};
 use crate::error::{Error, Result};
 use crate::kafka::offsets::StoppingOffsets;

@@ -3,9 +3,29 @@
 //! records, the claim and the fencing of the count before when this instance cuts its share,
 //! the second read before its first checkpoint, and `--reset-state`'s fencing of every owner.
 
-use super::*;
+use tracing::{info, warn};
+
+use super::super::config::KafkaStoreConfig;
+use super::super::layout::{self, Layout, Member};
+use super::super::records::{base_of, check, claim_key, claim_record, sink_to_recover, written_by};
+use super::super::scan::{scan, Scan};
+use super::producer::transactional_producer;
+use super::store::{state_error, KafkaCheckpointStore};
+use crate::error::{Error, Result};
 
 impl KafkaCheckpointStore {
+    /// Where this instance stands; the error the store's state gives when it cannot be placed.
+    pub(super) fn layout(&self) -> Result<Layout> {
+        if let Some(layout) = self.layout.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Ok(layout);
+        }
+        let scanned = self.scanned()?;
+        match scanned.as_ref() {
+            Some(found) => layout_of(&self.config, found),
+            None => Err(Error::runtime("kafka checkpoint store", "the topic was not read")),
+        }
+    }
+
     /// Before this instance reads the last checkpoints of the instances of the count before:
     /// claim its generation (an instance of the old count that starts again finds the claim and
     /// is refused), fence them (none commits another checkpoint, or its output, after they are

@@ -8,17 +8,23 @@ use std::sync::Mutex;
 
 use tracing::{debug, info, warn};
 
+use super::super::config::KafkaStoreConfig;
 use super::super::layout::{self, Layout};
 use super::super::records::{assemble, checkpoint_key, torn};
 use super::super::scan::{scan, scan_async, Scan};
-use super::super::{KafkaStoreConfig, SinkTransactionSlot};
-use super::{state_error, KafkaCheckpointStore, TORN_READS};
+use super::store::{state_error, KafkaCheckpointStore};
+use super::topic::topic_exists;
 use crate::client::cluster::{GroupMetadata, Producer};
+use crate::client::exactly_once::SinkTransactionSlot;
 use crate::error::{Error, Result};
+
+/// How many times a group member reads the topic again when a read cut another member's
+/// checkpoint (each read cuts at most the checkpoints in flight at its end).
+pub(super) const TORN_READS: usize = 20;
 
 impl KafkaCheckpointStore {
     /// The store of a group member (`job.coordination = "group"`): no generations to settle, its
-    /// ids are its own (`<job>@<member>`); see [`CheckpointStore::load_reshare`].
+    /// ids are its own (`<job>@<member>`); see [`crate::core::CheckpointStore::load_reshare`].
     pub(super) fn group_member(config: KafkaStoreConfig, producer: std::sync::Arc<dyn Producer>, found: Scan) -> Self {
         let in_sink = config.sink_transactional_id.clone().map(SinkTransactionSlot::new);
         let layout = Layout {
@@ -98,8 +104,8 @@ impl KafkaCheckpointStore {
         }
     }
 
-    /// See [`super::OpenStore::fence_with_group`]: only with the checkpoints in the sink's
-    /// transactions (a group-coordinated job's exactly-once sink).
+    /// See [`crate::checkpoint_store::OpenStore::fence_with_group`]: only with the checkpoints in
+    /// the sink's transactions (a group-coordinated job's exactly-once sink).
     pub fn fence_with_group(&self, metadata: GroupMetadata) {
         let _ = self.group.set(metadata);
     }
@@ -203,7 +209,7 @@ pub(super) fn heads_in(config: &KafkaStoreConfig, found: &Scan) -> Result<Vec<(i
 /// them now, read without taking over any transactional id (a look at the group's progress).
 pub async fn group_checkpoints(config: &KafkaStoreConfig) -> Result<Vec<serde_json::Value>> {
     let probe = config.clone();
-    if !crate::core::unblock(move || super::topic_exists(&probe)).await?? {
+    if !crate::core::unblock(move || topic_exists(&probe)).await?? {
         return Ok(Vec::new());
     }
     let mut found = scan_async(config).await?;

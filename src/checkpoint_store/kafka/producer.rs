@@ -1,7 +1,13 @@
 //! The Kafka store's transactional producers: its own, the sink's id it takes over when the
 //! checkpoints travel in the sink's transactions, and the one-off producers that fence an id.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::super::config::KafkaStoreConfig;
+use super::store::TIMEOUT;
+use crate::client::cluster::{self, ClientSpec, Producer};
+use crate::error::{kafka, Result};
 
 /// The store's producer, its transactions initialised: under the sink's transactional id when
 /// the checkpoints travel in the sink's transactions (the store's own id initialised once too:
@@ -29,7 +35,7 @@ pub(super) fn producer_of(config: &KafkaStoreConfig) -> Result<Arc<dyn Producer>
 pub(super) fn transactional_producer(
     config: &KafkaStoreConfig,
     id: &str,
-    properties: &std::collections::BTreeMap<String, String>,
+    properties: &BTreeMap<String, String>,
 ) -> Result<Arc<dyn Producer>> {
     let spec = ClientSpec::new(&config.bootstrap_servers, properties, "state-store")
         .set("transactional.id", id)

@@ -1,8 +1,17 @@
 //! The Kafka store's topic: whether it exists, and its creation (compacted) or the check of an
 //! existing one.
 
-use super::*;
-use crate::client::cluster::NewTopicSpec;
+use std::time::Duration;
+
+use rdkafka::types::RDKafkaErrorCode;
+use tracing::info;
+
+use super::super::config::KafkaStoreConfig;
+use super::super::scan::reader;
+use super::store::TIMEOUT;
+use crate::client::cluster::{self, ClientSpec, NewTopicSpec};
+use crate::core::sim;
+use crate::error::{Error, Result};
 
 /// The settings of a topic the store creates: compacted; a segment rolls every hour so the
 /// cleaner can drop superseded values; a value stays at least a minute before it may be compacted.

@@ -11,8 +11,8 @@ use tracing::{info, warn};
 use super::KafkaSourceEnumerator;
 use crate::core::{EnumeratorContext, RemoveSplits, SourceEvent, SourceSplit, SplitId};
 use crate::error::{Error, Result};
-use crate::kafka::discovery::{reader_owner, Discovery, PartitionLog};
-use crate::kafka::split::KafkaPartitionSplit;
+use crate::kafka::discovery::{Discovery, PartitionLog};
+use crate::kafka::split::{reader_owner, KafkaPartitionSplit};
 
 /// What to do about a split's stored offsets to go on.
 const HOW_TO_GO_ON: &str = "set source.offset_reset = \"earliest\" or \"latest\" to read the new log from its start \

@@ -7,10 +7,13 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::routing::{HeaderRules, RawHeaders, RecordCheck, TopicTemplate};
-use super::{Delivery, KafkaSink, KafkaSinkSettings};
+use super::routing::{HeaderRules, RawHeaders, TopicTemplate};
+use super::settings::{producer_config, KafkaSinkSettings};
+use super::targets::create_topic_if_missing;
+use super::writer::KafkaSink;
+use crate::client::exactly_once::Delivery;
 use crate::connector::values::{duration_at, keyword, positive, properties, PropertyValue};
-use crate::connector::{JobConfig, SinkConnector, SinkContext};
+use crate::connector::{JobConfig, RecordCheck, SinkConnector, SinkContext};
 use crate::core::Sink;
 use crate::error::{Error, Result};
 use crate::record::Record;
@@ -163,7 +166,7 @@ impl SinkConnector for KafkaSinkConfig {
         let mut probe = settings.clone();
         probe.transactional_id = Some("tidegate-validate".into());
         crate::client::check_properties::<rdkafka::producer::BaseProducer>(
-            &super::producer_config(&probe)?,
+            &producer_config(&probe)?,
             "sink",
             &settings.properties,
         )?;
@@ -191,7 +194,7 @@ impl SinkConnector for KafkaSinkConfig {
         // an idempotent producer reaches the cluster as the job's would, without a transaction
         let mut probe = s.clone();
         probe.delivery = Delivery::AtLeastOnce;
-        let sink = super::KafkaSink::new(probe, None)?;
+        let sink = KafkaSink::new(probe, None)?;
         let found = match TopicTemplate::parse(&s.topic)?.literal() {
             None => format!("topics from the template {:?} are looked up as records arrive", s.topic),
             Some(topic) => match sink.topic_exists(s.flush_timeout)? {
@@ -270,7 +273,7 @@ impl SinkConnector for KafkaSinkConfig {
 
     fn build(&self, ctx: SinkContext<'_>) -> Result<Box<dyn Sink<Record>>> {
         if let (Some((partitions, replication)), Some(topic)) = (self.create_topic, self.topic()) {
-            crate::sink::create_topic_if_missing(&self.settings, topic, partitions, replication)?;
+            create_topic_if_missing(&self.settings, topic, partitions, replication)?;
         }
         let mut settings = self.settings.clone();
         // the checkpoint store that carries its checkpoints in the sink's transactions names the id

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use crate::connector::RecordCheck;
 use crate::error::{Error, Result};
 use crate::record::{Header, Record};
 
@@ -162,10 +163,6 @@ pub struct TopicTemplate {
     /// `None` for a literal topic.
     parts: Option<Vec<Part>>,
 }
-
-/// Checks a record before the sink has it: the Kafka source runs it in its emit path, so a record
-/// the sink could not route goes through `source.decode_errors` like an undecodable one.
-pub type RecordCheck = Arc<dyn Fn(&Record) -> std::result::Result<(), String> + Send + Sync>;
 
 /// Kafka's rule for a topic name: 1 to 249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
 pub fn check_topic_name(name: &str) -> std::result::Result<(), String> {

@@ -7,8 +7,7 @@ use std::time::Duration;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::delivery::check_failure;
-use super::lock;
-use super::transaction::{self, Transactions};
+use super::transaction::{self, lock, Transactions};
 use crate::client::cluster::{self, Outgoing, Producer};
 use crate::client::exactly_once::StateInTransaction;
 use crate::core::sim;

@@ -7,7 +7,9 @@ use rdkafka::mocking::{MockCluster, MockCoordinator};
 use rdkafka::types::RDKafkaRespErr;
 use serde_json::json;
 
-use super::{Delivery, KafkaSink, KafkaSinkSettings};
+use super::retry::retried;
+use super::{KafkaSink, KafkaSinkSettings};
+use crate::client::exactly_once::Delivery;
 use crate::core::Sink;
 use crate::record::Record;
 
@@ -108,7 +110,7 @@ fn end_markers_go_to_every_partition() {
 #[test]
 fn a_failure_that_passes_is_retried_and_one_that_stays_fails_with_the_last_error() {
     let mut calls = 0;
-    let value = super::retried("reading something", TIMEOUT, |_| {
+    let value = retried("reading something", TIMEOUT, |_| {
         calls += 1;
         if calls < 3 {
             Err(crate::Error::runtime("reading something", format!("not yet ({calls})")))
@@ -119,7 +121,7 @@ fn a_failure_that_passes_is_retried_and_one_that_stays_fails_with_the_last_error
     .expect("the third attempt succeeds");
     assert_eq!(value, 3);
 
-    let err = super::retried::<()>("reading something else", Duration::from_millis(500), |_| {
+    let err = retried::<()>("reading something else", Duration::from_millis(500), |_| {
         Err(crate::Error::runtime("reading something else", "no leader"))
     })
     .unwrap_err();

@@ -19,7 +19,7 @@
 //! the transaction itself ([`Transactions::carry_state`]): a restored checkpoint is then always
 //! a committed one, and no marker is written or read.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rdkafka::error::KafkaError;
@@ -27,7 +27,8 @@ use rdkafka::TopicPartitionList;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::KafkaSinkSettings;
+use super::retry::retried;
+use super::settings::KafkaSinkSettings;
 use crate::client::cluster::{self, ClientSpec, Consumer, GroupMetadata, GroupOffset, Producer};
 use crate::client::connection_properties;
 use crate::core::{sim, SinkState};
@@ -212,7 +213,7 @@ impl Transactions {
     /// read as "not committed", it would write the checkpoint's records again.
     fn read_marker(&self, topic: &str) -> Result<String> {
         let what = format!("reading the commit marker of {topic}:0 (transactional.id {})", self.id);
-        super::retried(&what, self.timeout, |left| {
+        retried(&what, self.timeout, |left| {
             let mut wanted = TopicPartitionList::new();
             wanted.add_partition(topic, 0);
             let committed = self
@@ -237,6 +238,12 @@ impl Transactions {
             }
         }
     }
+}
+
+/// The transactions, for the one thread that uses them at a time (the sink's, or the checkpoint
+/// store's between a prepare and its commit); a panic elsewhere leaves them usable.
+pub(super) fn lock(transactions: &Mutex<Transactions>) -> MutexGuard<'_, Transactions> {
+    transactions.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// How much longer than its timeout writing a commit marker may take before the job gives up.

@@ -12,7 +12,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::super::{Change, GroupMembership, GroupMetadata, GroupSpec, NextChange};
+use super::super::seam::{Change, GroupMembership, GroupMetadata, GroupSpec, NextChange};
 use crate::client::{client_context_through, TracingContext};
 use crate::error::{kafka, Error, Result};
 use crate::kafka::TopicPartition;

@@ -14,7 +14,7 @@ use rdkafka::message::{DeliveryResult, Header as KafkaHeader, Headers, OwnedHead
 use rdkafka::producer::{BaseRecord, Producer as _, ProducerContext, ThreadedProducer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::{
+use super::seam::{
     ClientSpec, Cluster, Consumer, Deliveries, GroupMembership, GroupMetadata, GroupOffset, GroupSpec, KafkaResult,
     Metadata, NewTopicSpec, Outgoing, Producer, Received, TopicMetadata,
 };

@@ -41,9 +41,7 @@ use tracing::{info, warn};
 
 use super::split::SplitId;
 
-#[path = "event_time_options.rs"]
 mod options;
-#[path = "event_time_peers.rs"]
 mod peers;
 pub use options::EventTimeOptions;
 pub use peers::{Peers, PublishedSplit};
@@ -453,6 +451,88 @@ impl EventTimeClock {
     }
 }
 
+/// The clock's view of the other processes reading the source (group coordination).
+impl EventTimeClock {
+    /// Whether every split read by another process is past `timestamp`: its published
+    /// watermark is (this process's own splits are judged by their local watermarks; a split it
+    /// read before, from a position another process has since gone past, by its own too).
+    fn peers_past(&self, state: &State, timestamp: i64) -> bool {
+        let Some(peers) = &state.peers else {
+            return false;
+        };
+        peers
+            .splits
+            .iter()
+            .filter(|id| !state.splits.contains_key(*id) && !state.finished.contains(*id))
+            .all(|id| peers.watermarks.get(id).is_some_and(|w| *w > timestamp))
+    }
+
+    /// A split this process will not read, finished before (its state says so): it holds no
+    /// one back, and the other processes learn so.
+    pub fn finished_before(&self, id: &SplitId) {
+        let mut state = self.lock();
+        if !state.splits.contains_key(id) && state.finished.insert(id.clone()) {
+            drop(state);
+            self.changed();
+        }
+    }
+
+    /// What the other processes reading the source published (group coordination); their
+    /// stop moves this one's like a marker found here.
+    pub fn set_peers(&self, peers: Peers) {
+        let mut state = self.lock();
+        if state.peers.as_ref() == Some(&peers) {
+            return;
+        }
+        // the stop under the same lock as the watermarks that came with it: no release may see
+        // a peer's watermark past its stop without the stop
+        if let Some(t) = peers.stop.filter(|_| self.options.source_wide_stop) {
+            if state.stop_at.is_none_or(|s| t < s) {
+                let was = state.stop_at.replace(t);
+                info!(timestamp = t, at = %format_millis(t), was, "an end-of-stream record found by another process: every partition is read up to it");
+            }
+        }
+        state.peers = Some(peers);
+        self.settle_stop(&mut state);
+        drop(state);
+        self.changed();
+    }
+
+    /// The job whose readers used it ended: [`Self::local_view`] shows no fronts any more (its
+    /// watermarks stay true).
+    pub fn close(&self) {
+        self.lock().closed = true;
+    }
+
+    /// Whether the job whose readers used it ended.
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// This process's splits as the others need them: each one's watermark and front (finished
+    /// ones at `i64::MAX`), and the stop, taken at one instant, so that a watermark past an
+    /// end-of-stream record never goes out without the stop it found.
+    pub fn local_view(&self) -> (Vec<PublishedSplit>, Option<i64>) {
+        let state = self.lock();
+        let closed = state.closed;
+        let mut splits: Vec<PublishedSplit> = state
+            .splits
+            .iter()
+            .map(|(id, split)| PublishedSplit {
+                id: id.clone(),
+                watermark: self.watermark(split),
+                front: state.fronts.get(id).copied().filter(|_| !closed),
+            })
+            .collect();
+        splits.extend(state.finished.iter().map(|id| PublishedSplit {
+            id: id.clone(),
+            watermark: i64::MAX,
+            front: None,
+        }));
+        (splits, state.stop_at)
+    }
+}
+
 /// Milliseconds since the epoch, now (virtual under a simulation: [`super::sim::wall_millis`]).
 pub fn wall_millis() -> i64 {
     super::sim::wall_millis()
@@ -467,5 +547,4 @@ pub fn format_millis(ms: i64) -> String {
 }
 
 #[cfg(test)]
-#[path = "event_time_tests.rs"]
 mod tests;
