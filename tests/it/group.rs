@@ -87,6 +87,22 @@ fn wait_for_output(kafka: &TestKafka, topic: &str, n: usize, daemons: &[&Daemon]
     }
 }
 
+/// Wait for `condition` up to `timeout`, as `wait_until` does; if it never holds, the panic shows
+/// `members`' logs (what the group dealt each, and when).
+fn wait_for_members(what: &str, timeout: Duration, members: &[&Daemon], mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !condition() {
+        if std::time::Instant::now() > deadline {
+            let logs: Vec<String> = members.iter().map(|d| d.log_text()).collect();
+            panic!(
+                "timed out waiting for {what}; the members' logs:\n{}",
+                logs.join("\n-----\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// When the last line of `log` that contains `what` was written.
 fn last_time(log: &str, what: &str) -> Option<std::time::SystemTime> {
     let line = log.lines().rfind(|l| l.contains(what))?;
@@ -229,8 +245,10 @@ pub(crate) fn a_member_killed_mid_replay_and_started_again(kafka: &TestKafka, to
     three_members_one_killed_and_started_again(&text, || (), |_| committed_counts(kafka, out).len() >= n / 4);
     let counts = output_counts(kafka, out);
     assert_each_once(&counts, n, "three members, one killed and started again");
-    // `state show` of the job (from a host that is none of its members) shows every member's runs
-    // and what a restore makes of them: every partition, finished
+    // `state show` of the job (from a host that is none of its members) shows the members' runs
+    // and what a restore makes of them: every partition, finished. (Which members left a run
+    // depends on the schedule: a member killed before its first checkpoint leaves none, and one
+    // started again after the others finished may find nothing left to do.)
     let dir = JobDir::new();
     let (code, shown, err) = crate::checkpoint_store::state_show(&dir.config(&text));
     assert_eq!(code, 0, "state show:\n{err}");
@@ -242,9 +260,10 @@ pub(crate) fn a_member_killed_mid_replay_and_started_again(kafka: &TestKafka, to
         .filter_map(|r| r["run"].as_str())
         .collect();
     assert!(
-        ["m0", "m1", "m2"]
-            .iter()
-            .all(|m| runs.iter().any(|r| r.contains(&format!("@{m}~")))),
+        !runs.is_empty()
+            && runs.iter().all(|r| {
+                r.starts_with(&format!("{name}@")) && ["m0", "m1", "m2"].iter().any(|m| r.contains(&format!("@{m}~")))
+            }),
         "{runs:?}"
     );
     let merged = shown["merged"]["splits"].as_array().expect("the merged splits");
@@ -304,13 +323,22 @@ fn three_members_one_killed_and_started_again<T>(
     let (_d0, m0) = member(text, "m0");
     let (_d1, m1) = member(text, "m1");
     let (_d2, m2) = member(text, "m2");
-    wait_until("three members share the partitions", MINUTE, || {
-        [&m0, &m1, &m2]
-            .iter()
-            .all(|m| assignments(&m.log_text()).last() == Some(&2))
-    });
+    // (a condition, not a measure: on a cold three-node cluster beside other tiers, a CI run saw
+    // the group take over a minute to form)
+    wait_for_members(
+        "three members share the partitions",
+        MINUTE * 3,
+        &[&m0, &m1, &m2],
+        || {
+            [&m0, &m1, &m2]
+                .iter()
+                .all(|m| assignments(&m.log_text()).last() == Some(&2))
+        },
+    );
     let value = started();
-    wait_until("a part of the replay written", MINUTE * 2, || written(&value));
+    wait_for_members("a part of the replay written", MINUTE * 2, &[&m0, &m1, &m2], || {
+        written(&value)
+    });
     let killed = m1.kill9();
     assert!(!assignments(&killed).is_empty(), "{killed}");
     let (_d1b, m1b) = member(text, "m1");
