@@ -14,8 +14,7 @@ use std::sync::Arc;
 
 use tracing::warn;
 
-pub use build::{sink_of, source_context};
-pub use runtime::shut_down;
+pub use build::source_context;
 pub use session::Session;
 
 use crate::config::Config;

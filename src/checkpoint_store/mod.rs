@@ -38,7 +38,7 @@ impl OpenStore {
     }
 
     /// Where the exactly-once Kafka sink attaches itself when the checkpoints travel in its
-    /// transactions (`None`: they do not). Pass it to [`crate::assembly::sink_of`].
+    /// transactions (`None`: they do not). Pass it to [`crate::assembly::build::sink_of`].
     pub fn sink_slot(&self) -> Option<SinkTransactionSlot> {
         self.kafka.as_ref().and_then(|k| k.sink_slot())
     }

@@ -75,7 +75,7 @@ async fn run_config_file(path: &Path) -> Result<JobSummary> {
         Some(s) => s.resumes()?,
         None => false,
     };
-    let sink = crate::assembly::sink_of(&config, resuming, opened.sink_slot())?;
+    let sink = crate::assembly::build::sink_of(&config, resuming, opened.sink_slot())?;
     let source_ctx = crate::assembly::source_context(&config);
     let mut options = JobOptions::new(config.job.name.clone(), config.job.parallelism);
     options.checkpoint_interval = Some(config.checkpoint.interval);

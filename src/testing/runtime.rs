@@ -31,7 +31,7 @@ pub(super) fn off_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
 fn run_on_own_runtime<T, F: Future<Output = Result<T>>>(make: impl FnOnce() -> F) -> Result<T> {
     let runtime = runtime()?;
     let result = runtime.block_on(make());
-    crate::assembly::shut_down(runtime);
+    crate::assembly::runtime::shut_down(runtime);
     result
 }
 

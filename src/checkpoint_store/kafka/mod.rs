@@ -207,7 +207,7 @@ impl CheckpointStore for KafkaCheckpointStore {
                 Error::runtime(
                     "kafka checkpoint store",
                     "the exactly-once sink that carries the checkpoints was not attached (a job built without \
-                     the store's sink slot, crate::assembly::sink_of)",
+                     the store's sink slot, crate::assembly::build::sink_of)",
                 )
             })?;
             let started = sim::now();
