@@ -2,7 +2,6 @@
 //! when stderr is a terminal and the job is bounded; a log line every few seconds otherwise.
 
 use std::io::IsTerminal;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,10 +32,8 @@ impl Progress {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 // records done: written, and read but never written (filtered out, dead letters),
                 // so the bar reaches its end with a filter too
-                let done = stats.records_written.load(Ordering::Relaxed)
-                    + stats.records_filtered.load(Ordering::Relaxed)
-                    + stats.records_diverted.load(Ordering::Relaxed);
-                let expected = stats.expected_records.load(Ordering::Relaxed);
+                let done = stats.done();
+                let expected = stats.expected();
                 // a paced replay shows the event time it has replayed to (the market's clock)
                 let replayed = stats
                     .event_time
@@ -74,13 +71,14 @@ impl Progress {
     }
 }
 
-/// The bar's look: records done of the expected total, the rate and the time left; a paced
+/// The bar's look: records done of the expected total (an upper bound while the job runs: see
+/// [`JobStats::expected`]), the rate and the time left; a paced
 /// replay's event time on a line of its own, so the bar keeps its width on a narrow terminal.
 fn bar_style(event_time: bool) -> ProgressStyle {
     let template = if event_time {
-        "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} records ({rate}, ETA {eta})\n  event time {msg}"
+        "{spinner} [{elapsed_precise}] {wide_bar} {human_pos} of up to {human_len} records ({rate}, ETA {eta})\n  event time {msg}"
     } else {
-        "{spinner} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} records ({rate}, ETA {eta})"
+        "{spinner} [{elapsed_precise}] {wide_bar} {human_pos} of up to {human_len} records ({rate}, ETA {eta})"
     };
     ProgressStyle::with_template(template)
         .map(|style| {
@@ -133,7 +131,7 @@ mod tests {
     #[test]
     fn the_time_left_is_unknown_before_anything_is_done() {
         let lines = rendered(|bar| show(bar, 0, 1_000_000, None));
-        assert!(lines[0].contains("0/1,000,000 records"), "{lines:?}");
+        assert!(lines[0].contains("0 of up to 1,000,000 records"), "{lines:?}");
         assert!(lines[0].contains("ETA -)"), "{lines:?}");
     }
 

@@ -5,38 +5,68 @@ use std::cmp::Ordering;
 
 use crate::core::{JobReport, SourceSplit};
 
+/// The totals a person reads, in the words of docs/operations.md's glossary.
+pub struct Counts {
+    /// Written + filtered out + dead-lettered + skipped, once the sink has taken what was
+    /// emitted.
+    pub read: u64,
+    /// What a stopped run could have read ("up to"); `None` when it read it all.
+    pub expected: Option<u64>,
+}
+
+impl Counts {
+    pub fn of<S: SourceSplit>(report: &JobReport<S>) -> Counts {
+        let read = report.records_emitted + report.records_filtered + report.records_skipped;
+        let expected = (report.stopped && report.records_expected > read).then_some(report.records_expected);
+        Counts { read, expected }
+    }
+}
+
 /// The summary's lines.
 pub fn lines<S: SourceSplit>(job: &str, report: &JobReport<S>) -> Vec<String> {
     let secs = report.elapsed.as_secs_f64().max(1e-6);
     let how = if report.stopped { "stopped" } else { "finished" };
-    let mut dead = if report.records_diverted > 0 {
-        format!(", {} dead-lettered", report.records_diverted)
-    } else {
-        String::new()
-    };
-    if report.records_filtered > 0 {
-        dead.push_str(&format!(", {} filtered out", report.records_filtered));
+    let Counts { read, expected } = Counts::of(report);
+    let of = expected.map(|e| format!(" of up to {e}")).unwrap_or_default();
+    let mut others = String::new();
+    for (n, what) in [
+        (report.records_filtered, "filtered out"),
+        (report.records_diverted, "dead-lettered"),
+        (report.records_skipped, "skipped as undecodable"),
+    ] {
+        if n > 0 {
+            others.push_str(&format!(", {n} {what}"));
+        }
     }
     let mut lines = vec![format!(
-        "tidegate: job {job} {how} after {secs:.1}s: {} records emitted, {} written ({:.0}/s){dead}, {} checkpoints",
-        report.records_emitted,
+        "tidegate: job {job} {how} after {secs:.1}s: {read} records read{of}, {} written ({:.0}/s){others}, {} checkpoints",
         report.records_written,
         report.records_written as f64 / secs,
         report.checkpoints
     )];
-    let mut splits: Vec<_> = report.splits.iter().map(|s| (s.split.name(), s)).collect();
-    splits.sort_by(|(a, _), (b, _)| natural_order(a, b));
-    for (name, s) in splits {
-        let status = match s.finished {
-            Some(f) => match f.at {
-                Some(at) => format!("{} at {at}", f.reason.as_str()),
-                None => f.reason.as_str().to_string(),
-            },
-            None => "unfinished".to_string(),
-        };
-        lines.push(format!("  split {name:<24} {status:<22} {}", s.split.describe()));
+    for (name, status, describe) in splits(report) {
+        lines.push(format!("  split {name:<24} {status:<22} {describe}"));
     }
     lines
+}
+
+/// Each split as (name, how it ended, where it stands), in the order people count.
+pub fn splits<S: SourceSplit>(report: &JobReport<S>) -> Vec<(String, String, String)> {
+    let mut splits: Vec<_> = report.splits.iter().map(|s| (s.split.name(), s)).collect();
+    splits.sort_by(|(a, _), (b, _)| natural_order(a, b));
+    splits
+        .into_iter()
+        .map(|(name, s)| {
+            let status = match s.finished {
+                Some(f) => match f.at {
+                    Some(at) => format!("{} at {at}", f.reason.as_str()),
+                    None => f.reason.as_str().to_string(),
+                },
+                None => "unfinished".to_string(),
+            };
+            (name, status, s.split.describe())
+        })
+        .collect()
 }
 
 /// Text order, except that runs of digits compare as numbers: `p:2` < `p:10`.

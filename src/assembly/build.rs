@@ -31,6 +31,7 @@ pub fn sink_of(
         resuming,
         end_marker,
         state_in_transaction: state_slot,
+        source_layout: &|| config.source.topic_layout(),
     })?;
     config.source.wrap_sink(sink)
 }

@@ -13,10 +13,10 @@ use super::build::sink_of;
 use super::runtime;
 use super::session::Session;
 use crate::checkpoint_store::StoreConfig;
-use crate::client::cluster::{self, Change, ClientSpec, GroupMembership, GroupSpec};
+use crate::client::cluster::{self, Change, GroupMembership};
 use crate::config::Config;
 use crate::connector::registry::SourceConfig;
-use crate::coordination::{event_time, group_id, progress, topics, twins};
+use crate::coordination::{event_time, group_id, progress, twins};
 use crate::core::sim;
 use crate::error::{Error, Result};
 
@@ -30,7 +30,9 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
     let runtime = runtime::start()?;
     let result = runtime.block_on(async {
         let session = Session::start(&config).await?;
-        run_member(&config, &session, reset_state, no_progress, deadline).await
+        let result = run_member(&config, &session, reset_state, no_progress, deadline).await;
+        session.linger().await;
+        result
     });
     runtime::shut_down(runtime);
     result
@@ -55,19 +57,12 @@ pub(crate) async fn run_member(
     // the link's last values go out after)
     let mut link: Option<event_time::EventTimeLink> = None;
     let servers = &source.settings.bootstrap_servers;
-    let spec = ClientSpec::new(servers, &source.settings.properties, "group");
+    let (spec, group) = crate::coordination::clients::member_spec(source, group_id(&config.job.name), member.clone());
     twins::none_running(source, &group_id(&config.job.name), &member).await?;
     if !reset_state {
         progress::state_topic_still_there(source, &config.checkpoint.store, &group_id(&config.job.name)).await?;
     }
-    let mut membership: Box<dyn GroupMembership> = cluster::of(servers).join_group(
-        &spec,
-        &GroupSpec {
-            group: group_id(&config.job.name),
-            member: member.clone(),
-            topics: topics(&source.settings.subscription),
-        },
-    )?;
+    let mut membership: Box<dyn GroupMembership> = cluster::of(servers).join_group(&spec, &group)?;
     let mut reset = reset_state;
     // this member's last run ended by itself (its assignment's input is done): it stays in the
     // group, its partitions finished, until the whole job's input is, whoever reads the rest

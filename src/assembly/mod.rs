@@ -107,5 +107,7 @@ async fn run_config(
 ) -> Result<()> {
     let session = Session::start(config).await?;
     let stop = session.stop.clone();
-    session.run_job(config, store, sink, stop, no_progress, resuming).await
+    let result = session.run_job(config, store, sink, stop, no_progress, resuming).await;
+    session.linger().await;
+    result
 }

@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::build::source_context;
-use crate::config::Config;
+use crate::config::{Config, LogFormat};
 use crate::connector::{JobFuture, SourceVisitor};
 use crate::core::{CheckpointStore, Job, JobOptions, JobReport, JobStats, Sink, Source, SourceSplit};
 use crate::error::Result;
@@ -26,6 +26,8 @@ pub struct Session {
     /// `None` in a simulation (its members share one process, and the recorder is global).
     metrics: Option<Arc<Metrics>>,
     _server: Option<tokio::task::JoinHandle<()>>,
+    /// `metrics.linger`: how long the endpoint serves on after the job ends.
+    linger: Duration,
     /// Set by the first SIGTERM or SIGINT.
     pub(crate) stop: watch::Receiver<bool>,
 }
@@ -40,6 +42,7 @@ impl Session {
     pub(crate) async fn start(config: &Config) -> Result<Session> {
         let stats = Arc::new(JobStats::default());
         let metrics = Metrics::install(Arc::clone(&stats), &config.job.name)?;
+        let (stop_tx, stop) = watch::channel(false);
         let _server = match config.metrics.listen {
             Some(addr) => {
                 let endpoint = crate::metrics::Endpoint {
@@ -49,16 +52,22 @@ impl Session {
                         Arc::clone(&stats),
                     )),
                     control: config.metrics.control,
+                    stop: stop.clone(),
+                    limits: crate::metrics::Limits::default(),
                 };
-                Some(crate::metrics::serve(addr, endpoint).await?)
+                Some(crate::metrics::serve(&config.metrics, addr, endpoint).await?)
             }
             None => None,
         };
-        let (stop_tx, stop) = watch::channel(false);
         tokio::spawn(handle_signals(stop_tx));
         Ok(Session {
             stats,
             metrics: Some(metrics),
+            linger: if _server.is_some() {
+                config.metrics.linger
+            } else {
+                Duration::ZERO
+            },
             _server,
             stop,
         })
@@ -71,7 +80,25 @@ impl Session {
             stats: Arc::new(JobStats::default()),
             metrics: None,
             _server: None,
+            linger: Duration::ZERO,
             stop,
+        }
+    }
+
+    /// After the job's end, keep the endpoint serving for `metrics.linger`, or until a signal:
+    /// the last scrape then sees the final counts.
+    pub(crate) async fn linger(&self) {
+        if self.linger.is_zero() || *self.stop.borrow() {
+            return;
+        }
+        info!(
+            "the job has ended; /metrics and /status are served for {} more (metrics.linger), or until SIGTERM",
+            humantime::format_duration(self.linger)
+        );
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(self.linger) => {}
+            _ = stop.wait_for(|s| *s) => {}
         }
     }
 
@@ -90,6 +117,9 @@ impl Session {
         options.max_duration = config.job.max_duration;
         options.instance = config.job.instance;
         info!(job = %config.job.name, source = config.source.kind(), parallelism = config.job.parallelism, resuming, "starting");
+        if let Some(hint) = config.source.unbounded_hint() {
+            info!("{hint}");
+        }
 
         let source_ctx = source_context(config);
         let job = RunJob {
@@ -99,6 +129,7 @@ impl Session {
             stats: Arc::clone(&self.stats),
             stop,
             no_progress,
+            log_format: config.log.format,
         };
         let outcome = config.source.visit(&source_ctx, job)?.await;
         if let Some(metrics) = &self.metrics {
@@ -116,6 +147,7 @@ struct RunJob {
     stats: Arc<JobStats>,
     stop: watch::Receiver<bool>,
     no_progress: bool,
+    log_format: LogFormat,
 }
 
 impl<'a> SourceVisitor<'a> for RunJob {
@@ -156,6 +188,7 @@ impl RunJob {
             stats,
             stop,
             no_progress,
+            log_format,
         } = self;
         let bounded = source.boundedness() == crate::core::Boundedness::Bounded;
         let name = options.name.clone();
@@ -169,17 +202,45 @@ impl RunJob {
         let result = job.run(sink).await;
         progress_task.abort();
         progress.finish();
-        let report = result?;
+        let mut report = result?;
+        if !bounded {
+            // an unbounded source has no total (a generator's ranges are all of u64's)
+            report.records_expected = 0;
+        }
         // (a simulation's many members would fill its log with them)
         if !crate::core::sim::active() {
-            print_summary(&name, &report);
+            print_summary(&name, &report, bounded, log_format);
         }
         Ok(())
     }
 }
 
-fn print_summary<S: SourceSplit>(job: &str, report: &JobReport<S>) {
-    for line in crate::summary::lines(job, report) {
-        crate::say!("{line}");
+/// The summary as lines of text, or under `log.format = "json"` as log events whose fields
+/// are its counts: one for the job, one per split.
+fn print_summary<S: SourceSplit>(job: &str, report: &JobReport<S>, bounded: bool, format: LogFormat) {
+    if format == LogFormat::Text {
+        for line in crate::summary::lines(job, report) {
+            crate::say!("{line}");
+        }
+        return;
+    }
+    let read = crate::summary::Counts::of(report).read;
+    info!(
+        job,
+        outcome = if report.stopped { "stopped" } else { "finished" },
+        elapsed_seconds = report.elapsed.as_secs_f64(),
+        records_read = read,
+        // what it could read ("up to" while stopped short), what it read once done; none when
+        // the source is unbounded
+        records_expected = bounded.then_some(report.records_expected),
+        records_written = report.records_written,
+        records_filtered = report.records_filtered,
+        records_diverted = report.records_diverted,
+        records_skipped = report.records_skipped,
+        checkpoints = report.checkpoints,
+        "summary"
+    );
+    for (name, status, describe) in crate::summary::splits(report) {
+        info!(job, split = name, status, position = describe, "summary of a split");
     }
 }

@@ -95,6 +95,9 @@ pub struct KafkaStoreConfig {
     pub topic: String,
     /// librdkafka properties of the store's clients.
     pub properties: BTreeMap<String, String>,
+    /// Which section the properties come from, for messages (`checkpoint`, or the section the
+    /// connection properties are inherited from).
+    pub properties_of: &'static str,
     /// `job.name`.
     pub job: String,
     /// `job.instance`: which share of the job this process has, of how many.
@@ -209,9 +212,12 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, neighbours: &Neighbours<'_
             if bootstrap_servers.trim().is_empty() {
                 return Err(Error::config("checkpoint.bootstrap_servers", "must not be empty"));
             }
-            let properties = match &raw.properties {
-                Some(p) => crate::connector::values::properties("checkpoint", p.clone())?,
-                None => inherited_properties,
+            let (properties, properties_of) = match &raw.properties {
+                Some(p) => (
+                    crate::connector::values::properties("checkpoint", p.clone())?,
+                    "checkpoint",
+                ),
+                None => (inherited_properties, cluster_of),
             };
             if let Some(key) = RESERVED_PROPERTIES.iter().find(|k| properties.contains_key(**k)) {
                 return Err(Error::config(
@@ -245,6 +251,7 @@ pub fn validate(raw: &RawCheckpoint, job: &JobConfig, neighbours: &Neighbours<'_
                 cluster_of,
                 topic,
                 properties,
+                properties_of,
                 job: job.name.clone(),
                 instance: job.instance,
                 member: job.member.clone(),

@@ -367,13 +367,17 @@ fn high_watermark(c: &KafkaStoreConfig) -> Result<i64> {
 /// A consumer of the state topic at `isolation` (`read_committed`: committed records only), an
 /// event at the partition's end.
 pub(super) fn reader(config: &KafkaStoreConfig, owner: &str, isolation: &str) -> Result<Box<dyn Consumer>> {
-    let spec = ClientSpec::new(&config.bootstrap_servers, &config.properties, "state-reader")
+    cluster::of(&config.bootstrap_servers).consumer(&reader_spec(config, owner, isolation))
+}
+
+/// [`reader`]'s client.
+pub(crate) fn reader_spec<'a>(config: &'a KafkaStoreConfig, owner: &str, isolation: &str) -> ClientSpec<'a> {
+    ClientSpec::new(&config.bootstrap_servers, &config.properties, "state-reader")
         .set("group.id", format!("tidegate-state-reader-{owner}"))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
-        .set("isolation.level", isolation)
-        .set("client.id", "tidegate-state-reader");
-    cluster::of(&config.bootstrap_servers).consumer(&spec)
+        .set("isolation.level", isolation.to_string())
+        .set("client.id", "tidegate-state-reader")
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 pub mod cluster;
 pub mod exactly_once;
+pub mod probe;
 pub mod tls;
 pub mod topic_ids;
 
@@ -413,6 +414,36 @@ pub fn client_config(
     config
 }
 
+/// [`client_config`] for a consumer: with [`fit_message_size`].
+pub fn consumer_client_config(
+    bootstrap_servers: &str,
+    defaults: &[(&str, &str)],
+    properties: &BTreeMap<String, String>,
+) -> ClientConfig {
+    let mut config = client_config(bootstrap_servers, defaults, properties);
+    fit_message_size(&mut config, properties);
+    config
+}
+
+/// librdkafka refuses a consumer whose `fetch.max.bytes` is below its `message.max.bytes`
+/// (1,000,000 unless set). A user's smaller `fetch.max.bytes` lowers `message.max.bytes` with it
+/// (librdkafka's least: 1000) in every consumer tidegate makes, as the readers' prefetch settings
+/// always did: the enumerator's, the group's and the stores' consumers then take the config the
+/// readers take, so `validate` and `run` agree. Both set by the user, and inconsistent: left for
+/// librdkafka to refuse, naming them.
+pub fn fit_message_size(config: &mut ClientConfig, properties: &BTreeMap<String, String>) {
+    if properties.contains_key("message.max.bytes") {
+        return;
+    }
+    let number = |key: &str| config.get(key).and_then(|v| v.trim().parse::<u64>().ok());
+    let Some(fetch) = number("fetch.max.bytes") else {
+        return;
+    };
+    if number("message.max.bytes").unwrap_or(1_000_000) > fetch {
+        config.set("message.max.bytes", fetch.max(1000).to_string());
+    }
+}
+
 /// Create a client from `config` and drop it at once, to check the properties: librdkafka
 /// checks names, values and their combinations (`fetch.max.bytes` below `message.max.bytes`)
 /// only when a client is created. The probe has no bootstrap servers and logs nothing: it never
@@ -426,6 +457,7 @@ pub fn check_properties<C: rdkafka::config::FromClientConfig>(
 ) -> crate::error::Result<()> {
     let mut probe = config.clone();
     probe.remove("bootstrap.servers");
+    fit_message_size(&mut probe, properties);
     if !properties.contains_key("log_level") {
         probe.set("log_level", "0");
     }

@@ -88,3 +88,41 @@ fn connection_properties_keep_security_and_drop_client_roles() {
     let kept: Vec<String> = connection_properties(&props).into_keys().collect();
     assert_eq!(kept, ["sasl.username", "security.protocol", "ssl.ca.location"]);
 }
+
+/// A user's small `fetch.max.bytes` and every consumer tidegate makes from it: each one's config
+/// is one librdkafka creates (the enumerator's used not to be: `validate` passed what `run`
+/// refused); both sizes set and inconsistent, each probe refuses it naming a key.
+#[test]
+fn every_consumer_fits_its_message_size_to_a_small_fetch_size() {
+    fn props(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+    fn specs(p: &BTreeMap<String, String>) -> [cluster::ClientSpec<'_>; 3] {
+        [
+            cluster::ClientSpec::new("127.0.0.1:1", p, "enumerator").set("isolation.level", "read_committed"),
+            cluster::ClientSpec::new("127.0.0.1:1", p, "group").set("group.id", "g"),
+            cluster::ClientSpec::new("127.0.0.1:1", p, "state-reader"),
+        ]
+    }
+    let small = props(&[("fetch.max.bytes", "1000")]);
+    for spec in specs(&small) {
+        let config = spec.consumer_config();
+        assert_eq!(config.get("message.max.bytes"), Some("1000"), "{}", spec.name);
+        check_properties::<rdkafka::consumer::BaseConsumer>(&config, "source", &small)
+            .unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+    }
+    // the config without the fit is what librdkafka refused
+    let mut raw = client_config("127.0.0.1:1", &[], &small);
+    raw.remove("bootstrap.servers");
+    raw.set("log_level", "0");
+    assert!(raw.create::<rdkafka::consumer::BaseConsumer>().is_err());
+    let both = props(&[("fetch.max.bytes", "1000"), ("message.max.bytes", "5000")]);
+    for spec in specs(&both) {
+        let e = check_properties::<rdkafka::consumer::BaseConsumer>(&spec.consumer_config(), "source", &both)
+            .expect_err(spec.name);
+        assert!(
+            matches!(&e, crate::error::Error::Config { key, .. } if key.contains("max.bytes")),
+            "{e}"
+        );
+    }
+}

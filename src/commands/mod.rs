@@ -7,4 +7,5 @@ pub mod replay;
 pub mod run;
 pub mod seed;
 pub mod state;
+mod state_view;
 pub mod validate;

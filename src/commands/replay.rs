@@ -55,10 +55,14 @@ pub(crate) struct ReplayArgs {
     /// JSON lines to FILE, or to stdout with `-`.
     #[arg(long, value_name = "FILE|-", default_value = "-", conflicts_with = "to_topic")]
     pub(crate) out: String,
-    /// Write to this Kafka topic instead of --out (it must exist, or add
-    /// --set sink.create_topic.partitions=N).
+    /// Write to this Kafka topic instead of --out (it must exist, or add --create-topic).
     #[arg(long, value_name = "TOPIC")]
     pub(crate) to_topic: Option<String>,
+    /// With --to-topic: create the topic if it does not exist, with the source's partition count
+    /// and its cleanup, retention and message-size configs (replication factor 1 unless
+    /// --set sink.create_topic.replication_factor=N).
+    #[arg(long, requires = "to_topic")]
+    pub(crate) create_topic: bool,
     /// The brokers of --to-topic [default: --bootstrap-servers].
     #[arg(long, value_name = "HOST:PORT[,…]", requires = "to_topic")]
     pub(crate) to_bootstrap_servers: Option<String>,
@@ -146,6 +150,9 @@ pub(crate) fn replay_tree(args: &ReplayArgs, now: DateTime<Utc>) -> Result<(Valu
             if args.exactly_once {
                 sink["delivery"] = json!("exactly_once");
             }
+            if args.create_topic {
+                sink["create_topic"] = json!({ "like_source": true });
+            }
             sink
         }
         None if args.out == "-" => json!({ "type": "stdout" }),
@@ -191,6 +198,7 @@ mod tests {
             "--to-topic",
             "t",
             "--exactly-once",
+            "--create-topic",
             "--state",
             "/s/state",
         ]) else {
@@ -210,7 +218,10 @@ mod tests {
                     "stopping_offsets": { "offset": 9 },
                     "eof": "x", "where": "y", "replay_speed": 60.0,
                 },
-                "sink": { "type": "kafka", "bootstrap_servers": "k:1", "topic": "t", "delivery": "exactly_once" },
+                "sink": {
+                    "type": "kafka", "bootstrap_servers": "k:1", "topic": "t", "delivery": "exactly_once",
+                    "create_topic": { "like_source": true },
+                },
                 "checkpoint": { "path": "/s/state" },
             })
         );

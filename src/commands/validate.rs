@@ -54,6 +54,7 @@ pub(crate) fn validate(args: ValidateArgs) -> Result<()> {
         c.source
             .describe()
             .into_iter()
+            .chain(c.source.unbounded_hint().map(|h| format!("  {h}")))
             .chain(c.sink.describe())
             .map(|l| format!("  {l}")),
     );

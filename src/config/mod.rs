@@ -3,11 +3,11 @@
 //! [`raw`], then validated once into typed settings. The `[source]` and `[sink]` tables are
 //! validated by their connectors (see [`crate::connector`]); every error names the offending key.
 
+mod clients;
 mod group;
 pub mod raw;
 pub mod reference;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,6 +18,7 @@ use crate::connector::values::{duration_at, keyword, optional_duration, positive
 pub use crate::connector::JobConfig;
 use crate::core::{FetcherMode, Instance};
 use crate::error::{Error, Result};
+pub use crate::metrics::MetricsConfig;
 use raw::*;
 
 /// A validated job configuration.
@@ -37,13 +38,6 @@ pub struct CheckpointConfig {
     pub interval: Duration,
     /// `checkpoint.store`: the state file, or a Kafka topic.
     pub store: crate::checkpoint_store::StoreConfig,
-}
-
-#[derive(Debug, Clone)]
-pub struct MetricsConfig {
-    pub listen: Option<SocketAddr>,
-    /// `POST /control` is allowed.
-    pub control: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,6 +281,7 @@ pub fn validate(path: &Path, tree: Value) -> Result<Config> {
     let sink = SinkConfig::validate(&kind, body)?;
     let store = crate::checkpoint_store::validate(&raw.checkpoint, &job, &neighbours(&source, &sink))?;
     group::validate(&job, &source, &sink, &store)?;
+    clients::check(&job, &source, &sink, &store)?;
     let checkpoint = CheckpointConfig {
         store,
         path: raw.checkpoint.path.map(PathBuf::from),
@@ -296,15 +291,7 @@ pub fn validate(path: &Path, tree: Value) -> Result<Config> {
         return Err(Error::config("checkpoint.interval", "must be more than 0"));
     }
     sink.check_checkpoint_interval(checkpoint.interval)?;
-    let listen = raw.metrics.listen.as_deref().map(parse_listen).transpose()?;
-    let metrics = MetricsConfig {
-        listen,
-        // control is for who is on this machine, unless configured otherwise
-        control: raw
-            .metrics
-            .control
-            .unwrap_or_else(|| listen.is_some_and(|a| a.ip().is_loopback())),
-    };
+    let metrics = MetricsConfig::from_raw(raw.metrics)?;
     let log = LogConfig {
         format: keyword(
             "log.format",
@@ -342,16 +329,6 @@ fn neighbours<'a>(source: &'a SourceConfig, sink: &'a SinkConfig) -> crate::chec
         sink_cluster,
         exactly_once_sink,
     }
-}
-
-fn parse_listen(text: &str) -> Result<SocketAddr> {
-    let t = text.trim().trim_start_matches(':');
-    if let Ok(port) = t.parse::<u16>() {
-        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
-    }
-    text.trim()
-        .parse()
-        .map_err(|_| Error::config("metrics.listen", format!("{text:?} is not host:port (or a port)")))
 }
 
 fn validate_job(path: &Path, raw: RawJob) -> Result<JobConfig> {
@@ -468,3 +445,5 @@ fn tagged(section: &str, value: Value, types: &[&str]) -> Result<(String, Value)
 mod tests;
 #[cfg(test)]
 mod tests_checks;
+#[cfg(test)]
+mod tests_docs;

@@ -31,7 +31,7 @@ pub struct RawConfig {
     pub checkpoint: crate::checkpoint_store::RawCheckpoint,
     /// The Prometheus endpoint.
     #[serde(default)]
-    pub metrics: RawMetrics,
+    pub metrics: crate::metrics::settings::RawMetrics,
     /// Logging.
     #[serde(default)]
     pub log: RawLog,
@@ -92,20 +92,6 @@ pub struct RawInstance {
     pub index: i64,
     /// How many instances share the job.
     pub count: i64,
-}
-
-/// `[metrics]`
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RawMetrics {
-    /// Address of the HTTP endpoint (`/metrics` for Prometheus, `/healthz`, `/status`, the status
-    /// page `/`, `POST /control`), e.g. "127.0.0.1:9464"; a bare port binds to loopback. Default:
-    /// no endpoint.
-    pub listen: Option<String>,
-    /// Whether `POST /control` on the same listener may pause, resume and change rates (default:
-    /// true on a loopback address, false on any other; `GET /status` and the status page `/` are
-    /// served either way).
-    pub control: Option<bool>,
 }
 
 /// `[log]`

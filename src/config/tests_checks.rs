@@ -43,12 +43,19 @@ fn control_defaults_to_on_for_loopback_only() {
         (vec!["metrics.listen=9464"], true),
         (vec!["metrics.listen=127.0.0.1:9464"], true),
         (vec!["metrics.listen=0.0.0.0:9464"], false),
-        (vec!["metrics.listen=0.0.0.0:9464", "metrics.control=true"], true),
+        (vec!["metrics.listen=0.0.0.0:9464", "metrics.control_token=t0ken"], true),
         (vec!["metrics.listen=127.0.0.1:9464", "metrics.control=false"], false),
     ] {
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
         assert_eq!(load(&path, &sets).unwrap().metrics.control, on, "{sets:?}");
     }
+    // control beyond loopback without a token: refused, naming the key
+    let sets = ["metrics.listen=0.0.0.0:9464", "metrics.control=true"].map(String::from);
+    let e = load(&path, &sets).unwrap_err();
+    assert!(
+        matches!(&e, Error::Config { key, .. } if key == "metrics.control_token"),
+        "{e}"
+    );
 }
 
 /// The event-time knobs are refused where no event-time clock runs (no pacing, no source-wide
@@ -381,4 +388,54 @@ fn a_group_coordinated_job_names_what_does_not_fit_it() {
         loaded.expect("a member named by its host").job.member.as_deref(),
         Some("tidegate-events-tail-7d4b9-x2k8q")
     );
+}
+
+/// A Kafka source without a stop says so, and how to bound it (`validate` and the start log):
+/// a one-liner rewritten by hand, without its `stopping_offsets = "latest"`, never ends.
+#[test]
+fn an_unbounded_kafka_source_says_how_to_bound_it() {
+    // other tests set TIDEGATE__ variables, which every load reads
+    let _env = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, BASE);
+    let hint = |sets: &[&str]| {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        load(&path, &sets).unwrap().source.unbounded_hint()
+    };
+    let unbounded = hint(&[]).expect("no stop: a hint");
+    assert!(
+        unbounded.contains("source.stopping_offsets = \"latest\""),
+        "{unbounded}"
+    );
+    assert_eq!(hint(&["source.stopping_offsets=latest"]), None);
+    assert_eq!(hint(&["source.eof=key == b\"CLOSE\""]), None);
+}
+
+/// A config error reads as a person would say it: the type in words, the closest key to a slip,
+/// a missing section named once.
+#[test]
+fn config_errors_are_in_words_with_suggestions() {
+    let _env = env_lock();
+    let cases = [
+        (
+            BASE.replace("topics = ", "topcis = "),
+            "source.topcis",
+            "unknown key `topcis`: did you mean `topics`?",
+        ),
+        (
+            format!("[job]\nparallelism = \"two\"\n{BASE}"),
+            "job.parallelism",
+            "expected a whole number, found the text \"two\"",
+        ),
+        (
+            BASE.replace("[sink]\ntype = \"null\"\n", ""),
+            "sink",
+            "is missing: add a [sink] table",
+        ),
+    ];
+    for (text, key, says) in cases {
+        let e = error_of(&text, &[]);
+        assert_eq!(key_of(&e), key, "{e}");
+        assert!(e.to_string().ends_with(says), "{e}");
+    }
 }

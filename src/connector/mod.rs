@@ -3,6 +3,7 @@
 //! of it, and how it becomes a running source or sink; [`registry`] lists them, one line each.
 //! The config loader knows no connector, and no connector imports the loader.
 
+pub mod humane;
 pub mod registry;
 pub mod secret;
 pub mod values;
@@ -62,6 +63,17 @@ pub struct SinkContext<'a> {
     /// The Kafka checkpoint store's slot for the exactly-once sink whose transactions carry the
     /// checkpoints ([`crate::client::exactly_once::StateInTransaction`]); that sink fills it.
     pub state_in_transaction: Option<crate::client::exactly_once::SinkTransactionSlot>,
+    /// The source's topics as a copy of them should be created (`sink.create_topic = {
+    /// like_source = true }`), looked up when asked.
+    pub source_layout: &'a dyn Fn() -> Result<Option<TopicLayout>>,
+}
+
+/// How a copy of a source's topics is created: its partition count (the largest of the
+/// source's topics) and the topic configs worth copying.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicLayout {
+    pub partitions: i32,
+    pub configs: std::collections::BTreeMap<String, String>,
 }
 
 /// One section of the config reference: a title and the JSON schema of a raw config table.
@@ -121,6 +133,17 @@ pub trait SourceConnector: Clone + std::fmt::Debug + Send + Sync + Sized + 'stat
     /// missing topic), so a job that cannot start leaves no side effects behind.
     fn check_before_start(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// What to say of a source that never ends by itself, and how to bound it (`validate` and the
+    /// start log say it: a replay config written by hand without a stop runs until a signal).
+    fn unbounded_hint(&self) -> Option<String> {
+        None
+    }
+
+    /// How a copy of the source's topics is created (`None`: the source has no topics).
+    fn topic_layout(&self) -> Result<Option<TopicLayout>> {
+        Ok(None)
     }
 
     /// A record the sink writes once at the end of input (the data generator's end marker).

@@ -66,6 +66,16 @@ macro_rules! connectors {
                 match self { $(Self::$source(c) => c.schema_registries(),)+ }
             }
 
+            /// What to say of a source that never ends by itself, and how to bound it.
+            pub fn unbounded_hint(&self) -> Option<String> {
+                match self { $(Self::$source(c) => c.unbounded_hint(),)+ }
+            }
+
+            /// How a copy of the source's topics is created, if it has topics.
+            pub fn topic_layout(&self) -> Result<Option<super::TopicLayout>> {
+                match self { $(Self::$source(c) => c.topic_layout(),)+ }
+            }
+
             /// The record the sink writes at the end of input, if the source has one.
             pub fn end_marker(&self, ctx: &SourceContext<'_>) -> Result<Option<Record>> {
                 match self { $(Self::$source(c) => c.end_marker(ctx),)+ }
@@ -79,6 +89,24 @@ macro_rules! connectors {
             /// Build the source and hand it to `visitor` (which runs the job).
             pub fn visit<'a, V: SourceVisitor<'a>>(&self, ctx: &SourceContext<'_>, visitor: V) -> Result<super::JobFuture<'a>> {
                 match self { $(Self::$source(c) => Ok(visitor.visit(c.build(ctx)?)),)+ }
+            }
+
+            /// A split of a checkpoint that source type `kind` wrote, in the words the summary
+            /// uses: its name, where it stands, and the records it has left when bounded. `None`
+            /// for a kind this build does not know or a split it cannot read.
+            pub fn split_view(kind: &str, split: &Value) -> Option<(String, String, Option<u64>)> {
+                $(
+                    if kind == <$source_ty as SourceConnector>::TYPE {
+                        let split: <<$source_ty as SourceConnector>::Source as crate::core::Source>::Split =
+                            serde_json::from_value(split.clone()).ok()?;
+                        return Some((
+                            crate::core::SourceSplit::name(&split),
+                            crate::core::SourceSplit::describe(&split),
+                            crate::core::SourceSplit::remaining(&split),
+                        ));
+                    }
+                )+
+                None
             }
 
             /// The reference sections of every source.

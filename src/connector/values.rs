@@ -75,7 +75,8 @@ fn config_error(prefix: &str, e: serde_path_to_error::Error<serde_json::Error>) 
             };
         }
     }
-    Error::config(key, inner)
+    let message = super::humane::humane(&key, &inner);
+    Error::config(key, message)
 }
 
 /// Parse a human duration ("250ms", "5s", "10m", "1h 30m", or "0"); negative values are refused.

@@ -94,26 +94,10 @@ impl EventTimeLink {
         fail_after: Duration,
     ) -> Result<Self> {
         let state_cluster = cluster::of(&store.bootstrap_servers);
-        let producer = state_cluster.producer(
-            &ClientSpec::new(&store.bootstrap_servers, &store.properties, "event-time")
-                .set("enable.idempotence", "true")
-                .set("acks", "all")
-                .set("linger.ms", "5")
-                .set("client.id", "tidegate-event-time"),
-        )?;
-        let tail = state_cluster.consumer(
-            &ClientSpec::new(&store.bootstrap_servers, &store.properties, "event-time")
-                .set("group.id", format!("tidegate-event-time-{}", store.owner))
-                .set("enable.auto.commit", "false")
-                .set("isolation.level", "read_uncommitted")
-                .set("enable.partition.eof", "true")
-                .set("client.id", "tidegate-event-time"),
-        )?;
-        let lister = cluster::of(source_servers).consumer(
-            &ClientSpec::new(source_servers, source_properties, "event-time")
-                .set("client.id", "tidegate-event-time")
-                .set("allow.auto.create.topics", "false"),
-        )?;
+        let [publisher, tail, lister] = specs(store, source_servers, source_properties);
+        let producer = state_cluster.producer(&publisher)?;
+        let tail = state_cluster.consumer(&tail)?;
+        let lister = cluster::of(source_servers).consumer(&lister)?;
         tail.assign(&[(store.topic.as_str(), 0, Offset::Beginning)])
             .map_err(|e| kafka(format!("reading {}", store.topic), e))?;
         // what was published before this member started ends here (uncommitted records
@@ -448,6 +432,31 @@ impl Link {
         }
         all
     }
+}
+
+/// The link's clients: the producer of this member's values and the consumer of everyone's, on
+/// the store's cluster, and the lister of the source's partitions.
+pub(crate) fn specs<'a>(
+    store: &'a KafkaStoreConfig,
+    source_servers: &'a str,
+    source_properties: &'a BTreeMap<String, String>,
+) -> [ClientSpec<'a>; 3] {
+    [
+        ClientSpec::new(&store.bootstrap_servers, &store.properties, "event-time")
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .set("client.id", "tidegate-event-time"),
+        ClientSpec::new(&store.bootstrap_servers, &store.properties, "event-time")
+            .set("group.id", format!("tidegate-event-time-{}", store.owner))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_uncommitted")
+            .set("enable.partition.eof", "true")
+            .set("client.id", "tidegate-event-time"),
+        ClientSpec::new(source_servers, source_properties, "event-time")
+            .set("client.id", "tidegate-event-time")
+            .set("allow.auto.create.topics", "false"),
+    ]
 }
 
 #[cfg(test)]

@@ -330,6 +330,7 @@ fn a_link_whose_values_cannot_be_published_fails_naming_the_topic() {
     let store = KafkaStoreConfig {
         bootstrap_servers: servers.clone(),
         cluster_of: "checkpoint",
+        properties_of: "checkpoint",
         topic: "tidegate-state".into(),
         properties: BTreeMap::from([("message.timeout.ms".to_string(), "1000".to_string())]),
         job: "close".into(),

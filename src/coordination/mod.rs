@@ -6,6 +6,7 @@
 //! member's loop, which runs the job on each assignment, is the job assembly's
 //! (`crate::assembly::group`).
 
+pub(crate) mod clients;
 pub(crate) mod event_time;
 pub(crate) mod progress;
 mod published;

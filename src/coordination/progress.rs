@@ -73,9 +73,7 @@ pub(crate) async fn state_topic_still_there(
     let settings = source.settings.clone();
     let (topics, group_name) = (super::topics(&source.settings.subscription), group.to_string());
     let held: Vec<String> = crate::core::unblock(move || -> Result<Vec<String>> {
-        let spec = ClientSpec::new(&settings.bootstrap_servers, &settings.properties, "group-offsets")
-            .set("group.id", group_name.clone())
-            .set("enable.auto.commit", "false");
+        let spec = offsets_spec(&settings, &group_name);
         let consumer = cluster::of(&settings.bootstrap_servers).consumer(&spec)?;
         let mut tpl = rdkafka::TopicPartitionList::new();
         for topic in &topics {
@@ -168,7 +166,7 @@ async fn partitions_now(source: &KafkaSourceConfig, topic: &str) -> Result<i32> 
     let settings = source.settings.clone();
     let topic = topic.to_string();
     crate::core::unblock(move || {
-        let spec = ClientSpec::new(&settings.bootstrap_servers, &settings.properties, "group-progress");
+        let spec = partitions_spec(&settings);
         let consumer = cluster::of(&settings.bootstrap_servers).consumer(&spec)?;
         let what = format!("looking up the partitions of {topic}");
         let metadata = consumer.metadata(Some(&topic), settings.request_timeout, &settings.properties, &what)?;
@@ -178,6 +176,18 @@ async fn partitions_now(source: &KafkaSourceConfig, topic: &str) -> Result<i32> 
             .ok_or_else(|| Error::runtime(what, "the topic does not exist"))
     })
     .await?
+}
+
+/// The client that reads the positions the group's members committed.
+pub(crate) fn offsets_spec<'a>(settings: &'a crate::kafka::KafkaSourceSettings, group: &str) -> ClientSpec<'a> {
+    ClientSpec::new(&settings.bootstrap_servers, &settings.properties, "group-offsets")
+        .set("group.id", group.to_string())
+        .set("enable.auto.commit", "false")
+}
+
+/// The client that counts a topic's partitions.
+pub(crate) fn partitions_spec(settings: &crate::kafka::KafkaSourceSettings) -> ClientSpec<'_> {
+    ClientSpec::new(&settings.bootstrap_servers, &settings.properties, "group-progress")
 }
 
 #[cfg(test)]

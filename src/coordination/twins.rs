@@ -31,7 +31,7 @@ pub(crate) async fn none_running(source: &KafkaSourceConfig, group: &str, member
             .unwrap_or(SESSION_TIMEOUT_MS),
     );
     let client = format!("{group}@{member}");
-    let spec = ClientSpec::new(&settings.bootstrap_servers, &settings.properties, "group-members");
+    let spec = members_spec(settings);
     let consumer: Arc<dyn Consumer> = Arc::from(cluster::of(&settings.bootstrap_servers).consumer(&spec)?);
     let deadline = sim::now() + session + MARGIN;
     let mut said = false;
@@ -66,4 +66,24 @@ pub(crate) async fn none_running(source: &KafkaSourceConfig, group: &str, member
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// The members of the job's consumer group `group` now, each as `client id on host` (`tidegate
+/// state set` refuses to move the state of a job that has any).
+pub(crate) fn running_members(source: &KafkaSourceConfig, group: &str) -> Result<Vec<String>> {
+    let settings = &source.settings;
+    let spec = members_spec(settings);
+    let consumer = cluster::of(&settings.bootstrap_servers).consumer(&spec)?;
+    let members = consumer
+        .group_members(group, Duration::from_secs(10))
+        .map_err(|e| crate::error::kafka(format!("listing the members of consumer group {group}"), e))?;
+    Ok(members
+        .into_iter()
+        .map(|(id, host)| format!("{id} on {host}"))
+        .collect())
+}
+
+/// The client that lists the group's members.
+pub(crate) fn members_spec(settings: &crate::kafka::KafkaSourceSettings) -> ClientSpec<'_> {
+    ClientSpec::new(&settings.bootstrap_servers, &settings.properties, "group-members")
 }

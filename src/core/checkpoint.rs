@@ -56,6 +56,10 @@ pub struct Checkpoint<E, S: SourceSplit> {
     /// restart resumes from it if this checkpoint's transaction turns out not to be committed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<Box<Checkpoint<E, S>>>,
+    /// Changes made by hand to the job's state (`tidegate state set`), oldest first: carried
+    /// into every later checkpoint, so the state says what was moved, when and from where.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<serde_json::Value>,
 }
 
 /// How a job ended.
@@ -69,6 +73,11 @@ pub struct JobReport<S: SourceSplit> {
     pub records_filtered: u64,
     /// Records the sink wrote elsewhere (dead letters).
     pub records_diverted: u64,
+    /// Records read and not emitted because they could not be decoded (`decode_errors = "skip"`).
+    pub records_skipped: u64,
+    /// The records the job was expected to read in all ([`super::JobStats::expected`]): what it
+    /// read, once its input is done.
+    pub records_expected: u64,
     /// Checkpoints completed, the final one included.
     pub checkpoints: u64,
     /// The state of every split at the last checkpoint.

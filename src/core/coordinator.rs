@@ -49,6 +49,8 @@ pub(crate) struct Coordinator<S: Source> {
     pub(crate) stopping: bool,
     /// The restored state says the input had already ended.
     pub(crate) restored_end_of_input: bool,
+    /// The restored state's changes by hand ([`Checkpoint::history`]), kept in every checkpoint.
+    pub(crate) restored_history: Vec<serde_json::Value>,
     /// The go to commit, for a transactional sink.
     pub(crate) commits: Option<mpsc::UnboundedSender<u64>>,
     /// The last checkpoint whose records are committed: a transactional sink's state file keeps
@@ -319,6 +321,7 @@ impl<S: Source> Coordinator<S> {
             stop_timestamp: self.event_time.as_ref().and_then(|c| c.stop_at()),
             sink: sink_state,
             previous: None,
+            history: self.restored_history.clone(),
         };
         // until this checkpoint's transaction is committed, a restart may need the one before
         // (not when the store's checkpoint is in that transaction: it is restored only committed)
@@ -415,6 +418,7 @@ impl<S: Source> Coordinator<S> {
             stop_timestamp: committed.and_then(|c| c.stop_timestamp),
             sink: committed.and_then(|c| c.sink.clone()),
             previous: None,
+            history: k.history.clone(),
         })
     }
 

@@ -79,6 +79,8 @@ pub struct ReaderOutput<T> {
     marker_kept: bool,
     /// Records the filter rejected since the last [`ReaderOutput::take_filtered`].
     filtered: u64,
+    /// Records the decode policy skipped since the last [`ReaderOutput::take_skipped`].
+    skipped: u64,
     /// With event time: where the rejected records were ([`ReaderOutput::take_staged`]).
     filtered_at: Option<Vec<FilteredAt>>,
 }
@@ -94,6 +96,7 @@ impl<T: RecordPosition> ReaderOutput<T> {
             marker_timestamp: None,
             marker_kept: false,
             filtered: 0,
+            skipped: 0,
             filtered_at: None,
         }
     }
@@ -232,6 +235,22 @@ impl<T> ReaderOutput<T> {
     /// Count records another output rejected (the event-time staging) as this one's.
     pub(crate) fn add_filtered(&mut self, n: u64) {
         self.filtered += n;
+    }
+
+    /// A record read and not emitted because it could not be decoded (`decode_errors = "skip"`).
+    pub fn skip(&mut self) {
+        self.skipped += 1;
+    }
+
+    /// Records skipped since the last call (with another output's, the event-time staging's,
+    /// added by `add_skipped`).
+    pub fn take_skipped(&mut self) -> u64 {
+        std::mem::take(&mut self.skipped)
+    }
+
+    /// Count records another output skipped as this one's.
+    pub(crate) fn add_skipped(&mut self, n: u64) {
+        self.skipped += n;
     }
 
     /// Records collected and not yet taken.

@@ -20,8 +20,9 @@ pub enum Error {
         message: String,
     },
 
-    /// The state file cannot be used; it is left untouched.
-    #[error("state file {}: {source}", path.display())]
+    /// The job's state (a state file, or the Kafka store's records) cannot be used; it is left
+    /// untouched.
+    #[error("{}: {source}", state_location(path))]
     State {
         /// The state file.
         path: PathBuf,
@@ -137,6 +138,17 @@ pub enum StateError {
     /// The state is gone while something else says the job ran (what says so).
     #[error("missing: {0}")]
     Vanished(String),
+}
+
+/// Where the state is, in words: "state file <path>", or the Kafka store's location as given
+/// ("kafka topic … at …, key …"), which is no file.
+fn state_location(path: &std::path::Path) -> String {
+    let text = path.display().to_string();
+    if text.starts_with("kafka topic ") {
+        format!("checkpoint store: {text}")
+    } else {
+        format!("state file {text}")
+    }
 }
 
 impl Error {

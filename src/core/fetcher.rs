@@ -43,6 +43,10 @@ pub struct FetchStats {
     pub splits_finished: [AtomicU64; 5],
     /// Its splits as `GET /status` shows them.
     pub splits: super::status::SplitBoard,
+    /// Offsets of its finished splits that no record came from (past an end-of-stream record,
+    /// past the source-wide stop, of a removed split): [`super::JobStats::expected`] takes them
+    /// off the assigned total.
+    pub offsets_unread: AtomicU64,
 }
 
 impl FetchStats {

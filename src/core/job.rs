@@ -169,6 +169,14 @@ impl<S: Source> Job<S> {
             .max()
             .unwrap_or_default();
         let end_of_input = checkpoints.iter().all(|c| c.end_of_input);
+        // every part's changes by hand, once each, oldest first
+        let mut history: Vec<serde_json::Value> = Vec::new();
+        for entry in checkpoints.iter().flat_map(|c| &c.history) {
+            if !history.contains(entry) {
+                history.push(entry.clone());
+            }
+        }
+        history.sort_by(|a, b| a["at"].as_str().cmp(&b["at"].as_str()));
         let stop_timestamp = checkpoints.iter().filter_map(|c| c.stop_timestamp).min();
         let source_settings = checkpoints[0].source_settings.clone();
         let (job, source) = (checkpoints[0].job.clone(), checkpoints[0].source.clone());
@@ -204,6 +212,7 @@ impl<S: Source> Job<S> {
             sink_settings: None,
             instance: Some(self.options.instance),
             previous: None,
+            history,
         }))
     }
 
@@ -323,6 +332,7 @@ impl<S: Source> Job<S> {
         }
         let mut restored_finished = Vec::new();
         let mut restored_end_of_input = false;
+        let mut restored_history = Vec::new();
         let next_checkpoint_id = restored.next_checkpoint_id;
         let last_committed = restored.checkpoint.clone().map(|mut cp| {
             cp.previous = None;
@@ -332,6 +342,7 @@ impl<S: Source> Job<S> {
             Some(cp) => {
                 info!(checkpoint = cp.checkpoint_id, completed_at = %cp.completed_at, splits = cp.splits.len(), "restoring from the last checkpoint");
                 restored_end_of_input = cp.end_of_input;
+                restored_history = cp.history;
                 let mut enumerator = self.source.restore_enumerator(cp.enumerator)?;
                 let mut unfinished = Vec::new();
                 for snap in cp.splits {
@@ -347,6 +358,7 @@ impl<S: Source> Job<S> {
             None => self.source.create_enumerator()?,
         };
         enumerator.start(&mut ctx)?;
+        self.stats.running.store(true, Ordering::Relaxed);
 
         let mut coordinator = Coordinator::<S> {
             job: self.options.name.clone(),
@@ -366,6 +378,7 @@ impl<S: Source> Job<S> {
             last_splits: Vec::new(),
             stopping: false,
             restored_end_of_input,
+            restored_history,
             commits: transactional.then_some(commits_tx),
             last_committed,
             final_due: false,
@@ -377,6 +390,7 @@ impl<S: Source> Job<S> {
         let outcome = coordinator
             .run(events_rx, calls_rx, self.stop.clone(), &self.options)
             .await;
+        self.stats.running.store(false, Ordering::Relaxed);
         drop(events_tx);
         // its readers hold nothing from here on (what other processes see of it: their fronts)
         if let Some(clock) = self.stats.event_time.get() {
@@ -420,11 +434,17 @@ impl<S: Source> Job<S> {
             warn!("the sink thread ended abnormally");
         }
         let stopped = outcome?;
+        if !stopped {
+            // the whole input read and written: the expected total is what it held
+            self.stats.settle_expected();
+        }
         Ok(JobReport {
             records_emitted: self.stats.records_emitted.load(Ordering::Relaxed),
             records_written: self.stats.records_written.load(Ordering::Relaxed),
             records_filtered: self.stats.records_filtered.load(Ordering::Relaxed),
             records_diverted: self.stats.records_diverted.load(Ordering::Relaxed),
+            records_skipped: self.stats.records_skipped.load(Ordering::Relaxed),
+            records_expected: self.stats.expected(),
             checkpoints: self.stats.checkpoints_completed.load(Ordering::Relaxed),
             splits: last_splits,
             stopped,

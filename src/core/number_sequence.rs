@@ -32,6 +32,10 @@ pub struct NumberSequenceSplit {
     /// reader writes each partition in index order. `None`: every number of the range.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<u32>,
+    /// With `partition`: how many partitions share the range, so the split expects a share of
+    /// what it scans (`None` in older state files: the whole range).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<u32>,
 }
 
 impl SourceSplit for NumberSequenceSplit {
@@ -39,19 +43,19 @@ impl SourceSplit for NumberSequenceSplit {
         Arc::from(self.id.as_str())
     }
 
+    /// A partition's split scans the whole range and keeps its partition's share: about the
+    /// range over the partitions (an estimate for progress; keys need not spread evenly).
     fn remaining(&self) -> Option<u64> {
-        Some(self.end.saturating_sub(self.next_offset))
+        let share = u64::from(self.partitions.filter(|_| self.partition.is_some()).unwrap_or(1).max(1));
+        Some(self.left() / share)
     }
 
     fn describe(&self) -> String {
-        let of = match self.partition {
-            Some(p) => format!(" (partition {p}'s records)"),
-            None => String::new(),
-        };
-        if self.end == u64::MAX {
-            format!("next_offset {} (no end){of}", self.next_offset)
-        } else {
-            format!("next_offset {} of {}{of}", self.next_offset, self.end)
+        match (self.partition, self.end) {
+            (Some(p), u64::MAX) => format!("partition {p}'s records, index {} scanned (no end)", self.next_offset),
+            (Some(p), end) => format!("partition {p}'s records, index {} of {end} scanned", self.next_offset),
+            (None, u64::MAX) => format!("next index {} (no end)", self.next_offset),
+            (None, end) => format!("next index {} of {end}", self.next_offset),
         }
     }
 }
@@ -76,6 +80,7 @@ pub fn split_range(from: u64, to: u64, n: usize) -> Vec<NumberSequenceSplit> {
             next_offset: at(i),
             end: at(i + 1),
             partition: None,
+            partitions: None,
         })
         .collect()
 }

@@ -159,6 +159,13 @@ where
         }
         entry.finished = Some(finished);
         self.unfinished -= 1;
+        // what it had left to its stop will never be read: not part of the expected total
+        if let Some(left) = entry.split.remaining() {
+            self.options
+                .stats
+                .offsets_unread
+                .fetch_add(left, std::sync::atomic::Ordering::Relaxed);
+        }
         match finished.at {
             Some(at) => {
                 debug!(reader = self.options.index, split_id = %id, reason = finished.reason.as_str(), at, "split finished")
@@ -272,6 +279,7 @@ where
             }
         }
         output.add_filtered(staging.take_filtered());
+        output.add_skipped(staging.take_skipped());
         let released = held.release(output);
         progressed |= released.count + released.dropped > 0;
         // a split ends at the source-wide stop once no record before it can follow (its

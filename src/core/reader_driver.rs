@@ -142,6 +142,10 @@ impl<S: SourceSplit, T: Send + 'static> ReaderDriver<S, T> {
                     if filtered > 0 {
                         self.stats.records_filtered.fetch_add(filtered, Ordering::Relaxed);
                     }
+                    let skipped = output.take_skipped();
+                    if skipped > 0 {
+                        self.stats.records_skipped.fetch_add(skipped, Ordering::Relaxed);
+                    }
                     for request in reader.take_requests() {
                         self.send(ReaderEvent::Request(request));
                     }

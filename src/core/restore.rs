@@ -64,12 +64,12 @@ pub(crate) fn check_writer<E, S: SourceSplit>(
     sink: Option<&serde_json::Value>,
     instance: Instance,
 ) -> Result<()> {
-    let how = "finish the job with the settings that wrote the state file, or start over with --reset-state";
+    let how = "finish the job with the settings that wrote its last checkpoint, or start over with --reset-state";
     if let Some(was) = cp.instance.filter(|was| *was != instance) {
         return Err(Error::config(
             "job.instance",
             format!(
-                "changed since the state file was written (was index {} of {}, now index {} of {}): each instance's \
+                "changed since the last checkpoint was written (was index {} of {}, now index {} of {}): each instance's \
                  state covers its own share of the work (its partitions, its generated ranges), and a new share \
                  would read moved partitions from their start or overlap another's ranges; {how}",
                 was.index, was.count, instance.index, instance.count
@@ -110,7 +110,7 @@ pub(crate) fn check_writer<E, S: SourceSplit>(
             return Err(Error::config(
                 key,
                 format!(
-                    "changed since the state file was written ({change}): its last checkpoint can only be \
+                    "changed since the last checkpoint was written ({change}): its last checkpoint can only be \
                      recovered by the sink that wrote it (a file cut back to its length, a transaction settled \
                      by its id), or records would be lost or repeated; {how}"
                 ),

@@ -1,7 +1,7 @@
 //! A running job's live counters (records emitted, written, filtered; checkpoints; each reader's
 //! fetch hand-off), read by metrics, progress and `/status` while the job runs.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::event_time::EventTimeClock;
@@ -18,13 +18,16 @@ pub struct JobStats {
     pub records_filtered: AtomicU64,
     /// Records the sink wrote elsewhere (dead letters), not counted as written.
     pub records_diverted: AtomicU64,
+    /// Records read and not emitted because they could not be decoded (`decode_errors = "skip"`).
+    pub records_skipped: AtomicU64,
     /// Checkpoints completed (durable).
     pub checkpoints_completed: AtomicU64,
     /// Checkpoints that failed (the job fails with the first).
     pub checkpoint_failures: AtomicU64,
     /// Duration of the last completed checkpoint, in milliseconds.
     pub last_checkpoint_ms: AtomicU64,
-    /// Records the assigned bounded splits hold (an upper bound), for progress and ETA.
+    /// Offsets the assigned bounded splits hold (an upper bound of their records); see
+    /// [`JobStats::expected`] for the records a person can expect.
     pub expected_records: AtomicU64,
     /// Each reader's fetch hand-off counters.
     pub readers: Mutex<Vec<Arc<FetchStats>>>,
@@ -35,6 +38,42 @@ pub struct JobStats {
     pub bounded: std::sync::OnceLock<bool>,
     /// Pause and rate limits, changeable while the job runs (`POST /control`).
     pub throttle: Arc<super::throttle::Throttle>,
+    /// A run is going on: its state restored, its sink recovered, its enumerator started; false
+    /// again once the run ends (`/ready`).
+    pub running: std::sync::atomic::AtomicBool,
+}
+
+impl JobStats {
+    /// Records done: written, and read but not written (filtered out, dead-lettered, skipped
+    /// as undecodable).
+    pub fn done(&self) -> u64 {
+        self.records_written.load(Ordering::Relaxed)
+            + self.records_filtered.load(Ordering::Relaxed)
+            + self.records_diverted.load(Ordering::Relaxed)
+            + self.records_skipped.load(Ordering::Relaxed)
+    }
+
+    /// The records a person can expect the job to read in all (progress, ETA, `/status`, the
+    /// metrics): the offsets of the assigned bounded splits, less those of finished splits that
+    /// no record came from; once the job has read its input, what it read (an upper bound until
+    /// then: transaction markers are offsets without records).
+    pub fn expected(&self) -> u64 {
+        self.expected_records
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.offsets_unread())
+    }
+
+    fn offsets_unread(&self) -> u64 {
+        let readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
+        readers.iter().map(|r| r.offsets_unread.load(Ordering::Relaxed)).sum()
+    }
+
+    /// The input was read to its end: what it held is what was done, and [`Self::expected`]
+    /// says so (100 %).
+    pub fn settle_expected(&self) {
+        self.expected_records
+            .store(self.done() + self.offsets_unread(), Ordering::Relaxed);
+    }
 }
 
 /// Where the running job's event-time clock is found. A session that runs its job again (a group

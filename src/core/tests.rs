@@ -454,3 +454,38 @@ fn limits_changed_while_a_session_runs_carry_over_to_its_next_run() {
         "the change carried over"
     );
 }
+
+/// A sink that notes whether the job said it was running at each write (what `/ready` reads).
+struct RunningProbe {
+    stats: Arc<super::JobStats>,
+    seen: Arc<Mutex<Vec<bool>>>,
+}
+
+impl Sink<u64> for RunningProbe {
+    fn write(&mut self, _records: Vec<u64>) -> Result<()> {
+        let running = self.stats.running.load(Ordering::Relaxed);
+        self.seen.lock().unwrap().push(running);
+        Ok(())
+    }
+    fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<serde_json::Value>> {
+        Ok(None)
+    }
+}
+
+#[test]
+fn a_job_is_running_while_it_writes_and_not_before_or_after() {
+    let stats = Arc::new(super::JobStats::default());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    assert!(!stats.running.load(Ordering::Relaxed), "before the run");
+    let sink = RunningProbe {
+        stats: Arc::clone(&stats),
+        seen: Arc::clone(&seen),
+    };
+    Job::new(NumberSequenceSource::new(0, 100, 2), JobOptions::new("test", 2))
+        .with_stats(Arc::clone(&stats))
+        .run_blocking(Box::new(sink))
+        .expect("run");
+    let seen = seen.lock().unwrap();
+    assert!(!seen.is_empty() && seen.iter().all(|r| *r), "{seen:?}");
+    assert!(!stats.running.load(Ordering::Relaxed), "after the run");
+}

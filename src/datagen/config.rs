@@ -62,7 +62,9 @@ pub struct RawDatagenSource {
     /// Header templates, e.g. `{ source = "tidegate" }`.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// The field whose value (epoch ms or RFC 3339) becomes the record timestamp.
+    /// The field whose value (epoch ms or RFC 3339) becomes the record timestamp. Default: none,
+    /// and the record's timestamp is the time it is written (the one part of a record that the
+    /// seed does not decide).
     pub timestamp: Option<String>,
     /// A record written once to every partition of the target topic after every generated record
     /// is acknowledged (the market-close record).

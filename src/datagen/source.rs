@@ -90,6 +90,7 @@ impl Source for DataGeneratorSource {
                         next_offset: 0,
                         end,
                         partition: Some(p),
+                        partitions: Some(partitions),
                     })
                     .filter(|s| s.left() > 0),
             ));
@@ -129,7 +130,7 @@ impl Source for DataGeneratorSource {
                 return Err(Error::config(
                     format!("source.{key}"),
                     format!(
-                        "changed since the state file was written (was {}, now {}): its records would not \
+                        "changed since the last checkpoint was written (was {}, now {}): its records would not \
                          match those already written; restore it, or start over with --reset-state",
                         what(was),
                         what(is)

@@ -1,5 +1,6 @@
 //! Protobuf both ways. Reading: the Confluent wire format (magic byte, schema id, message
-//! indexes, message), each schema fetched once by id from the registry and compiled with protox;
+//! indexes, message), each schema fetched once by id from the registry (as `.proto` text or a
+//! base64 `FileDescriptorProto`, it and its references) and compiled with protox;
 //! or raw messages of one message type of a local `.proto`. Writing: registering the `.proto`
 //! under `<topic>-value` and framing each message, or raw messages. Messages become JSON by the
 //! protobuf JSON mapping with the `.proto`'s field names and every field present (defaults
@@ -22,20 +23,54 @@ use super::registry_wire::{frame, split_frame, Registration, SchemaCache};
 use crate::error::{Error, Result};
 use crate::record::ValueFormat;
 
-/// Schema texts by the name they are imported by (the root one among them).
+/// Schema texts by the name they are imported by (the root one among them), each in either
+/// form [`parse_file`] reads.
 struct Sources(HashMap<String, String>);
 
 impl FileResolver for Sources {
     fn open_file(&self, name: &str) -> std::result::Result<File, protox::Error> {
         match self.0.get(name) {
-            Some(text) => File::from_source(name, text),
+            Some(text) => parse_file(name, text),
             None => Err(protox::Error::file_not_found(name)),
         }
     }
 }
 
+/// Whether a (trimmed) schema text is nothing but base64: the descriptor form. A `.proto` text
+/// always holds a space, a quote or a semicolon.
+fn is_base64(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+}
+
+/// The file `name` from a schema text in either form the Confluent wire protocol allows: `.proto`
+/// text, or a serialized `FileDescriptorProto` in base64 (as confluent-kafka-python's serializer
+/// registers schemas). A descriptor is renamed `name`, the name it is imported or opened by: its
+/// own may be another (the producer's file name; the root's is one tidegate picks).
+fn parse_file(name: &str, text: &str) -> std::result::Result<File, protox::Error> {
+    use base64::Engine as _;
+    let trimmed = text.trim();
+    if !is_base64(trimmed) {
+        return File::from_source(name, text);
+    }
+    let bad = |why: String| {
+        protox::Error::new(format!(
+            "{name} is base64 but not a serialized FileDescriptorProto: {why}"
+        ))
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(trimmed)
+        .map_err(|e| bad(e.to_string()))?;
+    let mut descriptor = prost_types::FileDescriptorProto::decode(bytes.as_slice()).map_err(|e| bad(e.to_string()))?;
+    descriptor.name = Some(name.to_string());
+    Ok(File::from_file_descriptor_proto(descriptor))
+}
+
 /// Compiles `text` (named `name`) with its imports: the `references` texts first, then files in
-/// `include` (beside a local schema), then the well-known `google/protobuf/*` types.
+/// `include` (beside a local schema), then the well-known `google/protobuf/*` types. `text` and
+/// the references are each `.proto` text or a base64 `FileDescriptorProto` ([`parse_file`]).
 pub fn compile(
     name: &str,
     text: &str,
@@ -331,6 +366,94 @@ message Close { string type = 1; }
 
     fn file() -> FileDescriptor {
         compile("trades.proto", TRADES, HashMap::new(), None).unwrap()
+    }
+
+    /// `file` as a producer registers it in the descriptor form: its serialized
+    /// `FileDescriptorProto` (under the producer's own name for it) in base64.
+    fn descriptor_form(file: &FileDescriptor) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(file.file_descriptor_proto().encode_to_vec())
+    }
+
+    /// Each declared message by its Confluent index, with its whole declaration.
+    fn declared(file: &FileDescriptor) -> Vec<(Vec<i32>, String, prost_types::DescriptorProto)> {
+        message_indexes(file)
+            .into_iter()
+            .map(|(i, m)| (i, m.full_name().to_string(), m.descriptor_proto().clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_schema_in_its_descriptor_form_compiles_as_its_text_does() {
+        let text = file();
+        // opened by another name than the producer's ("trades.proto"), with a line break after it
+        let encoded = format!("{}\n", descriptor_form(&text));
+        let descriptor = compile("schema-7.proto", &encoded, HashMap::new(), None).unwrap();
+        assert_eq!(descriptor.name(), "schema-7.proto");
+        assert_eq!(declared(&descriptor), declared(&text));
+        assert_eq!(declared(&text).len(), 3, "the messages compared");
+        // a message written with the text's descriptor reads the same with the other
+        let value = json!({"type": "TRADE", "seq": 7, "price": 1.5, "size": 2, "tags": {"desk": "b"},
+                           "legs": [{"venue": "XLON"}]});
+        let written = pick_message("k", &text, Some("tidegate.test.Trade")).unwrap();
+        let bytes = Encoder::raw(written).encode(&value).unwrap();
+        let read = pick_message("k", &descriptor, Some("tidegate.test.Trade")).unwrap();
+        assert_eq!(SchemaFileDecoder::new(read).decode(&bytes).unwrap().unwrap(), value);
+    }
+
+    #[test]
+    fn a_descriptor_form_root_imports_descriptor_form_references_and_well_known_types() {
+        let venue_text = "syntax = \"proto3\"; package ref; message Venue { string mic = 1; }";
+        let root_text = "syntax = \"proto3\"; package tidegate.test;
+                         import \"ref/venue.proto\"; import \"google/protobuf/timestamp.proto\";
+                         message Fill { ref.Venue venue = 1; google.protobuf.Timestamp at = 2; }";
+        // compiled as a producer compiles them, the root under a name of its own
+        let texts = HashMap::from([("ref/venue.proto".to_string(), venue_text.to_string())]);
+        let root = compile("acc_fill.proto", root_text, texts.clone(), None).unwrap();
+        let imported = |name: &str| {
+            let file = root.dependencies().find(|f| f.name() == name).unwrap();
+            descriptor_form(&file)
+        };
+        let venue = HashMap::from([("ref/venue.proto".to_string(), imported("ref/venue.proto"))]);
+        let value = json!({"venue": {"mic": "XNAS"}, "at": "2026-11-27T14:30:00.250Z"});
+        let round_trip = |file: FileDescriptor| {
+            let fill = pick_message("k", &file, None).unwrap();
+            let bytes = Encoder::raw(fill.clone()).encode(&value).unwrap();
+            SchemaFileDecoder::new(fill).decode(&bytes).unwrap().unwrap()
+        };
+        // the well-known type from protox's own copy, the reference from its descriptor
+        let file = compile("schema-9.proto", &descriptor_form(&root), venue.clone(), None).unwrap();
+        assert_eq!(round_trip(file), value);
+        // the forms mix, root and references each in its own
+        let file = compile("schema-9.proto", &descriptor_form(&root), texts, None).unwrap();
+        assert_eq!(round_trip(file), value);
+        let file = compile("schema-9.proto", root_text, venue.clone(), None).unwrap();
+        assert_eq!(round_trip(file), value);
+        // a well-known type registered as a reference in the descriptor form is taken too
+        let mut with_timestamp = venue;
+        let timestamp = "google/protobuf/timestamp.proto";
+        with_timestamp.insert(timestamp.to_string(), imported(timestamp));
+        let file = compile("schema-9.proto", &descriptor_form(&root), with_timestamp, None).unwrap();
+        assert_eq!(round_trip(file), value);
+        // without its reference the root cannot compile, and says what it lacks
+        let missing = compile("schema-9.proto", &descriptor_form(&root), HashMap::new(), None).unwrap_err();
+        assert!(missing.contains("ref/venue.proto"), "{missing}");
+    }
+
+    #[test]
+    fn base64_that_is_no_descriptor_is_an_error_naming_the_schema() {
+        // not a message at all; a tag 0; a truncated varint; not whole base64
+        for garbage in ["bm90IGEgZGVzY3JpcHRvcg==", "AAAA", "////", "abc"] {
+            let e = compile("schema-5.proto", garbage, HashMap::new(), None).unwrap_err();
+            assert!(
+                e.contains("schema-5.proto is base64 but not a serialized FileDescriptorProto"),
+                "{garbage}: {e}"
+            );
+        }
+        let references = HashMap::from([("ref/venue.proto".to_string(), "AAAA".to_string())]);
+        let root = "syntax = \"proto3\"; import \"ref/venue.proto\"; message A { int32 x = 1; }";
+        let e = compile("schema-6.proto", root, references, None).unwrap_err();
+        assert!(e.contains("ref/venue.proto is base64 but not"), "{e}");
     }
 
     #[test]

@@ -21,24 +21,29 @@ use crate::error::Result;
 /// How long a reader's end waits for its final commit (at most the request timeout).
 pub const FINAL_COMMIT_WAIT: Duration = Duration::from_secs(3);
 
+/// The consumer config of reader `reader`'s committer to `group`.
+pub(crate) fn committer_config(settings: &KafkaSourceSettings, group: &str, reader: usize) -> rdkafka::ClientConfig {
+    let client_id = format!("tidegate-committer-{reader}");
+    client::consumer_client_config(
+        &settings.bootstrap_servers,
+        &[
+            ("group.id", group),
+            ("client.id", &client_id),
+            ("enable.auto.commit", "false"),
+        ],
+        &settings.properties,
+    )
+}
+
 /// Commits the checkpointed positions of reader `reader` to `group`.
 pub(super) fn offset_committer(
     settings: &KafkaSourceSettings,
     group: String,
     reader: usize,
 ) -> Result<CheckpointListener<KafkaPartitionSplit>> {
-    let client_id = format!("tidegate-committer-{reader}");
-    let consumer: BaseConsumer<TracingContext> = client::client_config(
-        &settings.bootstrap_servers,
-        &[
-            ("group.id", &group),
-            ("client.id", &client_id),
-            ("enable.auto.commit", "false"),
-        ],
-        &settings.properties,
-    )
-    .create_with_context(TracingContext::new(format!("committer-{reader}")))
-    .map_err(|e| crate::error::kafka("creating the offset committer", e))?;
+    let consumer: BaseConsumer<TracingContext> = committer_config(settings, &group, reader)
+        .create_with_context(TracingContext::new(format!("committer-{reader}")))
+        .map_err(|e| crate::error::kafka("creating the offset committer", e))?;
     let mut committer = Committer {
         consumer: Some(consumer),
         group,
@@ -102,7 +107,7 @@ impl Committer {
                 checkpoint,
                 group = %self.group,
                 waited_ms = self.final_wait.as_millis() as u64,
-                "the final offset commit got no answer in time; the reader ends without it (progress report only: the state file has the positions)"
+                "the final offset commit got no answer in time; the reader ends without it (progress report only: the checkpoint has the positions)"
             ),
         }
         Ok(())

@@ -53,6 +53,14 @@ impl SourceConnector for KafkaSourceConfig {
         discovery::check_topics_exist(&self.settings)
     }
 
+    fn unbounded_hint(&self) -> Option<String> {
+        describe::unbounded_hint(self)
+    }
+
+    fn topic_layout(&self) -> Result<Option<crate::connector::TopicLayout>> {
+        discovery::topic_layout(&self.settings).map(Some)
+    }
+
     fn build(&self, ctx: &SourceContext<'_>) -> Result<KafkaSource> {
         // the envelope prints a JSON value as its bytes (checked in full by the decoder): only
         // Avro, Protobuf and JSON Schema values are printed from their decoded form

@@ -3,6 +3,15 @@
 use super::config::KafkaSourceConfig;
 use crate::format::DecodeErrorPolicy;
 
+/// A Kafka source without a stop (no `stopping_offsets`, no `eof`) follows its topics until a
+/// signal or `job.max_duration` ends it, which a config's default leaves unsaid (`tidegate
+/// replay` stops at `latest` by default).
+pub fn unbounded_hint(c: &KafkaSourceConfig) -> Option<String> {
+    (matches!(c.settings.stopping, super::offsets::StoppingOffsets::None) && c.eof.is_none()).then(|| {
+        "unbounded: the job follows its topics until SIGTERM or job.max_duration; source.stopping_offsets = \"latest\" reads what is there at its start and exits (tidegate replay's default)".to_string()
+    })
+}
+
 /// The lines of `c`.
 pub fn lines(c: &KafkaSourceConfig) -> Vec<String> {
     let s = &c.settings;

@@ -91,6 +91,16 @@ fn is_unknown(error: RDKafkaRespErr) -> bool {
 /// A consumer for metadata and offset lookups only (no assignment). It carries the group id,
 /// if any, for committed offsets, and the isolation level, so `latest` is the last stable offset.
 pub fn admin_consumer(settings: &KafkaSourceSettings) -> Result<Box<dyn Consumer>> {
+    cluster::of(&settings.bootstrap_servers).consumer(&admin_spec(settings))
+}
+
+/// The admin client that reads the source topics' configs.
+pub fn source_admin_spec(settings: &KafkaSourceSettings) -> ClientSpec<'_> {
+    ClientSpec::new(&settings.bootstrap_servers, &settings.properties, "source-admin")
+}
+
+/// The enumerator's client: metadata, offsets and partition discovery.
+pub fn admin_spec(settings: &KafkaSourceSettings) -> ClientSpec<'_> {
     let mut spec = ClientSpec::new(&settings.bootstrap_servers, &settings.properties, "enumerator")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
@@ -99,7 +109,7 @@ pub fn admin_consumer(settings: &KafkaSourceSettings) -> Result<Box<dyn Consumer
     if let Some(group) = &settings.group_id {
         spec = spec.set("group.id", group.clone());
     }
-    cluster::of(&settings.bootstrap_servers).consumer(&spec)
+    spec
 }
 
 /// `validate --connect`: the cluster's metadata, as the enumerator reaches it; a line saying so.
@@ -158,6 +168,66 @@ pub fn check_topics_exist(settings: &KafkaSourceSettings) -> Result<()> {
             missing.join(", ")
         ),
     ))
+}
+
+/// The topic configs a copy takes from its source: how it is cleaned up and kept, and how large
+/// its records may be. Not `message.timestamp.type`: a copy into a `LogAppendTime` topic would
+/// lose the records' timestamps (a `LogAppendTime` source's are append times, kept as they are).
+const COPIED_CONFIGS: &[&str] = &["cleanup.policy", "retention.ms", "retention.bytes", "max.message.bytes"];
+
+/// How a copy of the subscribed topics is created: the largest partition count among them (a
+/// copy that keeps each record's partition needs it), the first topic's [`COPIED_CONFIGS`]
+/// (their values in effect, broker defaults included), and the largest `max.message.bytes` of
+/// them all.
+pub fn topic_layout(settings: &KafkaSourceSettings) -> Result<crate::connector::TopicLayout> {
+    let (Subscription::Topics(topics) | Subscription::Partitions(_, topics)) = &settings.subscription else {
+        return Err(Error::config(
+            "sink.create_topic.like_source",
+            "a source subscribed by pattern has no topic to copy the layout of: give partitions",
+        ));
+    };
+    let consumer = admin_consumer(settings)?;
+    let what = format!("reading the source topics' layout from {}", settings.bootstrap_servers);
+    let spec = source_admin_spec(settings);
+    let cluster = cluster::of(&settings.bootstrap_servers);
+    let mut partitions = 0;
+    let mut configs = BTreeMap::new();
+    for (i, name) in topics.iter().enumerate() {
+        // a topic error (a leader being elected) passes: asked again up to the request timeout
+        let deadline = crate::core::sim::now() + settings.request_timeout;
+        let count = loop {
+            let md = consumer.metadata(Some(name), settings.request_timeout, &settings.properties, &what)?;
+            if let Some(found) = md.partitions_of(name) {
+                break found.len() as i32;
+            }
+            let unknown = md.topics.first().and_then(|t| t.error).is_some_and(is_unknown);
+            if unknown || crate::core::sim::now() >= deadline || crate::core::sim::active() {
+                return Err(Error::runtime(
+                    what.clone(),
+                    format!("the source topic {name} does not exist or has no partitions"),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        };
+        partitions = partitions.max(count);
+        let described = match cluster.topic_configs(&spec, name, settings.request_timeout)? {
+            Ok(all) => all,
+            Err(code) => return Err(Error::runtime(format!("describing the source topic {name}"), code)),
+        };
+        for (key, value) in described {
+            let larger = |old: &String| old.parse::<u64>().ok() < value.parse::<u64>().ok();
+            match key.as_str() {
+                "max.message.bytes" if configs.get(&key).is_none_or(larger) => {
+                    configs.insert(key, value);
+                }
+                k if i == 0 && COPIED_CONFIGS.contains(&k) && k != "max.message.bytes" => {
+                    configs.insert(key, value);
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(crate::connector::TopicLayout { partitions, configs })
 }
 
 /// One discovery: the subscribed partitions that exist, offsets for the new ones, and what the

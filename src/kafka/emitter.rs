@@ -156,6 +156,7 @@ impl KafkaRecordEmitter {
             DecodeErrorPolicy::Skip => {
                 warn!(topic = %split.topic, partition = split.partition, offset, error = %message, "skipping a record that cannot be decoded");
                 self.metrics.decode_skipped.increment(1);
+                output.skip();
                 split.next_offset = offset + 1;
                 Ok(())
             }

@@ -272,7 +272,7 @@ impl<'a, C: OffsetLookup + ?Sized> OffsetsResolver<'a, C> {
     }
 
     /// Timestamp lookups, falling back to the end of the partition where nothing is that late.
-    fn for_timestamp(&self, partitions: &[TopicPartition], ts: i64) -> Result<HashMap<TopicPartition, i64>> {
+    pub fn for_timestamp(&self, partitions: &[TopicPartition], ts: i64) -> Result<HashMap<TopicPartition, i64>> {
         let found = self.list_offsets(partitions, Offset::Offset(ts))?;
         let missing: Vec<TopicPartition> = found
             .iter()

@@ -170,7 +170,7 @@ enum Edge {
 /// (the record at the start, the records just before the stop), within [`TIMESTAMP_BUDGET`].
 fn edge_timestamps(source: &KafkaSource, plan: &mut [PartitionPlan]) -> Result<()> {
     let settings = source.settings();
-    let consumer: BaseConsumer<TracingContext> = crate::client::client_config(
+    let consumer: BaseConsumer<TracingContext> = crate::client::consumer_client_config(
         &settings.bootstrap_servers,
         &[
             ("enable.auto.commit", "false"),

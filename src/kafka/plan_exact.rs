@@ -21,7 +21,7 @@ const STALL: Duration = Duration::from_secs(30);
 /// start and stop that a `read_committed` consumer reads. Unbounded partitions keep `None`.
 pub fn count_records(source: &KafkaSource, plan: &mut [PartitionPlan]) -> Result<()> {
     let settings = source.settings();
-    let consumer: BaseConsumer<TracingContext> = crate::client::client_config(
+    let consumer: BaseConsumer<TracingContext> = crate::client::consumer_client_config(
         &settings.bootstrap_servers,
         &[
             ("enable.auto.commit", "false"),

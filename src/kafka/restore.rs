@@ -25,7 +25,7 @@ impl KafkaSource {
                 return Err(Error::config(
                     key,
                     format!(
-                        "changed since the state file was written (was {old}, now {new}): the saved positions \
+                        "changed since the last checkpoint was written (was {old}, now {new}): the saved positions \
                          belong to the old setting; restore it, or start over with --reset-state"
                     ),
                 ));
@@ -45,7 +45,7 @@ impl KafkaSource {
                     return Err(Error::config(
                         key,
                         format!(
-                            "changed since the state file was written (was {old}, now {new}): the state's \
+                            "changed since the last checkpoint was written (was {old}, now {new}): the state's \
                              finished splits (and a source-wide stop it found) were judged by the old rule, and \
                              the records written so far with it; finish with the old setting, or start over \
                              with --reset-state"
@@ -56,12 +56,12 @@ impl KafkaSource {
         }
         if let (Some(was), Some(is)) = (&then.replay_speed, &now.replay_speed) {
             if was != is {
-                info!(was = %was, now = %is, "replay_speed changed since the state file was written: the new pace applies from here");
+                info!(was = %was, now = %is, "replay_speed changed since the last checkpoint was written: the new pace applies from here");
             }
         }
         let changed = then.stopping != now.stopping;
         if changed {
-            info!(was = %then.stopping, now = %now.stopping, "stopping_offsets changed since the state file was written: they apply to the unfinished splits");
+            info!(was = %then.stopping, now = %now.stopping, "stopping_offsets changed since the last checkpoint was written: they apply to the unfinished splits");
         }
         Ok(changed)
     }

@@ -50,10 +50,12 @@ impl StatusBoard {
     /// Records done: written, and read but never written (filtered out, dead letters), as the
     /// progress bar counts them.
     pub fn done(&self) -> u64 {
-        let s = &self.stats;
-        s.records_written.load(Ordering::Relaxed)
-            + s.records_filtered.load(Ordering::Relaxed)
-            + s.records_diverted.load(Ordering::Relaxed)
+        self.stats.done()
+    }
+
+    /// A run of the job is going on (restored, its sink and source started).
+    pub fn running(&self) -> bool {
+        self.stats.running.load(Ordering::Relaxed)
     }
 
     pub(crate) async fn sample_forever(&self) {
@@ -103,11 +105,7 @@ impl StatusBoard {
         let done = self.done();
         // an unbounded source has no total (a generator's range is all of u64)
         let bounded = s.bounded.get().copied().unwrap_or(false);
-        let expected = if bounded {
-            s.expected_records.load(Ordering::Relaxed)
-        } else {
-            0
-        };
+        let expected = if bounded { s.expected() } else { 0 };
         let rate = self.rate(done);
         let readers = s.readers.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut splits: Vec<Value> = readers
@@ -150,10 +148,14 @@ impl StatusBoard {
             "records": {
                 "done": done,
                 "expected": (expected > 0).then_some(expected),
+                "read": s.records_emitted.load(Ordering::Relaxed)
+                    + s.records_filtered.load(Ordering::Relaxed)
+                    + s.records_skipped.load(Ordering::Relaxed),
                 "emitted": s.records_emitted.load(Ordering::Relaxed),
                 "written": s.records_written.load(Ordering::Relaxed),
                 "filtered": s.records_filtered.load(Ordering::Relaxed),
                 "diverted": s.records_diverted.load(Ordering::Relaxed),
+                "skipped": s.records_skipped.load(Ordering::Relaxed),
             },
             "rate": (rate * 10.0).round() / 10.0,
             "eta_seconds": eta,

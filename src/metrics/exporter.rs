@@ -23,8 +23,8 @@ const DESCRIPTIONS: &[(&str, &str, &str)] = &[
     ("tidegate_records_emitted_total", "counter", "records the readers emitted (records in)"),
     ("tidegate_records_written_total", "counter", "records the sink took (records out)"),
     ("tidegate_records_filtered_total", "counter", "records source.where rejected: read (their position advanced), never emitted"),
-    ("tidegate_expected_records", "gauge", "records the assigned bounded splits hold (an upper bound)"),
-    ("tidegate_checkpoints_completed_total", "counter", "checkpoints written to the state file"),
+    ("tidegate_expected_records", "gauge", "records the job is expected to read in all: an upper bound while it runs (offsets of its bounded partitions, less those past an end-of-stream record), what it read once its input is done"),
+    ("tidegate_checkpoints_completed_total", "counter", "checkpoints completed (written to the state file or the Kafka store)"),
     ("tidegate_checkpoint_failures_total", "counter", "checkpoints that could not be written"),
     ("tidegate_last_checkpoint_duration_seconds", "gauge", "trigger-to-durable time of the last checkpoint"),
     ("tidegate_fetch_batches_total", "counter", "batches the fetcher threads handed over"),
@@ -90,6 +90,23 @@ impl Metrics {
         }))
     }
 
+    /// A registry of its own, not installed (tests of the endpoint: the recorder is global).
+    #[cfg(test)]
+    pub(crate) fn detached(stats: Arc<JobStats>) -> Arc<Metrics> {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        Arc::new(Metrics {
+            handle: recorder.handle(),
+            stats,
+            emitted: Counter::noop(),
+            written: Counter::noop(),
+            filtered: Counter::noop(),
+            checkpoints: Counter::noop(),
+            checkpoint_failures: Counter::noop(),
+            last_checkpoint: Gauge::noop(),
+            expected: Gauge::noop(),
+        })
+    }
+
     /// Copy the job's live counters into the registry (so a scrape sees exact values).
     pub fn sync(&self) {
         let s = &self.stats;
@@ -102,7 +119,7 @@ impl Metrics {
             .absolute(s.checkpoint_failures.load(Ordering::Relaxed));
         self.last_checkpoint
             .set(s.last_checkpoint_ms.load(Ordering::Relaxed) as f64 / 1000.0);
-        self.expected.set(s.expected_records.load(Ordering::Relaxed) as f64);
+        self.expected.set(s.expected() as f64);
         if let Some(clock) = s.event_time.get() {
             if let Some(t) = clock.replayed_to() {
                 metrics::gauge!("tidegate_replay_event_time_seconds").set(t as f64 / 1000.0);

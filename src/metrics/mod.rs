@@ -5,13 +5,16 @@
 
 pub mod control;
 pub mod exporter;
+pub mod guard;
 pub mod http;
+pub mod settings;
 
 use metrics::{Counter, Gauge};
 
 pub use control::StatusBoard;
 pub use exporter::Metrics;
-pub use http::{serve, Endpoint};
+pub use http::{serve, Endpoint, Limits};
+pub use settings::MetricsConfig;
 
 /// The Kafka source's metrics.
 #[derive(Clone)]

@@ -96,7 +96,6 @@ struct Running {
 
 /// Run `plan`; `Err` says which invariant broke, with the schedule's account.
 pub(crate) fn run(plan: &Plan) -> Result<Outcome, String> {
-    let configs = plan.configs()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -105,6 +104,8 @@ pub(crate) fn run(plan: &Plan) -> Result<Outcome, String> {
     let simulation = Simulation::enter(plan.schedule.clone(), None);
     let kafka = kafka::SimKafka::new(plan.seed, plan.faults);
     let guard = cluster::simulate(SERVERS, Arc::new(kafka::SimCluster(Arc::clone(&kafka))));
+    // loaded on the simulated cluster: its clients are not librdkafka's to probe
+    let configs = plan.configs()?;
     let readers = Arc::clone(&kafka);
     let _readers = crate::kafka::split_reader::simulate(
         SERVERS,

@@ -21,6 +21,9 @@ use crate::sink::kafka::routing::{HeaderRules, RawHeaders};
 pub struct FileSink {
     path: PathBuf,
     out: BufWriter<File>,
+    /// A regular file: truncated, repaired, fsynced and cut back to a checkpoint. Anything else
+    /// (`/dev/null`, a FIFO, a terminal) is a stream: written and flushed, nothing more.
+    regular: bool,
     end_marker: Option<Record>,
     /// `sink.headers`, applied before each line is written.
     headers: HeaderRules,
@@ -31,6 +34,20 @@ impl FileSink {
     /// the resumed job writes again); a fresh job starts the file anew.
     pub fn open(path: &Path, append: bool, end_marker: Option<Record>) -> Result<Self> {
         let ctx = |what: &str| format!("{what} {}", path.display());
+        if is_stream(path) {
+            // (a FIFO's open waits for its reader, as a shell's redirection does)
+            let file = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| Error::io(ctx("opening"), e))?;
+            return Ok(FileSink {
+                path: path.to_path_buf(),
+                out: BufWriter::with_capacity(1 << 16, file),
+                regular: false,
+                end_marker,
+                headers: HeaderRules::default(),
+            });
+        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| Error::io(ctx("creating the directory of"), e))?;
         }
@@ -64,10 +81,19 @@ impl FileSink {
         Ok(FileSink {
             path: path.to_path_buf(),
             out: BufWriter::with_capacity(1 << 20, file),
+            regular: true,
             end_marker,
             headers: HeaderRules::default(),
         })
     }
+}
+
+/// `path` leads (a link followed: /dev/stdout is the process's standard output) to a FIFO or a
+/// character device (`/dev/null`, a terminal), written as a stream. A block device is not one:
+/// it is refused as before, when it cannot be truncated.
+fn is_stream(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo() || m.file_type().is_char_device())
 }
 
 /// Truncate a file that does not end with a newline back to its last newline.
@@ -109,6 +135,9 @@ impl FileSink {
     fn flush_and_sync(&mut self) -> Result<u64> {
         let ctx = |what: &str| format!("{what} {}", self.path.display());
         self.out.flush().map_err(|e| Error::io(ctx("flushing"), e))?;
+        if !self.regular {
+            return Ok(0);
+        }
         let file = self.out.get_ref();
         file.sync_data().map_err(|e| Error::io(ctx("fsync of"), e))?;
         Ok(file
@@ -160,15 +189,19 @@ impl Sink<Record> for FileSink {
         Some(fingerprint)
     }
 
-    /// Flush and fsync; the checkpoint records the file's length.
+    /// Flush and fsync; the checkpoint records the file's length (a stream's: nothing).
     fn prepare_commit(&mut self, _checkpoint_id: u64) -> Result<Option<SinkState>> {
         let length = self.flush_and_sync()?;
-        Ok(Some(serde_json::json!({ "length": length })))
+        Ok(self.regular.then(|| serde_json::json!({ "length": length })))
     }
 
     /// Cut the file back to the length the checkpoint recorded: whatever was written after it is
     /// written again by the resumed job, so every record is in the file once.
     fn recover(&mut self, last: Option<(u64, Option<&SinkState>)>) -> Result<bool> {
+        if !self.regular {
+            // a stream cannot be cut back: what followed the last checkpoint is written again
+            return Ok(true);
+        }
         let Some(length) = last.and_then(|(_, state)| state?.get("length")?.as_u64()) else {
             // a fresh file, or a state file from before lengths were recorded (a torn last line
             // was dropped when the file was opened)
@@ -310,10 +343,17 @@ impl SinkConnector for FileSinkConfig {
     }
 
     fn describe(&self) -> Vec<String> {
-        let mut lines = vec![format!(
-            "sink file {}: JSON lines, cut back to the last checkpoint on a restart",
-            self.path.display()
-        )];
+        let mut lines = vec![if is_stream(&self.path) {
+            format!(
+                "sink file {}: JSON lines as a stream (not a regular file: on a restart, what followed the last checkpoint is written again)",
+                self.path.display()
+            )
+        } else {
+            format!(
+                "sink file {}: JSON lines, cut back to the last checkpoint on a restart",
+                self.path.display()
+            )
+        }];
         if !self.headers.is_empty() {
             lines.push(format!(
                 "  headers: {} (drop, then rename, then set)",
@@ -401,6 +441,52 @@ impl SinkConnector for NullSinkConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn records(n: i64) -> Vec<Record> {
+        (0..n)
+            .map(|i| Record {
+                offset: Some(i),
+                ..Record::default()
+            })
+            .collect()
+    }
+
+    /// `--out /dev/null` (timing a replay, discarding its output): written, committed and closed
+    /// as a stream, never truncated or fsynced (both fail on a device). Resumed too.
+    #[test]
+    fn dev_null_takes_the_records_as_a_stream() {
+        for append in [false, true] {
+            let mut sink = FileSink::open(Path::new("/dev/null"), append, None).unwrap();
+            sink.write(records(3)).unwrap();
+            assert_eq!(
+                sink.prepare_commit(1).unwrap(),
+                None,
+                "a stream has no length to cut back to"
+            );
+            assert!(sink.recover(Some((1, None))).unwrap());
+            sink.close().unwrap();
+        }
+    }
+
+    /// A FIFO (`--out >(gzip > out.gz)`, a named pipe): the reader gets every line.
+    #[test]
+    fn a_fifo_gets_every_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pipe");
+        let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a valid, NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let reader_path = path.clone();
+        let reader = std::thread::spawn(move || std::fs::read_to_string(reader_path).unwrap());
+        let mut sink = FileSink::open(&path, false, None).unwrap();
+        sink.write(records(5)).unwrap();
+        sink.prepare_commit(1).unwrap();
+        sink.close().unwrap();
+        drop(sink);
+        let text = reader.join().unwrap();
+        assert_eq!(text.lines().count(), 5, "{text}");
+        assert!(text.lines().last().unwrap().contains("\"offset\":4"), "{text}");
+    }
 
     #[test]
     fn appending_drops_a_torn_last_line_only() {

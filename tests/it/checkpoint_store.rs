@@ -24,7 +24,7 @@ use crate::daemon_util::*;
 const MINUTE: Duration = Duration::from_secs(60);
 
 /// `n` records `value-<i>` spread over `partitions` partitions of a new topic.
-fn source_topic(kafka: &TestKafka, prefix: &str, partitions: i32, n: usize) -> String {
+pub(crate) fn source_topic(kafka: &TestKafka, prefix: &str, partitions: i32, n: usize) -> String {
     let topic = kafka.create_topic(prefix, partitions);
     let records: Vec<TestRecord> = (0..n)
         .map(|i| {
@@ -37,7 +37,7 @@ fn source_topic(kafka: &TestKafka, prefix: &str, partitions: i32, n: usize) -> S
 
 /// A bounded replay of `topic` (to the end offsets at start) at `max_rate` records/s, into
 /// `sink`, with checkpoints every 200 ms in `[checkpoint]` (`store` lines).
-fn job(kafka: &TestKafka, name: &str, topic: &str, parallelism: usize, sink: &str, store: &str) -> String {
+pub(crate) fn job(kafka: &TestKafka, name: &str, topic: &str, parallelism: usize, sink: &str, store: &str) -> String {
     format!(
         r#"
 [job]
@@ -62,14 +62,21 @@ interval = "200ms"
     )
 }
 
-fn kafka_store(state_topic: &str) -> String {
+pub(crate) fn kafka_store(state_topic: &str) -> String {
     format!("store = \"kafka\"\ntopic = \"{state_topic}\"")
 }
 
-/// `tidegate state show --config` of a job: exit code, stdout, stderr.
+/// `tidegate state show --json --config` of a job: exit code, stdout, stderr.
 pub(crate) fn state_show(config: &Path) -> (i32, String, String) {
+    state_show_as(config, &["--json"])
+}
+
+/// `tidegate state show --config` of a job, with more flags: exit code, stdout, stderr.
+pub(crate) fn state_show_as(config: &Path, flags: &[&str]) -> (i32, String, String) {
     let out = Command::new(binary())
-        .args(["state", "show", "--config"])
+        .args(["state", "show"])
+        .args(flags)
+        .arg("--config")
         .arg(config)
         .output()
         .expect("run tidegate state show");
@@ -127,7 +134,7 @@ fn value_counts(path: &Path) -> BTreeMap<String, usize> {
 
 /// The exactly-once Kafka sink into `topic` (on the store's cluster: its transactions carry the
 /// checkpoints).
-fn eos_sink(kafka: &TestKafka, topic: &str) -> String {
+pub(crate) fn eos_sink(kafka: &TestKafka, topic: &str) -> String {
     format!(
         "[sink]\ntype = \"kafka\"\nbootstrap_servers = \"{}\"\ntopic = \"{topic}\"\ndelivery = \"exactly_once\"",
         kafka.bootstrap

@@ -118,7 +118,7 @@ fn a_source_leader_killed_mid_exactly_once_replay_loses_and_repeats_nothing() {
     let after = written() - at_kill;
     cluster.start_node(leader);
     let (status, log, rerun) = wait_or_rerun(daemon, &config, &["--set", &listen]);
-    assert_eq!(status.code(), Some(0), "{log}");
+    assert_exit_0(status, &log);
     let (lost, repeated) = lost_and_repeated(coordinate_indices(&kafka, &sink), total);
     assert_eq!((lost, repeated), (0, 0), "lost, repeated in the exactly-once output");
     eprintln!(
@@ -182,7 +182,7 @@ fn a_partition_leader_killed_mid_datagen_seed_writes_every_index_once() {
     let after = written() - at_kill;
     cluster.start_node(leader);
     let (status, log, rerun) = wait_or_rerun(daemon, &config, &["--set", &listen]);
-    assert_eq!(status.code(), Some(0), "{log}");
+    assert_exit_0(status, &log);
     let indices: Vec<u64> = kafka
         .read_all(&topic)
         .iter()
@@ -276,7 +276,7 @@ fn a_rolling_restart_under_a_paced_live_replay_with_a_source_wide_stop_loses_not
     let closed = Instant::now();
     // a node's restart can leave the sink inside librdkafka#5456 too (its group coordinator moved)
     let (status, log, rerun) = wait_or_rerun(daemon, &config, &["--set", &listen]);
-    assert_eq!(status.code(), Some(0), "{log}");
+    assert_exit_0(status, &log);
     let ended = closed.elapsed();
     // the source's trades before the close are the expected output, each as often as there
     let ids = |topic: &str, before: Option<i64>| -> BTreeMap<u64, i64> {

@@ -105,6 +105,24 @@ impl TestKafka {
         self.wait_for_partitions(name, partitions);
     }
 
+    /// `name`'s topic configs, as the broker describes them (defaults included).
+    pub fn topic_configs(&self, name: &str) -> BTreeMap<String, String> {
+        let admin = self.admin();
+        let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
+        let described = block_on(admin.describe_configs([&rdkafka::admin::ResourceSpecifier::Topic(name)], &options))
+            .expect("describe_configs");
+        let resource = described
+            .into_iter()
+            .next()
+            .expect("one resource")
+            .unwrap_or_else(|e| panic!("describing topic {name}: {e}"));
+        resource
+            .entries
+            .into_iter()
+            .filter_map(|e| Some((e.name, e.value?)))
+            .collect()
+    }
+
     pub fn add_partitions(&self, name: &str, total: usize) {
         let admin = self.admin();
         let np = NewPartitions::new(name, total);

@@ -54,7 +54,7 @@ pub fn http(addr: &str, method: &str, path: &str, body: &str) -> Option<(u16, St
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .ok()?;
@@ -294,7 +294,7 @@ fn control_refuses_bad_bodies_and_controls_the_job_lacks() {
         let body = r#"{"paused": false}"#;
         write!(
             s,
-            "POST /control HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /control HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .expect("send");
@@ -503,4 +503,98 @@ fn any_source_pauses_and_resumes_and_control_can_be_switched_off() {
     daemon.signal(libc::SIGTERM);
     let (code, log) = daemon.wait(MINUTE);
     assert_eq!(code.code(), Some(0), "{log}");
+}
+
+/// The guards against a running job, with a real HTTP client (reqwest): a foreign `Host`, a
+/// foreign `Origin`, a missing or wrong token are refused and change nothing; `/ready` and
+/// `/ping` answer; the token shows nowhere. Control on every address without a token is refused
+/// at start, naming the key.
+#[test]
+fn the_endpoint_refuses_foreign_hosts_origins_and_tokens_from_a_real_client() {
+    const TOKEN: &str = "it-token-7f3a";
+    let dir = JobDir::new();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let extra = format!("control_token = \"{TOKEN}\"\nallowed_hosts = [\"tidegate.test\"]");
+    let daemon = Daemon::start(&dir.config(&datagen_config(port, 50, &extra)), &[]);
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client");
+    let base = format!("http://{addr}");
+    let get = |path: &str, host: Option<&str>| {
+        let mut r = client.get(format!("{base}{path}"));
+        if let Some(h) = host {
+            r = r.header("Host", h);
+        }
+        r.send().map(|r| r.status().as_u16()).unwrap_or(0)
+    };
+    wait_until("ready", MINUTE, || get("/ready", None) == 200);
+    assert_eq!(get("/ping", Some("anything.example")), 200);
+    assert_eq!(get("/status", None), 200);
+    assert_eq!(get("/status", Some(&format!("localhost:{port}"))), 200);
+    assert_eq!(get("/status", Some("tidegate.test")), 200, "an allowed host");
+    for path in ["/status", "/metrics", "/"] {
+        assert_eq!(get(path, Some("evil.example")), 421, "{path}");
+        assert_eq!(get(path, Some(&format!("evil.example:{port}"))), 421, "{path}");
+    }
+    let post = |headers: &[(&str, &str)]| {
+        let mut r = client
+            .post(format!("{base}/control"))
+            .header("Content-Type", "application/json")
+            .body(r#"{"paused": true}"#);
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let answer = r.send().expect("an answer");
+        (answer.status().as_u16(), answer.text().unwrap_or_default())
+    };
+    let bearer = format!("Bearer {TOKEN}");
+    let refused: [(&[(&str, &str)], u16); 5] = [
+        (
+            &[
+                ("Host", "evil.example"),
+                ("Origin", "http://evil.example"),
+                ("Authorization", &bearer),
+            ],
+            421,
+        ),
+        (&[("Origin", "http://evil.example"), ("Authorization", &bearer)], 403),
+        (&[("Origin", "null"), ("Authorization", &bearer)], 403),
+        (&[], 401),
+        (&[("Authorization", "Bearer not-the-token")], 401),
+    ];
+    for (headers, want) in refused {
+        let (code, text) = post(headers);
+        assert_eq!(code, want, "{headers:?}: {text}");
+        assert!(!text.contains(TOKEN), "{text}");
+        assert_eq!(
+            status(&addr).expect("status")["state"],
+            "running",
+            "{headers:?} paused the job"
+        );
+    }
+    let (code, text) = post(&[("Authorization", &bearer), ("Origin", &base)]);
+    assert_eq!(code, 200, "{text}");
+    wait_until("paused", MINUTE, || {
+        status(&addr).is_some_and(|s| s["state"] == "paused")
+    });
+    assert!(!status(&addr).expect("status").to_string().contains(TOKEN));
+    daemon.signal(libc::SIGTERM);
+    let (code, log) = daemon.wait(MINUTE);
+    assert_eq!(code.code(), Some(0), "{log}");
+    assert!(!log.contains(TOKEN), "the token in the log:\n{log}");
+    assert!(log.contains("POST /control refused"), "{log}");
+
+    // control on every address without a token: refused at start, naming the key
+    let dir = JobDir::new();
+    let config = dir.config(&datagen_config(free_port(), 50, ""));
+    let listen = format!("metrics.listen=0.0.0.0:{}", free_port());
+    let daemon = Daemon::start(&config, &["--set", &listen, "--set", "metrics.control=true"]);
+    let (code, log) = daemon.wait(MINUTE);
+    assert_eq!(code.code(), Some(2), "{log}");
+    assert!(
+        log.contains("metrics.control_token: POST /control on 0.0.0.0:"),
+        "{log}"
+    );
 }

@@ -289,3 +289,78 @@ fn preserve_partition_into_fewer_partitions_is_refused() {
         "the error names the key, the topic and its partitions:\n{log}"
     );
 }
+
+/// `tidegate replay SRC --to-topic NEW --preserve-partition --exactly-once` into a topic that does
+/// not exist: without `--create-topic` it fails within seconds naming the topic and the flag, and
+/// writes nothing; with it, the topic is created with the source's partitions and configs, and
+/// the copy comes out byte for byte, partition for partition.
+#[test]
+fn a_copy_into_a_missing_topic_fails_fast_or_creates_it_like_the_source() {
+    let kafka = TestKafka::get();
+    let source = kafka.unique_topic("copies-like");
+    kafka.create_named_topic_with(
+        &source,
+        3,
+        1,
+        // (not compacted: the corner cases hold records without a key)
+        &[("retention.bytes", "1073741824"), ("max.message.bytes", "2000000")],
+    );
+    let records = corner_cases();
+    produce_raw(&kafka, &source, &records);
+    let expected = by_partition(records);
+    assert_eq!(
+        read_raw(&kafka, &source),
+        expected,
+        "the source topic holds what was produced"
+    );
+    let target = kafka.unique_topic("copies-new");
+    let dir = JobDir::new();
+    let args = [
+        "replay",
+        source.as_str(),
+        "--bootstrap-servers",
+        kafka.bootstrap.as_str(),
+        "--to-topic",
+        target.as_str(),
+        "--preserve-partition",
+        "--exactly-once",
+        "--no-progress",
+    ];
+    let started = std::time::Instant::now();
+    let ran = crate::oneliner::tidegate(&dir.path("."), &args, &[]);
+    let took = started.elapsed();
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(
+        ran.stderr
+            .contains(&format!("sink.topic: the topic {target} does not exist"))
+            && ran.stderr.contains("--create-topic"),
+        "{}",
+        ran.stderr
+    );
+    assert!(took < Duration::from_secs(30), "failed only after {took:?}");
+
+    let ran = crate::oneliner::ok(&dir.path("."), &[&args[..], &["--create-topic"]].concat(), &[]);
+    assert!(ran.stderr.contains("topic created"), "{}", ran.stderr);
+    let configs = kafka.topic_configs(&target);
+    assert_eq!(
+        configs.get("retention.bytes").map(String::as_str),
+        Some("1073741824"),
+        "{configs:?}"
+    );
+    assert_eq!(
+        configs.get("max.message.bytes").map(String::as_str),
+        Some("2000000"),
+        "{configs:?}"
+    );
+    assert_eq!(
+        configs.get("retention.ms").map(String::as_str),
+        Some("-1"),
+        "{configs:?}"
+    );
+    assert_eq!(kafka.end_offsets(&target).len(), 3, "the source's partitions");
+    let copied = read_raw(&kafka, &target);
+    assert_eq!(copied.len(), expected.len(), "record count");
+    for (i, (got, want)) in copied.iter().zip(&expected).enumerate() {
+        assert_eq!(got, want, "record {i} of the copy");
+    }
+}

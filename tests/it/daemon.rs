@@ -412,7 +412,7 @@ fn validate_and_state_show() {
     assert_eq!(code, 0, "{log}");
     assert!(!log.contains("hunter2"));
     let out = std::process::Command::new(binary())
-        .args(["state", "show"])
+        .args(["state", "show", "--json"])
         .arg(dir.path("job.state"))
         .output()
         .unwrap();
@@ -605,5 +605,50 @@ mod punctual {
             latencies[latencies.len() - 1]
         );
         assert!(median <= 150.0, "median stop latency {median:.0} ms: {latencies:?}");
+    }
+}
+
+/// `source.properties."fetch.max.bytes" = "1000"`: `validate` passed it and `run` failed (the
+/// enumerator's client refused it, exit 1). Every consumer now fits its message size to it, and
+/// validate checks the enumerator's client too: both accept it, and the replay reads everything.
+/// Both sizes set and inconsistent: both refuse, exit 2, naming a key.
+#[test]
+fn validate_and_run_agree_on_a_small_fetch_size() {
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("small-fetch", 2);
+    produce_numbered(&kafka, &topic, 2, 500);
+    let dir = JobDir::new();
+    let run_and_validate = |properties: &str| {
+        let config = dir.config(&replay_config(
+            &kafka,
+            &topic,
+            FILE_SINK,
+            &format!("stopping_offsets = \"latest\"\nproperties = {{ {properties} }}"),
+        ));
+        let validated = std::process::Command::new(binary())
+            .args(["validate", "--config"])
+            .arg(&config)
+            .output()
+            .expect("validate");
+        let (code, log) = run(&config, &[], MINUTE);
+        (
+            validated.status.code(),
+            String::from_utf8_lossy(&validated.stderr).into_owned(),
+            code,
+            log,
+        )
+    };
+    let (validated, stderr, code, log) = run_and_validate(r#""fetch.max.bytes" = "1000""#);
+    assert_eq!(validated, Some(0), "{stderr}");
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(line_count(&dir.path("out.jsonl")), 500);
+    let (validated, stderr, code, log) =
+        run_and_validate(r#""fetch.max.bytes" = "1000", "message.max.bytes" = "5000""#);
+    assert_eq!((validated, code), (Some(2), 2), "validate: {stderr}\nrun: {log}");
+    for text in [&stderr, &log] {
+        assert!(
+            text.contains("source.properties.\"") && text.contains("max.bytes"),
+            "{text}"
+        );
     }
 }

@@ -149,6 +149,23 @@ impl Daemon {
     }
 }
 
+/// Fail unless the daemon exited 0: its log first, then, last (where an output cut to its tail
+/// still shows it), the exit code and the lines that say why (`ERROR`, `tidegate: error:`).
+pub fn assert_exit_0(status: ExitStatus, log: &str) {
+    if status.code() == Some(0) {
+        return;
+    }
+    let why: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" ERROR ") || l.starts_with("tidegate: error:"))
+        .collect();
+    panic!(
+        "{log}\n--- tidegate exited {:?} (expected 0); why, from its log:\n{}",
+        status.code(),
+        why.join("\n")
+    );
+}
+
 /// Run to completion and return (exit code, stderr).
 pub fn run(config: &Path, extra: &[&str], timeout: Duration) -> (i32, String) {
     let (status, log) = Daemon::start(config, extra).wait(timeout);
@@ -176,7 +193,7 @@ pub fn http_get(addr: &str, path: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
     let mut buf = String::new();
     s.read_to_string(&mut buf).ok()?;
     let (head, body) = buf.split_once("\r\n\r\n")?;

@@ -2,6 +2,7 @@
 //! end markers, and the trading-day pair of example configs.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 use crate::common::{wait_until, ReadRecord, TestKafka};
@@ -210,11 +211,11 @@ fn a_generator_that_fails_fails_the_job_with_its_cause() {
     );
 }
 
-#[test]
-fn the_trading_day_seed_and_replay_configs() {
-    let kafka = TestKafka::get();
+/// The trading day of config/trading-day-seed.toml in a topic of its own, checked as an
+/// exchange feed: each partition ends with its market-close record and is in timestamp order.
+/// The topic and each trade's timestamp by its `seq`.
+fn seeded_trading_day(kafka: &TestKafka, dir: &JobDir) -> (String, std::collections::HashMap<u64, i64>) {
     let topic = kafka.unique_topic("trades");
-    let dir = JobDir::new();
     let root = env!("CARGO_MANIFEST_DIR");
     let state = |name: &str| format!("checkpoint.path={}", dir.path(name).display());
     let (code, log) = run(
@@ -267,24 +268,62 @@ fn the_trading_day_seed_and_replay_configs() {
         })
         .collect();
     assert_eq!(trade_ts.len(), 20_000, "every trade once");
+    (topic, trade_ts)
+}
+
+/// The example configs seed a trading day and replay it to the market-close records; at the
+/// end the progress stands at 100 %, and the summary (JSON under `log.format = "json"`),
+/// `/status` and the metrics give the same totals (served on by `metrics.linger`).
+#[test]
+fn the_trading_day_seed_and_replay_configs() {
+    let kafka = TestKafka::get();
+    let dir = JobDir::new();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let (topic, _) = seeded_trading_day(&kafka, &dir);
     let out = dir.path("trades.jsonl");
-    let (code, log) = run(
-        std::path::Path::new(&format!("{root}/config/trading-day-replay.toml")),
-        &[
-            "--set",
-            &format!("source.bootstrap_servers={}", kafka.bootstrap),
-            "--set",
-            &format!("source.topics=[\"{topic}\"]"),
-            "--set",
-            &format!("sink.path={}", out.display()),
-            "--set",
-            &state("replay.state"),
-            "--set",
-            "metrics.listen=127.0.0.1:0",
-        ],
-        MINUTE,
-    );
-    assert_eq!(code, 0, "{log}");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let sets = [
+        format!("source.bootstrap_servers={}", kafka.bootstrap),
+        format!("source.topics=[\"{topic}\"]"),
+        format!("sink.path={}", out.display()),
+        format!("checkpoint.path={}", dir.path("replay.state").display()),
+        format!("metrics.listen={addr}"),
+        "metrics.linger=\"2m\"".to_string(),
+        "log.format=\"json\"".to_string(),
+    ];
+    let args: Vec<&str> = sets.iter().flat_map(|s| ["--set", s.as_str()]).collect();
+    let daemon = Daemon::start(Path::new(&format!("{root}/config/trading-day-replay.toml")), &args);
+    wait_until("the job's end, the endpoint lingering", MINUTE, || {
+        daemon.log_text().contains("metrics.linger")
+    });
+    let log = daemon.log_text();
+    let summary: serde_json::Value = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["fields"]["message"] == "summary")
+        .unwrap_or_else(|| panic!("no JSON summary in {log}"));
+    let summary = &summary["fields"];
+    let status = crate::control::status(&addr).expect("/status while lingering");
+    let metrics = http_get(&addr, "/metrics").expect("/metrics while lingering");
+    let metric = |name: &str| metric(&metrics, name).unwrap_or_else(|| panic!("{name} in {metrics}")) as u64;
+    // 20,000 trades written; the three market-close records read, matched and not written
+    assert_eq!(summary["outcome"], "finished", "{summary}");
+    assert_eq!(summary["records_written"], 20_000, "{summary}");
+    assert_eq!(summary["records_read"], 20_000, "{summary}");
+    assert_eq!(summary["records_expected"], 20_000, "the summary at 100 %: {summary}");
+    assert_eq!(status["state"], "finished", "{status}");
+    assert_eq!(status["records"]["done"], 20_000, "{status}");
+    assert_eq!(status["records"]["expected"], 20_000, "/status at 100 %: {status}");
+    assert_eq!(status["records"]["read"], 20_000, "{status}");
+    assert_eq!(status["records"]["written"], 20_000, "{status}");
+    assert_eq!(metric("tidegate_expected_records"), 20_000, "the metrics at 100 %");
+    assert_eq!(metric("tidegate_records_written_total"), 20_000);
+    assert_eq!(metric("tidegate_records_emitted_total"), 20_000);
+    // ended, the job is not ready; SIGTERM ends the lingering at once
+    assert!(http_get(&addr, "/ready").is_none(), "/ready after the end");
+    daemon.signal(libc::SIGTERM);
+    let (code, log) = daemon.wait(MINUTE);
+    assert_exit_0(code, &log);
     let lines = read_jsonl(&out);
     assert_eq!(lines.len(), 20_000, "every trade");
     assert!(
@@ -295,63 +334,77 @@ fn the_trading_day_seed_and_replay_configs() {
     seqs.sort_unstable();
     assert_eq!(seqs, (0..20_000).collect::<Vec<_>>());
     assert_eq!(log.matches("eof_record at").count(), 3, "{log}");
+}
 
-    // the same day paced at 3600x into a topic: 6.5 hours of trades in about 6.5 seconds
-    let live = kafka.unique_topic("trades-live");
-    let started = std::time::Instant::now();
-    let (code, log) = run(
-        std::path::Path::new(&format!("{root}/config/trading-day-replay-paced.toml")),
-        &[
-            "--set",
-            &format!("source.bootstrap_servers={}", kafka.bootstrap),
-            "--set",
-            &format!("source.topics=[\"{topic}\"]"),
-            "--set",
-            &format!("sink.bootstrap_servers={}", kafka.bootstrap),
-            "--set",
-            &format!("sink.topic={live}"),
-            "--set",
-            &format!("job.name={live}"),
-            "--set",
-            &state("paced.state"),
-        ],
-        MINUTE,
-    );
-    let took = started.elapsed();
-    assert_eq!(code, 0, "{log}");
-    let out = kafka.read_all(&live);
-    assert_eq!(out.len(), 20_000, "every trade");
-    assert!(out
-        .iter()
-        .all(|r| String::from_utf8_lossy(r.value.as_deref().unwrap()).contains("\"TRADE\"")));
-    assert!(
-        took >= std::time::Duration::from_secs(6),
-        "6.5 hours at 3600x took {took:?}"
-    );
-    // each trade left on schedule: its emit time less (its trade time - the first trade time) /
-    // 3600 is the same for all but noise (the earliest such difference is the clock's start)
-    let t0 = trade_ts.values().min().copied().unwrap();
-    let offsets: Vec<i64> = out
-        .iter()
-        .map(|r| {
-            let v: serde_json::Value = serde_json::from_slice(r.value.as_deref().unwrap()).unwrap();
-            let trade = trade_ts[&v["seq"].as_u64().unwrap()];
-            r.timestamp.unwrap() - (trade - t0) / 3600
-        })
-        .collect();
-    let start = offsets.iter().min().copied().unwrap();
-    let errors: Vec<i64> = offsets.iter().map(|o| o - start).collect();
-    let late = errors.iter().filter(|e| **e > 500).count();
-    let worst = errors.iter().max().copied().unwrap_or(0);
-    let mut sorted = errors.clone();
-    sorted.sort_unstable();
-    let p99 = sorted[sorted.len() * 99 / 100];
-    eprintln!("paced replay: {late} of 20000 trades more than 500 ms behind schedule, p99 {p99} ms, worst {worst} ms, took {took:?}");
-    // a loaded machine delays a few batches; an unordered day delays thousands by seconds
-    assert!(
-        late <= 200,
-        "{late} of 20000 trades more than 500 ms behind schedule (p99 {p99} ms, worst {worst} ms)"
-    );
+/// Timing measured in milliseconds: run alone (`scripts/test` runs `punctual::` serially).
+mod punctual {
+    use super::*;
+
+    /// The same day paced at 3600x into a topic: 6.5 hours of trades in about 6.5 seconds, each
+    /// trade on schedule.
+    #[test]
+    fn the_trading_day_paced_at_3600x_keeps_its_schedule() {
+        let kafka = TestKafka::get();
+        let dir = JobDir::new();
+        let root = env!("CARGO_MANIFEST_DIR");
+        let state = |name: &str| format!("checkpoint.path={}", dir.path(name).display());
+        let (topic, trade_ts) = seeded_trading_day(&kafka, &dir);
+        let live = kafka.unique_topic("trades-live");
+        let started = std::time::Instant::now();
+        let (code, log) = run(
+            std::path::Path::new(&format!("{root}/config/trading-day-replay-paced.toml")),
+            &[
+                "--set",
+                &format!("source.bootstrap_servers={}", kafka.bootstrap),
+                "--set",
+                &format!("source.topics=[\"{topic}\"]"),
+                "--set",
+                &format!("sink.bootstrap_servers={}", kafka.bootstrap),
+                "--set",
+                &format!("sink.topic={live}"),
+                "--set",
+                &format!("job.name={live}"),
+                "--set",
+                &state("paced.state"),
+            ],
+            MINUTE,
+        );
+        let took = started.elapsed();
+        assert_eq!(code, 0, "{log}");
+        let out = kafka.read_all(&live);
+        assert_eq!(out.len(), 20_000, "every trade");
+        assert!(out
+            .iter()
+            .all(|r| String::from_utf8_lossy(r.value.as_deref().unwrap()).contains("\"TRADE\"")));
+        assert!(
+            took >= std::time::Duration::from_secs(6),
+            "6.5 hours at 3600x took {took:?}"
+        );
+        // each trade left on schedule: its emit time less (its trade time - the first trade time) /
+        // 3600 is the same for all but noise (the earliest such difference is the clock's start)
+        let t0 = trade_ts.values().min().copied().unwrap();
+        let offsets: Vec<i64> = out
+            .iter()
+            .map(|r| {
+                let v: serde_json::Value = serde_json::from_slice(r.value.as_deref().unwrap()).unwrap();
+                let trade = trade_ts[&v["seq"].as_u64().unwrap()];
+                r.timestamp.unwrap() - (trade - t0) / 3600
+            })
+            .collect();
+        let start = offsets.iter().min().copied().unwrap();
+        let errors: Vec<i64> = offsets.iter().map(|o| o - start).collect();
+        let late = errors.iter().filter(|e| **e > 500).count();
+        let worst = errors.iter().max().copied().unwrap_or(0);
+        let mut sorted = errors.clone();
+        sorted.sort_unstable();
+        let p99 = sorted[sorted.len() * 99 / 100];
+        eprintln!("paced replay: {late} of 20000 trades more than 500 ms behind schedule, p99 {p99} ms, worst {worst} ms, took {took:?}");
+        // a loaded machine delays a few batches; an unordered day delays thousands by seconds
+        assert!(
+            late <= 200,
+            "{late} of 20000 trades more than 500 ms behind schedule (p99 {p99} ms, worst {worst} ms)"
+        );
+    }
 }
 
 /// A record's key, value and partition.
@@ -421,4 +474,25 @@ fn partitions_by_key_are_each_in_index_order_through_a_kill_and_restart() {
         }
     }
     assert_eq!(last.len(), 4, "every partition written: {last:?}");
+}
+
+/// An unbounded generator stopped by `job.max_duration` has no total: its summary says what it
+/// read, never "of up to" a number of u64's size (its ranges are all of u64's).
+#[test]
+fn an_unbounded_generator_s_summary_has_no_total() {
+    let dir = JobDir::new();
+    let config = dir.config(
+        "[job]\nname = \"unbounded\"\nparallelism = 2\nmax_duration = \"500ms\"\n\n\
+         [source]\ntype = \"datagen\"\n\n[source.fields]\nn = { sequence = {} }\n\n[sink]\ntype = \"null\"\n",
+    );
+    let (code, log) = run(&config, &[], MINUTE);
+    assert_eq!(code, 0, "{log}");
+    let summary = log
+        .lines()
+        .find(|l| l.starts_with("tidegate: job unbounded stopped"))
+        .unwrap_or_else(|| panic!("no summary in {log}"));
+    assert!(
+        summary.contains(" records read, ") && !summary.contains("of up to"),
+        "{summary}"
+    );
 }

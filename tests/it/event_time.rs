@@ -204,7 +204,7 @@ fn a_source_wide_stop_on_a_live_tail_is_exact_to_the_record() {
 /// `tidegate state show` of the job's state file.
 fn state(dir: &JobDir) -> serde_json::Value {
     let out = Command::new(binary())
-        .args(["state", "show"])
+        .args(["state", "show", "--json"])
         .arg(dir.path("job.state"))
         .output()
         .unwrap();

@@ -327,7 +327,7 @@ fn each_split_reports_what_ended_it_at_the_same_position_in_every_run() {
         );
         assert!(log.contains("2026-11-27T14:30:20.000Z"), "{log}");
         let out = std::process::Command::new(binary())
-            .args(["state", "show"])
+            .args(["state", "show", "--json"])
             .arg(dir.path("job.state"))
             .output()
             .unwrap();

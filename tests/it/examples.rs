@@ -128,3 +128,53 @@ fn the_documentation_links_lead_somewhere() {
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
     assert!(checked >= 20, "only {checked} links found");
 }
+
+/// No page a user reads (the README, CONTRIBUTING.md, docs/) names one of this project's issue
+/// numbers: they mean nothing to a reader, and "Not yet: … issue 26" outlived what it said. An
+/// upstream project's issue (librdkafka's) may be cited. The CHANGELOG names them on purpose.
+#[test]
+fn the_documentation_names_no_issue_numbers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages: Vec<_> = ["README.md", "CONTRIBUTING.md"].iter().map(|p| root.join(p)).collect();
+    pages.extend(
+        std::fs::read_dir(root.join("docs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md")),
+    );
+    let names_an_issue = |line: &str| {
+        let lower = line.to_lowercase();
+        let words: Vec<&str> = lower
+            .split(|c: char| c.is_whitespace() || "(),;:.".contains(c))
+            .collect();
+        // a number, however it is dressed: `26`, `#24**`, `28's`
+        let numbered = |w: &str| {
+            w.trim_start_matches(['#', '*'])
+                .starts_with(|c: char| c.is_ascii_digit())
+        };
+        let after_issue = words.windows(2).any(|w| w[0] == "issue" && numbered(w[1]));
+        let hash = words.iter().any(|w| w.starts_with('#') && numbered(w));
+        (after_issue || hash) && !lower.contains("librdkafka")
+    };
+    assert!(names_an_issue(
+        "Not yet: instances coordinated by Kafka's group protocol — issue 26."
+    ));
+    assert!(names_an_issue("finding 2.1 of issue #24 (records lost)"));
+    assert!(names_an_issue("compares a run with issue 28's targets"));
+    assert!(names_an_issue(
+        "- on its first run, **finding 2.1 of issue #24** (records lost)"
+    ));
+    assert!(!names_an_issue("librdkafka issue 4057 reports 2.7M/s"));
+    let found: Vec<String> = pages
+        .iter()
+        .flat_map(|page| {
+            let text = std::fs::read_to_string(page).unwrap();
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| names_an_issue(l))
+                .map(|(i, l)| format!("{}:{}: {l}", page.display(), i + 1))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(found.is_empty(), "issue numbers in the docs:\n{}", found.join("\n"));
+}

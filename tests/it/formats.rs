@@ -363,7 +363,7 @@ fn a_poison_record_under_dead_letter_goes_to_the_dead_letter_topic_with_its_erro
     assert_eq!(header("tidegate-source-offset"), "4");
     // the summary counts the dead letter apart from the records written
     assert!(
-        log.contains("10 records emitted, 9 written") && log.contains("1 dead-lettered"),
+        log.contains("10 records read, 9 written") && log.contains("1 dead-lettered"),
         "{log}"
     );
     // a dead-letter topic that does not exist is found at the start, not at the first poison

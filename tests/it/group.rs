@@ -14,7 +14,7 @@ use crate::daemon_util::*;
 const MINUTE: Duration = Duration::from_secs(60);
 
 /// Records `value-<from>` … `value-<to - 1>` dealt over `partitions` partitions of `topic`.
-fn produce(kafka: &TestKafka, topic: &str, partitions: i32, from: usize, to: usize) {
+pub(crate) fn produce(kafka: &TestKafka, topic: &str, partitions: i32, from: usize, to: usize) {
     let records: Vec<TestRecord> = (from..to)
         .map(|i| TestRecord::to((i % partitions as usize) as i32, format!("value-{i}")))
         .collect();
@@ -23,7 +23,7 @@ fn produce(kafka: &TestKafka, topic: &str, partitions: i32, from: usize, to: usi
 
 /// A group-coordinated job reading `topic` into the exactly-once sink `out`, its checkpoints in
 /// `state` (in the sink's transactions); `stop` lines for a bounded replay.
-fn group_job(kafka: &TestKafka, name: &str, topic: &str, out: &str, state: &str, stop: &str) -> String {
+pub(crate) fn group_job(kafka: &TestKafka, name: &str, topic: &str, out: &str, state: &str, stop: &str) -> String {
     format!(
         r#"
 [job]
@@ -66,9 +66,16 @@ fn committed_counts(kafka: &TestKafka, topic: &str) -> BTreeMap<String, usize> {
 
 /// A member `name` of the job, in its own empty directory.
 fn member(text: &str, name: &str) -> (JobDir, Daemon) {
+    member_with(text, name, &[])
+}
+
+/// [`member`] with more arguments.
+fn member_with(text: &str, name: &str, extra: &[&str]) -> (JobDir, Daemon) {
     let dir = JobDir::new();
     let set = format!("job.member={name}");
-    let daemon = Daemon::start(&dir.config(text), &["--set", &set]);
+    let mut args = vec!["--set", set.as_str()];
+    args.extend_from_slice(extra);
+    let daemon = Daemon::start(&dir.config(text), &args);
     (dir, daemon)
 }
 
@@ -463,8 +470,18 @@ fn produce_json(kafka: &TestKafka, topic: &str, partitions: i32, from: usize, to
 fn deployment_config(kafka: &TestKafka, topic: &str, out: &str, name: &str) -> String {
     let docs = crate::kubernetes::documents("docker/k8s/live-tail.yaml");
     let deployment = docs.iter().find(|d| d["kind"] == "Deployment").expect("a Deployment");
-    let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let args = &container["args"];
     assert_eq!(args[2], "/etc/tidegate/tail.toml", "{args}");
+    // the probes reach the endpoint the args open: /ready for readiness
+    assert_eq!(args[5], "metrics.listen=0.0.0.0:9464", "{args}");
+    assert_eq!(container["ports"][0]["containerPort"], 9464, "{container}");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/ready", "{container}");
+    assert_eq!(
+        container["readinessProbe"]["httpGet"]["port"],
+        container["ports"][0]["name"]
+    );
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz", "{container}");
     let text = docs.iter().find(|d| d["kind"] == "ConfigMap").expect("a ConfigMap")["data"]["tail.toml"]
         .as_str()
         .expect("tail.toml")
@@ -489,8 +506,23 @@ fn the_kubernetes_deployment_s_live_tail_scales_two_three_one_with_every_record_
     let (_a, pod_a) = member(&text, "tidegate-events-tail-7d4b9-a");
     let (_b, pod_b) = member(&text, "tidegate-events-tail-7d4b9-b");
     wait_for_output(&kafka, &out, 600, &[&pod_a, &pod_b]);
-    // kubectl scale --replicas=3
-    let (_c, pod_c) = member(&text, "tidegate-events-tail-7d4b9-c");
+    // kubectl scale --replicas=3; the new pod with its endpoint (on a port of its own here), whose
+    // readiness probe sees 503 until the group has dealt it partitions and its run goes on
+    let listen = format!("metrics.listen=127.0.0.1:{}", free_port());
+    let (_c, pod_c) = member_with(&text, "tidegate-events-tail-7d4b9-c", &["--set", &listen]);
+    let ready_addr = listen.trim_start_matches("metrics.listen=").to_string();
+    let mut probes = Vec::new();
+    wait_until("the new pod ready", MINUTE, || {
+        let code = crate::control::http(&ready_addr, "GET", "/ready", "").map(|(code, _)| code);
+        if probes.last() != Some(&code) {
+            probes.push(code);
+        }
+        code == Some(200)
+    });
+    assert!(
+        probes.contains(&Some(503)),
+        "the probe saw {probes:?}: never 503 before the pod's first run"
+    );
     wait_until("three pods share the partitions", MINUTE, || {
         [&pod_a, &pod_b, &pod_c]
             .iter()

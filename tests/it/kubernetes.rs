@@ -242,11 +242,11 @@ fn local_manifest(kafka: &TestKafka, dir: &JobDir) -> Manifest {
 
 const COUNT: u64 = 30_000;
 
-/// The records a run wrote, from its summary line (`… N records emitted, M written …`).
+/// The records a run wrote, from its summary line (`… N records read, M written …`).
 fn written_in(log: &str) -> u64 {
     log.lines()
         .find_map(|line| {
-            let (_, rest) = line.split_once(" records emitted, ")?;
+            let (_, rest) = line.split_once(" records read, ")?;
             rest.split_once(" written")?.0.replace(',', "").parse().ok()
         })
         .unwrap_or_else(|| panic!("no summary line in the pod's log:\n{log}"))

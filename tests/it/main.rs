@@ -37,6 +37,7 @@ mod registry_formats;
 mod restore;
 mod routing;
 mod security;
+mod state_set;
 mod status_page;
 mod testing_api;
 mod tls;

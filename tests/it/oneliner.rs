@@ -438,11 +438,7 @@ fn a_replay_with_state_resumes_where_it_stopped() {
     let emitted = again
         .stderr
         .lines()
-        .find_map(|l| {
-            l.split(" records emitted")
-                .next()
-                .filter(|_| l.contains("records emitted"))
-        })
+        .find_map(|l| l.split(" records read").next().filter(|_| l.contains("records read")))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|n| n.parse::<usize>().ok())
         .expect("a summary line");
@@ -451,4 +447,40 @@ fn a_replay_with_state_resumes_where_it_stopped() {
         60 - stopped_at,
         "the second run read only what the first had not written"
     );
+}
+
+/// `--out /dev/null` (timing a replay, discarding it) and `--out` a FIFO: any writable path.
+/// /dev/null used to fail with `truncating /dev/null: Invalid argument`.
+#[test]
+fn out_takes_dev_null_and_a_fifo() {
+    let kafka = TestKafka::get();
+    let dir = JobDir::new();
+    let topic = trading_topic(&kafka, 40, now_millis() - 3_600_000);
+    let replay = |out: &str| {
+        tidegate(
+            dir.dir.path(),
+            &[
+                "replay",
+                &topic,
+                "--bootstrap-servers",
+                &kafka.bootstrap,
+                "--out",
+                out,
+                "--no-progress",
+            ],
+            &[],
+        )
+    };
+    let ran = replay("/dev/null");
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stderr.contains("44 written"), "{}", ran.stderr);
+    let fifo = dir.path("records.fifo");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid, NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let reader_path = fifo.clone();
+    let reader = std::thread::spawn(move || std::fs::read_to_string(reader_path).expect("read the FIFO"));
+    let ran = replay(fifo.to_str().unwrap());
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert_eq!(reader.join().expect("reader").lines().count(), 44);
 }

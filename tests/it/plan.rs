@@ -169,7 +169,7 @@ fn plan_matches_what_a_run_then_reads_with_markers_and_an_aborted_transaction() 
     check_plan_against_run(&first_plan, &read_jsonl(&dir.path("out.jsonl")), &expected);
     // the run's splits end where the plan said
     let shown = Command::new(binary())
-        .args(["state", "show"])
+        .args(["state", "show", "--json"])
         .arg(dir.path("job.state"))
         .output()
         .unwrap();

@@ -195,7 +195,7 @@ fn a_topic_recreated_longer_is_told_by_its_id() {
         &log,
         &[
             format!("{topic}:0"),
-            "was deleted and recreated since the state file was written (its id was".to_string(),
+            "was deleted and recreated since the last checkpoint was written (its id was".to_string(),
             "stored offset 20".to_string(),
             "holds offsets 0 to 50".to_string(),
         ],

@@ -425,3 +425,167 @@ fn protobuf_and_json_schema_without_a_registry_are_raw_values_of_the_local_schem
         assert_stopped_at_120(&replayed, &expected);
     }
 }
+
+/// POST a JSON `body` to `path` below the registry URL (plain HTTP on this machine); the JSON
+/// answer of a 200, else a panic with the registry's answer.
+fn registry_post(url: &str, path: &str, body: &serde_json::Value) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").expect("an http:// registry URL");
+    let (addr, base) = rest
+        .split_once('/')
+        .map(|(a, b)| (a, format!("/{b}")))
+        .unwrap_or((rest, String::new()));
+    let body = body.to_string();
+    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("the registry at {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("a read timeout");
+    write!(
+        s,
+        "POST {base}{path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/vnd.schemaregistry.v1+json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("the request sent");
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).expect("the registry's answer");
+    let (head, rest) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    assert!(head.starts_with("HTTP/1.1 200"), "POST {path}: {answer}");
+    // a chunked body starts with its length: the JSON starts at the first brace
+    let json = rest
+        .find('{')
+        .zip(rest.rfind('}'))
+        .map(|(start, end)| &rest[start..=end])
+        .unwrap_or(rest);
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("POST {path}: {e}: {answer}"))
+}
+
+/// The imported schema of the descriptor-form test, registered under its own subject and
+/// referenced by its import path.
+const VENUE_IMPORT: &str = "tidegate/test/venue.proto";
+const VENUE_PROTO: &str = r#"syntax = "proto3";
+package tidegate.test.ref;
+
+message Venue {
+  string mic = 1;
+  string country = 2;
+}
+"#;
+
+/// The root schema: it imports the reference and a well-known type (which a producer does not
+/// register: every reader has it).
+const FILL_PROTO: &str = r#"syntax = "proto3";
+package tidegate.test;
+
+import "tidegate/test/venue.proto";
+import "google/protobuf/timestamp.proto";
+
+message Close {
+  string type = 1;
+  int64 seq = 2;
+}
+
+message Fill {
+  string type = 1;
+  int64 seq = 2;
+  tidegate.test.ref.Venue venue = 3;
+  google.protobuf.Timestamp at = 4;
+}
+"#;
+
+/// A schema registered as confluent-kafka-python's `ProtobufSerializer` registers it: each file
+/// (the root and its import) as a base64 serialized `FileDescriptorProto`, not as `.proto` text;
+/// records framed as its serializer frames them. A replay through the registry decodes every one.
+#[test]
+fn protobuf_registered_as_base64_descriptors_with_imports_is_decoded() {
+    use base64::Engine as _;
+    use prost::Message as _;
+
+    let url = registry_url();
+    let kafka = TestKafka::get();
+    let topic = kafka.create_topic("protobuf-descriptor", 1);
+
+    // the files compiled as a producer compiles them; the root's own name ("acc_fill.proto", as
+    // a generated module names it) is none tidegate could guess
+    let dir = JobDir::new();
+    std::fs::create_dir_all(dir.path("tidegate/test")).expect("a schema folder");
+    std::fs::write(dir.path(VENUE_IMPORT), VENUE_PROTO).expect("write the reference");
+    std::fs::write(dir.path("acc_fill.proto"), FILL_PROTO).expect("write the schema");
+    let mut compiler = protox::Compiler::new([dir.dir.path()]).expect("a compiler");
+    compiler
+        .include_imports(true)
+        .open_file("acc_fill.proto")
+        .unwrap_or_else(|e| panic!("the test's schema: {e}"));
+    let pool = compiler.descriptor_pool();
+    let descriptor = |name: &str| {
+        let file = pool.get_file_by_name(name).expect("a compiled file");
+        base64::engine::general_purpose::STANDARD.encode(file.file_descriptor_proto().encode_to_vec())
+    };
+
+    // the reference under its own subject, then the root referencing it by its import path
+    let venue_subject = format!("{topic}-venue");
+    let venue_schema = descriptor(VENUE_IMPORT);
+    registry_post(
+        &url,
+        &format!("/subjects/{venue_subject}/versions"),
+        &serde_json::json!({"schemaType": "PROTOBUF", "schema": venue_schema}),
+    );
+    let venue_version = registry_get(&url, &format!("/subjects/{venue_subject}/versions/latest"))
+        .and_then(|v| v["version"].as_u64())
+        .expect("the reference's version");
+    let fill_schema = descriptor("acc_fill.proto");
+    let registered = registry_post(
+        &url,
+        &format!("/subjects/{topic}-value/versions"),
+        &serde_json::json!({
+            "schemaType": "PROTOBUF",
+            "schema": fill_schema,
+            "references": [{"name": VENUE_IMPORT, "subject": venue_subject, "version": venue_version}],
+        }),
+    );
+    let id = registered["id"].as_u64().expect("a registered id") as u32;
+    // the registry hands the descriptor form back as it was given: that is what tidegate reads
+    let stored = registry_get(&url, &format!("/schemas/ids/{id}")).expect("the registered schema");
+    assert_eq!(stored["schema"], fill_schema.as_str(), "{stored}");
+
+    // fills (message index [1]: count 1, index 1, as zigzag varints) and closes (index [0]: the
+    // single byte 0), each framed with the id; the last close is the end marker
+    let fill = pool.get_message_by_name("tidegate.test.Fill").expect("Fill");
+    let close = pool.get_message_by_name("tidegate.test.Close").expect("Close");
+    let venues = [("XNAS", "US"), ("XLON", "GB"), ("XPAR", "FR")];
+    let mut expected = Vec::new();
+    let mut values = Vec::new();
+    for seq in 0..60_i64 {
+        let (message, index, value) = if seq % 10 == 9 {
+            (&close, &[0u8][..], serde_json::json!({"type": "CLOSE", "seq": seq}))
+        } else {
+            let (mic, country) = venues[seq as usize % venues.len()];
+            let value = serde_json::json!({
+                "type": "FILL",
+                "seq": seq,
+                "venue": {"mic": mic, "country": country},
+                "at": format!("2026-11-27T14:30:{:02}.250Z", seq),
+            });
+            (&fill, &[2u8, 2][..], value)
+        };
+        let message = prost_reflect::DynamicMessage::deserialize(message.clone(), &value)
+            .unwrap_or_else(|e| panic!("{value} as {}: {e}", message.full_name()));
+        values.push([&[0u8][..], &id.to_be_bytes(), index, &message.encode_to_vec()].concat());
+        expected.push(value);
+    }
+    let end = prost_reflect::DynamicMessage::deserialize(close.clone(), &serde_json::json!({"type": "END"}))
+        .expect("the end marker");
+    values.push([&[0u8][..], &id.to_be_bytes(), &[0], &end.encode_to_vec()].concat());
+    produce_bytes(&kafka, &topic, &values);
+
+    let (code, log, replayed) = replay(
+        &kafka,
+        &topic,
+        "protobuf",
+        &format!("protobuf = {{ schema_registry = \"{url}\" }}"),
+        "value.type == \"END\"",
+        "fail",
+    );
+    assert_eq!(code, 0, "{log}");
+    let decoded: Vec<serde_json::Value> = replayed.iter().map(|l| l["value"].clone()).collect();
+    assert_eq!(decoded, expected, "every record before the marker, as it was written");
+}

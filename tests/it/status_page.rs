@@ -155,3 +155,86 @@ fn the_status_page_shows_what_status_reports_in_chromium() {
     assert_eq!(code.code(), Some(0), "{log}");
     assert_eq!(line_count(&dir.path("out.jsonl")), 1_000);
 }
+
+/// A page of another origin cannot control the job from a browser: headless Chromium loads a
+/// page served elsewhere (by Python's http.server, under the name `evil.example`, which the
+/// browser resolves to 127.0.0.1 as a DNS rebinding would) that POSTs pauses to the endpoint by
+/// its address and by the rebound name, as JSON (a CORS preflight) and as plain text (none);
+/// each request fails and the job is never paused.
+#[test]
+fn a_page_of_another_origin_cannot_control_the_job_in_chromium() {
+    let dir = JobDir::new();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let config = format!(
+        r#"
+[source]
+type = "datagen"
+rate = 50
+seed = 7
+[source.fields]
+seq = {{ sequence = {{}} }}
+[sink]
+type = "null"
+[checkpoint]
+path = "{{dir}}/job.state"
+interval = "200ms"
+[metrics]
+listen = "{addr}"
+"#
+    );
+    let daemon = Daemon::start(&dir.config(&config), &[]);
+    wait_until("/status", MINUTE, || status(&addr).is_some());
+    let site = dir.path("site");
+    std::fs::create_dir_all(&site).expect("site dir");
+    let attempts = [
+        format!("http://{addr}/control"),
+        format!("http://evil.example:{port}/control"),
+    ];
+    let mut script = String::from("const results = [];\n");
+    for url in &attempts {
+        for (mode, kind) in [("cors", "application/json"), ("no-cors", "text/plain")] {
+            script += &format!(
+                "try {{ const r = await fetch({url:?}, {{ method: 'POST', mode: '{mode}', headers: {{ 'Content-Type': '{kind}' }}, body: '{{\"paused\": true}}' }}); results.push('{mode} ' + r.type + ' ' + r.status); }} catch (e) {{ results.push('{mode} failed: ' + e); }}\n"
+            );
+        }
+    }
+    script += "document.getElementById('out').textContent = results.join(' | ');\n";
+    std::fs::write(
+        site.join("attack.html"),
+        format!("<html><body><p id=\"out\">pending</p><script>(async () => {{\n{script}}})();</script></body></html>"),
+    )
+    .expect("attack page");
+    let site_port = free_port();
+    let mut server = std::process::Command::new("python3")
+        .args(["-m", "http.server", &site_port.to_string(), "--bind", "127.0.0.1"])
+        .current_dir(&site)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3 -m http.server");
+    wait_until("the other site", MINUTE, || {
+        std::net::TcpStream::connect(("127.0.0.1", site_port)).is_ok()
+    });
+    let dom = chromium(
+        &format!("http://evil.example:{site_port}/attack.html"),
+        &["--host-resolver-rules=MAP evil.example 127.0.0.1", "--dump-dom"],
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    let out = text_of(&dom, "out");
+    // the page ran its four attempts: none was answered with what it asked for (the CORS ones
+    // fail, the no-cors ones get an opaque answer the server refused)
+    assert_eq!(out.matches(" | ").count(), 3, "{dom}");
+    assert!(
+        !out.contains("cors basic 200") && !out.contains("cors cors 200"),
+        "{out}"
+    );
+    let s = status(&addr).expect("status");
+    assert_eq!(s["state"], "running", "a page of another origin paused the job: {out}");
+    daemon.signal(libc::SIGTERM);
+    let (code, log) = daemon.wait(MINUTE);
+    assert_eq!(code.code(), Some(0), "{log}");
+    // the no-cors attempts reached the server and were refused by the guards
+    assert!(log.contains("POST /control refused"), "{log}");
+}

@@ -303,6 +303,23 @@ fn superseded(runs: &[(String, BTreeSet<String>)]) -> Vec<String> {
     gone
 }
 
+/// The member name of the runs `tidegate state set` writes into a group's job.
+pub const SET_BY_HAND: &str = "tidegate-state-set";
+
+/// `tidegate state set` on a group's job: `checkpoint` (what the group's runs hold of the changed
+/// partition, with the newest run's other fields) written as a run of its own, the newest, in one
+/// transaction under a transactional id of its own: a restore takes the partition from it and
+/// every other from the runs before (see [`merged`]). Returns the run's owner name.
+pub fn write_run(config: &KafkaStoreConfig, checkpoint: serde_json::Value) -> Result<String> {
+    let run = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ").to_string();
+    let owner = layout::member_run_owner(&config.job, SET_BY_HAND, &run);
+    let records = super::store::stored_records(config, &owner, checkpoint)?;
+    let producer =
+        super::producer::transactional_producer(config, &format!("tidegate.state.{owner}"), &config.properties)?;
+    super::store::transaction(config, producer.as_ref(), &records)?;
+    Ok(owner)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

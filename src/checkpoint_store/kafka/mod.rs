@@ -122,6 +122,18 @@ impl KafkaCheckpointStore {
     }
 }
 
+impl KafkaCheckpointStore {
+    /// `tidegate state set`: this instance's last checkpoint (as [`CheckpointStore::load`] gave
+    /// it), changed by hand, written back under its keys in one transaction of the store's
+    /// producer, whose transactional ids the opening took over (a process of the job still
+    /// running is fenced by that).
+    pub fn replace(&self, checkpoint: serde_json::Value) -> Result<()> {
+        *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let records = store::stored_records(&self.config, &self.config.owner, checkpoint)?;
+        self.transaction(&records)
+    }
+}
+
 impl CheckpointStore for KafkaCheckpointStore {
     fn location(&self) -> String {
         format!(
@@ -267,4 +279,28 @@ pub fn read_runs(config: &KafkaStoreConfig) -> Result<Vec<(String, serde_json::V
         .into_iter()
         .map(|(_, owner, v)| (owner, v))
         .collect())
+}
+
+/// Every client the Kafka store makes, as it makes it (for `validate`): the admin client of its
+/// topic, its transactional producers (its own, and the sink's when the checkpoints travel in
+/// the sink's transactions) and its reader.
+pub(crate) fn probes(config: &KafkaStoreConfig) -> Vec<crate::client::probe::Probe> {
+    use crate::client::probe::Probe;
+    let section = config.properties_of;
+    let own = config.own_transactional_id();
+    let mut probes = vec![
+        Probe::admin(section, &topic::admin_spec(config)),
+        Probe::producer(section, &producer::producer_spec(config, &own, &config.properties)),
+        Probe::consumer(
+            section,
+            &super::scan::reader_spec(config, &config.owner, "read_committed"),
+        ),
+    ];
+    if let Some(id) = &config.sink_transactional_id {
+        probes.push(Probe::producer(
+            "sink",
+            &producer::producer_spec(config, id, &config.sink_properties),
+        ));
+    }
+    probes
 }

@@ -29,6 +29,22 @@ pub(super) fn producer_of(config: &KafkaStoreConfig) -> Result<Arc<dyn Producer>
     }
 }
 
+/// The store's transactional producer under `id`, of `properties`.
+pub(crate) fn producer_spec<'a>(
+    config: &'a KafkaStoreConfig,
+    id: &str,
+    properties: &'a BTreeMap<String, String>,
+) -> ClientSpec<'a> {
+    ClientSpec::new(&config.bootstrap_servers, properties, "state-store")
+        .set("transactional.id", id)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("transaction.timeout.ms", "60000")
+        .set("client.id", "tidegate-state")
+        // a checkpoint's records leave at once: nothing else would join them
+        .set("linger.ms", "0")
+}
+
 /// A transactional producer of the store's cluster under `id`, its transactions initialised: a
 /// transaction a crashed process left open under `id` is aborted, and a process still running
 /// with it is fenced.
@@ -37,14 +53,7 @@ pub(super) fn transactional_producer(
     id: &str,
     properties: &BTreeMap<String, String>,
 ) -> Result<Arc<dyn Producer>> {
-    let spec = ClientSpec::new(&config.bootstrap_servers, properties, "state-store")
-        .set("transactional.id", id)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("transaction.timeout.ms", "60000")
-        .set("client.id", "tidegate-state")
-        // a checkpoint's records leave at once: nothing else would join them
-        .set("linger.ms", "0");
+    let spec = producer_spec(config, id, properties);
     let producer = cluster::of(&config.bootstrap_servers).producer(&spec)?;
     producer.init_transactions(TIMEOUT).map_err(|e| {
         kafka(

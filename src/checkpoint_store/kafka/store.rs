@@ -70,65 +70,109 @@ impl KafkaCheckpointStore {
 
     /// Write `records` (`None`: a tombstone) in one transaction, or none of them.
     pub(super) fn transaction(&self, records: &[(String, Option<Vec<u8>>)]) -> Result<()> {
-        let c = &self.config;
         let producer = self.producer.lock().unwrap_or_else(|p| p.into_inner());
-        let fail = |what: &str, e: KafkaError| store_error(c, what, e);
-        let started = sim::now();
-        producer
-            .begin_transaction()
-            .map_err(|e| fail("beginning a transaction", e))?;
-        let mut committing = false;
-        let result = (|| {
-            for (key, value) in records {
-                let mut record = Outgoing::to(&c.topic);
-                record.partition = Some(0);
-                record.key = Some(key.as_bytes());
-                record.value = value.as_deref();
-                loop {
-                    match producer.send(&record) {
-                        Ok(()) => break,
-                        Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
-                            // deliveries make room
-                            let _ = producer.flush(Duration::from_millis(50));
-                        }
-                        Err(e) => return Err(fail(&format!("writing key {key}"), e)),
+        transaction(&self.config, producer.as_ref(), records)
+    }
+}
+
+/// Write `records` (`None`: a tombstone) to the store's topic in one transaction of `producer`
+/// (its transactions initialised), or none of them.
+pub(super) fn transaction(
+    c: &KafkaStoreConfig,
+    producer: &dyn Producer,
+    records: &[(String, Option<Vec<u8>>)],
+) -> Result<()> {
+    let fail = |what: &str, e: KafkaError| store_error(c, what, e);
+    let started = sim::now();
+    producer
+        .begin_transaction()
+        .map_err(|e| fail("beginning a transaction", e))?;
+    let mut committing = false;
+    let result = (|| {
+        for (key, value) in records {
+            let mut record = Outgoing::to(&c.topic);
+            record.partition = Some(0);
+            record.key = Some(key.as_bytes());
+            record.value = value.as_deref();
+            loop {
+                match producer.send(&record) {
+                    Ok(()) => break,
+                    Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
+                        // deliveries make room
+                        let _ = producer.flush(Duration::from_millis(50));
                     }
-                }
-            }
-            // every record acknowledged
-            let left = TIMEOUT.saturating_sub(sim::now().saturating_duration_since(started));
-            producer
-                .flush(left)
-                .map_err(|e| fail("flushing the state records", e))?;
-            let flushed = sim::now().saturating_duration_since(started);
-            crate::core::failpoint::hit("kafka_store.before_commit");
-            committing = true;
-            producer.commit_transaction(TIMEOUT).map_err(|e| {
-                fail(
-                    "committing the state records (whether they were committed is unknown: the next start \
-                     restores whichever checkpoint the topic holds, and the sink's recovery follows it)",
-                    e,
-                )
-            })?;
-            debug!(
-                records = records.len(),
-                flushed_ms = flushed.as_millis() as u64,
-                committed_ms = sim::now().saturating_duration_since(started).as_millis() as u64,
-                "state records committed"
-            );
-            Ok(())
-        })();
-        if result.is_err() {
-            if let Err(e) = producer.abort_transaction(TIMEOUT) {
-                if committing {
-                    warn!(topic = %c.topic, error = %e, "aborting the checkpoint store's transaction after a failed commit failed too: whether the checkpoint was committed is unknown; the next start settles it (it restores whichever checkpoint is committed, and the sink's recovery follows it)");
-                } else {
-                    warn!(topic = %c.topic, error = %e, "aborting the checkpoint store's transaction failed; the broker aborts it after transaction.timeout.ms, or the next start of the job does");
+                    Err(e) => return Err(fail(&format!("writing key {key}"), e)),
                 }
             }
         }
-        result
+        // every record acknowledged
+        let left = TIMEOUT.saturating_sub(sim::now().saturating_duration_since(started));
+        producer
+            .flush(left)
+            .map_err(|e| fail("flushing the state records", e))?;
+        let flushed = sim::now().saturating_duration_since(started);
+        crate::core::failpoint::hit("kafka_store.before_commit");
+        committing = true;
+        producer.commit_transaction(TIMEOUT).map_err(|e| {
+            fail(
+                "committing the state records (whether they were committed is unknown: the next start \
+                 restores whichever checkpoint the topic holds, and the sink's recovery follows it)",
+                e,
+            )
+        })?;
+        debug!(
+            records = records.len(),
+            flushed_ms = flushed.as_millis() as u64,
+            committed_ms = sim::now().saturating_duration_since(started).as_millis() as u64,
+            "state records committed"
+        );
+        Ok(())
+    })();
+    if result.is_err() {
+        if let Err(e) = producer.abort_transaction(TIMEOUT) {
+            if committing {
+                warn!(topic = %c.topic, error = %e, "aborting the checkpoint store's transaction after a failed commit failed too: whether the checkpoint was committed is unknown; the next start settles it (it restores whichever checkpoint is committed, and the sink's recovery follows it)");
+            } else {
+                warn!(topic = %c.topic, error = %e, "aborting the checkpoint store's transaction failed; the broker aborts it after transaction.timeout.ms, or the next start of the job does");
+            }
+        }
     }
+    result
+}
+
+/// `checkpoint` (a Kafka source's, as JSON) as `owner`'s state records.
+pub(super) fn stored_records(
+    config: &KafkaStoreConfig,
+    owner: &str,
+    checkpoint: serde_json::Value,
+) -> Result<Vec<(String, Option<Vec<u8>>)>> {
+    let malformed = |what: &str| {
+        state_error(
+            config,
+            &super::super::records::checkpoint_key(owner),
+            StateError::Malformed(what.into()),
+        )
+    };
+    let split_ids = checkpoint["splits"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            Some(crate::kafka::KafkaPartitionSplit::id_of(
+                s["split"]["topic"].as_str()?,
+                i32::try_from(s["split"]["partition"].as_i64()?).ok()?,
+            ))
+        })
+        .collect::<Option<Vec<String>>>()
+        .ok_or_else(|| malformed("a split without its topic and partition"))?;
+    let stored = crate::core::StoredCheckpoint {
+        checkpoint_id: checkpoint["checkpoint_id"].as_u64().unwrap_or(0),
+        value: checkpoint,
+        split_ids,
+    };
+    let records = super::super::records::records_of(owner, &config.job, &stored)
+        .map_err(|e| state_error(config, &super::super::records::checkpoint_key(owner), e))?;
+    Ok(records.into_iter().map(|(k, v)| (k, Some(v))).collect())
 }
 
 /// A failed step of the store's transaction, in context.
@@ -178,6 +222,7 @@ mod tests {
         let c = KafkaStoreConfig {
             bootstrap_servers: "127.0.0.1:1".into(),
             cluster_of: "checkpoint",
+            properties_of: "checkpoint",
             topic: "state".into(),
             properties: BTreeMap::new(),
             job: "j".into(),

@@ -33,12 +33,17 @@ pub fn topic_exists(config: &KafkaStoreConfig) -> Result<bool> {
     Ok(metadata.partitions_of(&config.topic).is_some())
 }
 
+/// The admin client that creates the topic or reads its configs.
+pub(crate) fn admin_spec(config: &KafkaStoreConfig) -> ClientSpec<'_> {
+    ClientSpec::new(&config.bootstrap_servers, &config.properties, "state-admin")
+}
+
 /// Create the topic (`exists == false`), or check the existing one is compacted only.
 pub(super) fn admin_call(config: &KafkaStoreConfig, exists: bool) -> Result<()> {
     let topic = config.topic.as_str();
     let context = format!("checkpoint topic {topic} at {}", config.bootstrap_servers);
     let cluster = cluster::of(&config.bootstrap_servers);
-    let spec = ClientSpec::new(&config.bootstrap_servers, &config.properties, "state-admin");
+    let spec = admin_spec(config);
     if !exists {
         let new_topic = NewTopicSpec {
             name: topic.to_string(),

@@ -31,6 +31,12 @@ pub fn of(bootstrap_servers: &str) -> Arc<dyn Cluster> {
     simulated.unwrap_or_else(|| Arc::new(native::Native))
 }
 
+/// Whether a simulated cluster answers at `bootstrap_servers` on this thread (its clients are no
+/// librdkafka clients).
+pub fn is_simulated(bootstrap_servers: &str) -> bool {
+    SIMULATED.with(|s| s.borrow().iter().any(|(servers, _)| servers == bootstrap_servers))
+}
+
 /// Answer `bootstrap_servers` with `cluster` on this thread until the guard is dropped (the
 /// deterministic simulation's clusters).
 #[cfg(test)]

@@ -50,6 +50,21 @@ impl<'a> ClientSpec<'a> {
         self
     }
 
+    /// librdkafka's config of this client as a producer or an admin client: tidegate's settings,
+    /// then the user's properties.
+    pub fn client_config(&self) -> rdkafka::config::ClientConfig {
+        let defaults: Vec<(&str, &str)> = self.defaults.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        crate::client::client_config(self.bootstrap_servers, &defaults, self.properties)
+    }
+
+    /// librdkafka's config of this client as a consumer: tidegate's settings, then the user's
+    /// properties, the message size fitted to the fetch size (what `validate` checks is what the
+    /// cluster creates).
+    pub fn consumer_config(&self) -> rdkafka::config::ClientConfig {
+        let defaults: Vec<(&str, &str)> = self.defaults.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        crate::client::consumer_client_config(self.bootstrap_servers, &defaults, self.properties)
+    }
+
     /// The value the client will use for `key`: the user's, else tidegate's.
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn get(&self, key: &str) -> Option<&str> {

@@ -288,7 +288,7 @@ impl EventTimeClock {
     /// The source-wide stop restored from a checkpoint.
     pub fn restore_stop(&self, timestamp: Option<i64>) {
         if let Some(t) = timestamp {
-            info!(timestamp = t, at = %format_millis(t), "restored the source-wide stop from the state file");
+            info!(timestamp = t, at = %format_millis(t), "restored the source-wide stop from the last checkpoint");
             self.lock().stop_at = Some(t);
         }
     }

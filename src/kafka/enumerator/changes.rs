@@ -198,12 +198,12 @@ impl KafkaSourceEnumerator {
             let now_id = d.topic_ids.get(&split.topic);
             let why = match (&split.topic_id, now_id) {
                 (Some(then), Some(now)) if then != now => Some(format!(
-                    "topic {} was deleted and recreated since the state file was written (its id was {then}, now {now})",
+                    "topic {} was deleted and recreated since the last checkpoint was written (its id was {then}, now {now})",
                     split.topic
                 )),
                 _ if split.next_offset > log.latest => Some(format!(
                     "the log of {}:{} ends below the stored offset: the topic was likely deleted and recreated, or \
-                     truncated, since the state file was written",
+                     truncated, since the last checkpoint was written",
                     split.topic, split.partition
                 )),
                 _ => None,
@@ -216,7 +216,7 @@ impl KafkaSourceEnumerator {
                         let old = split.describe();
                         split.stop_offset = log.stop;
                         info!(split_id = %split.split_id(), was = %old, now = %split.describe(),
-                              "stopping_offsets changed since the state file: the unfinished split gets the new stop");
+                              "stopping_offsets changed since the last checkpoint: the unfinished split gets the new stop");
                     }
                     if split.topic_id.is_none() {
                         split.topic_id = now_id.cloned();

@@ -65,7 +65,7 @@ fn a_restore_onto_a_recreated_topic_resets_only_the_unfinished_splits() {
     .expect_err("the recreated topic is an error by default");
     let text = err.to_string();
     assert!(
-        text.contains("mock-again:0") && text.contains("since the state file was written"),
+        text.contains("mock-again:0") && text.contains("since the last checkpoint was written"),
         "{text}"
     );
     assert!(

@@ -8,8 +8,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::routing::{HeaderRules, RawHeaders, TopicTemplate};
-use super::settings::{producer_config, KafkaSinkSettings};
-use super::targets::create_topic_if_missing;
+use super::settings::{CreateTopic, KafkaSinkSettings};
+use super::targets::{check_exists, create_topic_if_missing, exists};
 use super::writer::KafkaSink;
 use crate::client::exactly_once::Delivery;
 use crate::connector::values::{duration_at, keyword, positive, properties, PropertyValue};
@@ -83,19 +83,52 @@ pub struct RawKafkaSink {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawCreateTopic {
-    /// Partitions of the new topic.
-    pub partitions: i64,
+    /// Partitions of the new topic (or `like_source`).
+    pub partitions: Option<i64>,
+    /// Create it like the Kafka source's topics: their largest partition count and
+    /// `max.message.bytes`, and the first one's `cleanup.policy`, `retention.ms` and
+    /// `retention.bytes` (the values in effect; `configs` given here win). Not its
+    /// `message.timestamp.type`: the copy keeps the records' timestamps. A topic that exists is
+    /// used as it is. What `tidegate replay --create-topic` sets.
+    #[serde(default)]
+    pub like_source: bool,
     /// Replication factor of the new topic.
     #[serde(default = "one")]
     pub replication_factor: i64,
+    /// Topic configs of the new topic, e.g. `{ "cleanup.policy" = "compact", "retention.ms" =
+    /// "-1" }` (`tidegate replay --create-topic` copies the source topic's).
+    #[serde(default)]
+    pub configs: BTreeMap<String, String>,
 }
 
 /// The validated Kafka sink.
 #[derive(Debug, Clone)]
 pub struct KafkaSinkConfig {
     pub settings: KafkaSinkSettings,
-    /// Partitions and replication factor, to create the topic if missing.
-    pub create_topic: Option<(i32, i32)>,
+    /// How to create the topic if it is missing.
+    pub create_topic: Option<CreateTopic>,
+}
+
+/// `create` as it is made: with the source's partitions and topic configs when it is
+/// `like_source` (its own configs win).
+fn resolved(create: &CreateTopic, ctx: &SinkContext<'_>) -> Result<CreateTopic> {
+    if !create.like_source {
+        return Ok(create.clone());
+    }
+    let layout = (ctx.source_layout)()?.ok_or_else(|| {
+        Error::config(
+            "sink.create_topic.like_source",
+            "the source has no topics to copy the layout of: give partitions",
+        )
+    })?;
+    let mut configs = layout.configs;
+    configs.extend(create.configs.clone());
+    Ok(CreateTopic {
+        partitions: layout.partitions,
+        replication: create.replication,
+        configs,
+        like_source: false,
+    })
 }
 
 /// The transactional id of a job's exactly-once Kafka sink.
@@ -113,9 +146,41 @@ impl SinkConnector for KafkaSinkConfig {
         let create_topic = match raw.create_topic {
             None => None,
             Some(c) => {
-                let p = positive("sink.create_topic.partitions", c.partitions)?;
+                let p = match (c.partitions, c.like_source) {
+                    (Some(p), false) => positive("sink.create_topic.partitions", p)?,
+                    (None, true) => 0,
+                    (Some(_), true) => {
+                        return Err(Error::config(
+                            "sink.create_topic.partitions",
+                            "give partitions or like_source = true, not both",
+                        ))
+                    }
+                    (None, false) => {
+                        return Err(Error::config(
+                            "sink.create_topic.partitions",
+                            "missing: give the new topic's partitions, or like_source = true",
+                        ))
+                    }
+                };
                 let r = positive("sink.create_topic.replication_factor", c.replication_factor)?;
-                Some((p as i32, r as i32))
+                if let Some(k) = c
+                    .configs
+                    .keys()
+                    .find(|k| k.trim().is_empty() || k.contains(char::is_whitespace))
+                {
+                    return Err(Error::config(
+                        "sink.create_topic.configs",
+                        format!("{k:?} is not a topic config name"),
+                    ));
+                }
+                Some(CreateTopic {
+                    partitions: i32::try_from(p)
+                        .map_err(|_| Error::config("sink.create_topic.partitions", "too many"))?,
+                    replication: i32::try_from(r)
+                        .map_err(|_| Error::config("sink.create_topic.replication_factor", "too many"))?,
+                    configs: c.configs,
+                    like_source: c.like_source,
+                })
             }
         };
         let delivery = keyword(
@@ -150,7 +215,7 @@ impl SinkConnector for KafkaSinkConfig {
         settings.preserve_partition = raw.preserve_partition;
         settings.headers = std::sync::Arc::new(headers);
         // a literal topic is created when the sink is built; a template's, when first resolved
-        settings.create_topic = create_topic.filter(|_| route.literal().is_none());
+        settings.create_topic = create_topic.clone().filter(|_| route.literal().is_none());
         settings.properties = properties;
         settings.flush_timeout = duration_at("sink.flush_timeout", &raw.flush_timeout)?;
         settings.delivery = delivery;
@@ -161,15 +226,8 @@ impl SinkConnector for KafkaSinkConfig {
             &[("source", false), ("now", true)],
         )?;
         settings.transaction_timeout = duration_at("sink.transaction_timeout", &raw.transaction_timeout)?;
-        // librdkafka checks properties only when a client is created (the transactional id is
-        // the job's, set at build; any id checks the same properties)
-        let mut probe = settings.clone();
-        probe.transactional_id = Some("tidegate-validate".into());
-        crate::client::check_properties::<rdkafka::producer::BaseProducer>(
-            &producer_config(&probe)?,
-            "sink",
-            &settings.properties,
-        )?;
+        // librdkafka checks properties only when a client is created: every client a run makes
+        // of these properties is created once when the whole config is loaded (super::probes)
         Ok(KafkaSinkConfig { settings, create_topic })
     }
 
@@ -229,9 +287,22 @@ impl SinkConnector for KafkaSinkConfig {
                 ""
             }
         )];
-        if let Some((partitions, replication)) = self.create_topic {
+        if let Some(c) = self.create_topic.as_ref().filter(|c| c.like_source) {
             lines.push(format!(
-                "  the topic is created if missing: {partitions} partitions, replication factor {replication}"
+                "  the topic is created if missing like the source's topics (their partitions and retention), replication factor {}",
+                c.replication
+            ));
+        } else if let Some(c) = &self.create_topic {
+            let configs: Vec<String> = c.configs.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            lines.push(format!(
+                "  the topic is created if missing: {} partitions, replication factor {}{}",
+                c.partitions,
+                c.replication,
+                if configs.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {}", configs.join(", "))
+                }
             ));
         }
         if TopicTemplate::parse(&s.topic).is_ok_and(|t| t.literal().is_none()) {
@@ -272,10 +343,16 @@ impl SinkConnector for KafkaSinkConfig {
     }
 
     fn build(&self, ctx: SinkContext<'_>) -> Result<Box<dyn Sink<Record>>> {
-        if let (Some((partitions, replication)), Some(topic)) = (self.create_topic, self.topic()) {
-            create_topic_if_missing(&self.settings, topic, partitions, replication)?;
-        }
         let mut settings = self.settings.clone();
+        match (&self.create_topic, self.topic()) {
+            // a topic that exists needs no layout of the source's (nor its lookup at each start)
+            (Some(c), Some(topic)) if c.like_source && exists(&settings, topic)? => {}
+            (Some(c), Some(topic)) => create_topic_if_missing(&settings, topic, &resolved(c, &ctx)?)?,
+            (Some(c), None) => settings.create_topic = Some(resolved(c, &ctx)?),
+            // a missing topic named now, not after every record's delivery timed out
+            (None, Some(topic)) => check_exists(&settings, topic)?,
+            (None, None) => {}
+        }
         // the checkpoint store that carries its checkpoints in the sink's transactions names the id
         // (it follows the job's instance count across changes of it)
         settings.transactional_id = Some(match &ctx.state_in_transaction {

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::routing::HeaderRules;
-use crate::client::client_config;
 use crate::client::cluster::ClientSpec;
 use crate::client::exactly_once::Delivery;
 use crate::error::{Error, Result};
@@ -18,9 +17,9 @@ pub struct KafkaSinkSettings {
     pub topic: String,
     /// What happens to the headers on the way (shared: the config enum stays small).
     pub headers: Arc<HeaderRules>,
-    /// Partitions and replication factor of a topic a template resolves to and which does not
-    /// exist yet (a literal topic is created when the sink is built).
-    pub create_topic: Option<(i32, i32)>,
+    /// How to create a topic a template resolves to and which does not exist yet (a literal
+    /// topic is created when the sink is built).
+    pub create_topic: Option<CreateTopic>,
     /// Write each record to the partition it came from (else the key decides).
     pub preserve_partition: bool,
     pub properties: BTreeMap<String, String>,
@@ -35,6 +34,17 @@ pub struct KafkaSinkSettings {
     pub transaction_timeout: Duration,
     /// Stamp records with the time they are written, not their source timestamp.
     pub stamp_now: bool,
+}
+
+/// A topic the sink creates when it is missing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateTopic {
+    pub partitions: i32,
+    pub replication: i32,
+    /// Topic configs (`cleanup.policy`, `retention.ms`, …).
+    pub configs: BTreeMap<String, String>,
+    /// Partitions and configs still to be taken from the source (`partitions` is 0 until then).
+    pub like_source: bool,
 }
 
 impl KafkaSinkSettings {
@@ -89,11 +99,4 @@ pub fn producer_spec(settings: &KafkaSinkSettings) -> Result<ClientSpec<'_>> {
         );
     }
     Ok(spec)
-}
-
-/// [`producer_spec`] as librdkafka's config (to check its properties).
-pub fn producer_config(settings: &KafkaSinkSettings) -> Result<rdkafka::config::ClientConfig> {
-    let spec = producer_spec(settings)?;
-    let defaults: Vec<(&str, &str)> = spec.defaults.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    Ok(client_config(spec.bootstrap_servers, &defaults, spec.properties))
 }

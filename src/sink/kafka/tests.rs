@@ -168,3 +168,18 @@ fn a_commit_marker_whose_group_coordinator_died_stops_the_job_instead_of_hanging
         started.elapsed()
     );
 }
+
+/// The check for a missing sink topic asks as the producer's first send would: a broker that
+/// creates topics on demand (librdkafka's mock cluster does) creates it and the sink goes on, as
+/// it did before the check; a first look without auto-creation does not create it.
+#[test]
+fn a_broker_that_creates_topics_on_demand_still_creates_the_sink_s() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    let s = settings(&cluster.bootstrap_servers(), "made-on-demand");
+    assert!(
+        !super::targets::exists(&s, "made-on-demand").unwrap(),
+        "a first look creates nothing"
+    );
+    super::targets::check_exists(&s, "made-on-demand").expect("created on demand, as a send would");
+    assert!(super::targets::exists(&s, "made-on-demand").unwrap());
+}

@@ -56,12 +56,7 @@ pub(super) struct Transactions {
 impl Transactions {
     pub(super) fn new(settings: &KafkaSinkSettings, id: String) -> Result<Self> {
         let properties = connection_properties(&settings.properties);
-        let spec = ClientSpec::new(&settings.bootstrap_servers, &properties, "sink-markers")
-            .set("group.id", id.clone())
-            .set("client.id", "tidegate-sink-markers")
-            .set("enable.auto.commit", "false")
-            // committed offsets of pending transactions are not returned until they settle
-            .set("isolation.level", "read_committed");
+        let spec = markers_spec(settings, &id, &properties);
         let markers = cluster::of(&settings.bootstrap_servers).consumer(&spec)?;
         let group = markers
             .group_metadata()
@@ -238,6 +233,21 @@ impl Transactions {
             }
         }
     }
+}
+
+/// The consumer that reads the commit markers: of the group named like the transactional id
+/// `id`, with the sink's connection `properties`.
+pub(crate) fn markers_spec<'a>(
+    settings: &'a KafkaSinkSettings,
+    id: &str,
+    properties: &'a std::collections::BTreeMap<String, String>,
+) -> ClientSpec<'a> {
+    ClientSpec::new(&settings.bootstrap_servers, properties, "sink-markers")
+        .set("group.id", id.to_string())
+        .set("client.id", "tidegate-sink-markers")
+        .set("enable.auto.commit", "false")
+        // committed offsets of pending transactions are not returned until they settle
+        .set("isolation.level", "read_committed")
 }
 
 /// The transactions, for the one thread that uses them at a time (the sink's, or the checkpoint

@@ -80,28 +80,35 @@ pub(super) struct Membership {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// The member's consumer config: `config` (the source's cluster and properties) with the
+/// group's settings (what `validate` checks is what joins).
+pub fn membership_config(config: &ClientConfig, spec: &GroupSpec) -> ClientConfig {
+    let mut config = config.clone();
+    for (key, value) in [
+        ("max.poll.interval.ms", RELEASE_TIMEOUT_MS),
+        ("heartbeat.interval.ms", "1000"),
+    ] {
+        if config.get(key).is_none() {
+            config.set(key, value);
+        }
+    }
+    // the group and its protocol are the job's: eager (every partition revoked, then
+    // assigned), nothing committed by this consumer
+    config
+        .set("group.id", &spec.group)
+        .set("client.id", format!("{}@{}", spec.group, spec.member))
+        .set("partition.assignment.strategy", "roundrobin")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false");
+    config
+}
+
 impl Membership {
     /// Join `spec.group` with a consumer of `config` (the source's cluster and properties: a
     /// user's `session.timeout.ms` or `heartbeat.interval.ms` apply), subscribed to `spec.topics`.
     pub(super) fn join(config: &ClientConfig, spec: &GroupSpec) -> Result<Membership> {
-        let mut config = config.clone();
+        let config = membership_config(config, spec);
         let servers = config.get("bootstrap.servers").unwrap_or_default().to_string();
-        for (key, value) in [
-            ("max.poll.interval.ms", RELEASE_TIMEOUT_MS),
-            ("heartbeat.interval.ms", "1000"),
-        ] {
-            if config.get(key).is_none() {
-                config.set(key, value);
-            }
-        }
-        // the group and its protocol are the job's: eager (every partition revoked, then
-        // assigned), nothing committed by this consumer
-        config
-            .set("group.id", &spec.group)
-            .set("client.id", format!("{}@{}", spec.group, spec.member))
-            .set("partition.assignment.strategy", "roundrobin")
-            .set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "false");
         let (changes_tx, changes) = mpsc::unbounded_channel();
         let (released_tx, released_rx) = std_mpsc::channel();
         let context = GroupContext {

@@ -3,6 +3,8 @@
 
 mod group;
 
+pub use group::membership_config;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +20,7 @@ use super::seam::{
     ClientSpec, Cluster, Consumer, Deliveries, GroupMembership, GroupMetadata, GroupOffset, GroupSpec, KafkaResult,
     Metadata, NewTopicSpec, Outgoing, Producer, Received, TopicMetadata,
 };
-use crate::client::{client_config, client_context_through, TracingContext};
+use crate::client::{client_context_through, TracingContext};
 use crate::error::{kafka, Error, Result};
 use crate::record::Header;
 
@@ -26,14 +28,10 @@ use crate::record::Header;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Native;
 
-fn config_of(spec: &ClientSpec<'_>) -> rdkafka::config::ClientConfig {
-    let defaults: Vec<(&str, &str)> = spec.defaults.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    client_config(spec.bootstrap_servers, &defaults, spec.properties)
-}
-
 impl Cluster for Native {
     fn producer(&self, spec: &ClientSpec<'_>) -> Result<Arc<dyn Producer>> {
-        let producer: ThreadedProducer<ProducerLog> = config_of(spec)
+        let producer: ThreadedProducer<ProducerLog> = spec
+            .client_config()
             .create_with_context(ProducerLog {
                 tracing: TracingContext::new(spec.name),
                 deliveries: Deliveries::default(),
@@ -43,7 +41,8 @@ impl Cluster for Native {
     }
 
     fn consumer(&self, spec: &ClientSpec<'_>) -> Result<Box<dyn Consumer>> {
-        let consumer: BaseConsumer<TracingContext> = config_of(spec)
+        let consumer: BaseConsumer<TracingContext> = spec
+            .consumer_config()
             .create_with_context(TracingContext::new(spec.name))
             .map_err(|e| kafka(format!("creating the {} client", spec.name), e))?;
         Ok(Box::new(NativeConsumer(consumer)))
@@ -100,7 +99,7 @@ impl Cluster for Native {
     }
 
     fn join_group(&self, spec: &ClientSpec<'_>, group: &GroupSpec) -> Result<Box<dyn GroupMembership>> {
-        group::Membership::join(&config_of(spec), group).map(|m| Box::new(m) as Box<dyn GroupMembership>)
+        group::Membership::join(&spec.consumer_config(), group).map(|m| Box::new(m) as Box<dyn GroupMembership>)
     }
 }
 
@@ -110,7 +109,8 @@ fn admin(
     spec: &ClientSpec<'_>,
     timeout: Duration,
 ) -> Result<(AdminClient<TracingContext>, AdminOptions, tokio::runtime::Runtime)> {
-    let admin: AdminClient<TracingContext> = config_of(spec)
+    let admin: AdminClient<TracingContext> = spec
+        .client_config()
         .create_with_context(TracingContext::new(spec.name))
         .map_err(|e| kafka(format!("creating the {} admin client", spec.name), e))?;
     let options = AdminOptions::new()
