@@ -18,6 +18,7 @@ use rdkafka::types::RDKafkaErrorCode;
 pub mod cluster;
 pub mod exactly_once;
 pub mod probe;
+pub(crate) mod retry;
 pub mod tls;
 pub mod topic_ids;
 

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::checkpoint_store::StoreConfig;
 use crate::client::cluster::{self, ClientSpec};
+use crate::client::retry::retried;
 use crate::error::{Error, Result};
 use crate::kafka::config::KafkaSourceConfig;
 use crate::kafka::{Subscription, TopicPartition};
@@ -83,9 +84,14 @@ pub(crate) async fn state_topic_still_there(
                 tpl.add_partition(topic, *p);
             }
         }
-        let committed = consumer
-            .committed_offsets(tpl, settings.request_timeout)
-            .map_err(|e| crate::error::kafka(format!("reading the offsets of consumer group {group_name}"), e))?;
+        // a new group's coordinator may be moving or loading (NotCoordinator on a cluster):
+        // passing answers, retried
+        let what = format!("reading the offsets of consumer group {group_name}");
+        let committed = retried(&what, settings.request_timeout, |left| {
+            consumer
+                .committed_offsets(tpl.clone(), left)
+                .map_err(|e| crate::error::kafka(&what, e))
+        })?;
         Ok(committed
             .elements()
             .iter()

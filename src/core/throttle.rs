@@ -182,7 +182,14 @@ impl Throttle {
             }
         }
         if wait > 0.0 {
-            return match Duration::try_from_secs_f64(wait).ok().and_then(|d| now.checked_add(d)) {
+            // rounded up to whole nanoseconds, at least one: a wait that rounds to no time at all
+            // names `now`, where the bucket has earned nothing more (a clock standing still, as
+            // the simulation's does, would spin on it)
+            let nanos = (wait * 1e9).ceil().max(1.0);
+            let wait = Duration::try_from_secs_f64(nanos / 1e9)
+                .ok()
+                .map(|d| d.max(Duration::from_nanos(1)));
+            return match wait.and_then(|d| now.checked_add(d)) {
                 Some(at) => Admit::At(at),
                 None => Admit::Wait,
             };
@@ -219,6 +226,36 @@ mod tests {
         match t.admit(10, start + Duration::from_secs(1)) {
             Admit::At(at) => assert_eq!(at - start, Duration::from_millis(1001)),
             other => panic!("expected a wait, got {other:?}"),
+        }
+    }
+
+    /// A reader that sleeps until the instant `admit` names must then find progress there: a
+    /// wait that rounds to no time at all spins a reader whose clock stands still (a simulated
+    /// member spun at one virtual instant this way: group simulation seed 498247045).
+    #[test]
+    fn every_wait_named_ends_after_now_and_following_them_admits_at_the_rate() {
+        for rate in [1.0, 3.0, 7.0, 246.0, 999.0, 12_345.0] {
+            for bytes_rate in [None, Some(rate * 10.0 + 1.0)] {
+                let t = Throttle::default();
+                t.set_limits(Some(rate), bytes_rate);
+                let start = Instant::now();
+                let mut now = start;
+                let mut admitted = 0u32;
+                for _ in 0..20_000 {
+                    match t.admit(10, now) {
+                        Admit::Now => admitted += 1,
+                        Admit::At(at) => {
+                            assert!(at > now, "rate {rate}/{bytes_rate:?}: a wait until {at:?} at {now:?}");
+                            now = at;
+                        }
+                        Admit::Wait => panic!("rate {rate}: not paused, yet told to wait"),
+                    }
+                    if admitted == 50 {
+                        break;
+                    }
+                }
+                assert_eq!(admitted, 50, "rate {rate}/{bytes_rate:?}: stuck at {:?}", now - start);
+            }
         }
     }
 

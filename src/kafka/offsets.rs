@@ -11,6 +11,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::debug;
 
 use crate::client::cluster::{Consumer, KafkaResult};
+use crate::client::retry::retried;
 use crate::client::TracingContext;
 use crate::core::sim;
 use crate::error::{Error, Result};
@@ -351,10 +352,13 @@ impl<'a, C: OffsetLookup + ?Sized> OffsetsResolver<'a, C> {
         for (topic, partition) in partitions {
             tpl.add_partition(topic, *partition);
         }
-        let committed = self
-            .consumer
-            .committed_offsets(tpl, self.timeout)
-            .map_err(|e| crate::error::kafka(format!("reading committed offsets of group {group}"), e))?;
+        // the group's coordinator may be moving or loading: passing answers, retried
+        let what = format!("reading committed offsets of group {group}");
+        let committed = retried(&what, self.timeout, |left| {
+            self.consumer
+                .committed_offsets(tpl.clone(), left)
+                .map_err(|e| crate::error::kafka(&what, e))
+        })?;
         let mut out = HashMap::new();
         let mut without = Vec::new();
         for elem in committed.elements() {

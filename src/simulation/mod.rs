@@ -158,7 +158,7 @@ async fn drive(
             let outcome = crate::assembly::group::run_member(&config, &session, false, true, None).await;
             let unfinished = check::unfinished(&records, &check::output(&records, &kafka.broker()));
             *result.lock().unwrap_or_else(|p| p.into_inner()) =
-                Some((outcome.map_err(|e| format!("{e:#}")), unfinished));
+                Some((outcome.map_err(|e| with_causes(&e)), unfinished));
         });
         running.push(Running {
             name: name.to_string(),
@@ -262,6 +262,18 @@ async fn drive(
         });
     }
     members
+}
+
+/// An error as the command line prints it: its message, then each cause's (the client's own
+/// error, which the check reads).
+fn with_causes(e: &crate::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        message.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    message
 }
 
 impl Outcome {

@@ -477,7 +477,9 @@ impl Consumer for SimConsumer {
         alive(self.process)?;
         let mut broker = self.kafka.broker();
         if broker.lookup_fault() {
-            return Err(error(RDKafkaErrorCode::RequestTimedOut));
+            // as librdkafka answers while the group's coordinator moves or loads (a new group on
+            // a cluster): passing, never an answer
+            return Err(KafkaError::MetadataFetch(RDKafkaErrorCode::NotCoordinator));
         }
         let group = self.group.as_ref().and_then(|g| broker.groups.get(g));
         let mut out = TopicPartitionList::new();

@@ -7,7 +7,6 @@
 
 pub mod config;
 mod delivery;
-mod retry;
 pub mod routing;
 mod settings;
 mod state_writer;

@@ -9,10 +9,10 @@ use std::time::Duration;
 use rdkafka::error::RDKafkaErrorCode;
 use tracing::info;
 
-use super::retry::retried;
 use super::routing::TopicTemplate;
 use super::settings::{CreateTopic, KafkaSinkSettings};
 use crate::client::cluster::{self, ClientSpec, NewTopicSpec, Producer};
+use crate::client::retry::retried;
 use crate::error::{Error, Result};
 use crate::record::Record;
 

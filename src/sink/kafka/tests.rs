@@ -7,9 +7,9 @@ use rdkafka::mocking::{MockCluster, MockCoordinator};
 use rdkafka::types::RDKafkaRespErr;
 use serde_json::json;
 
-use super::retry::retried;
 use super::{KafkaSink, KafkaSinkSettings};
 use crate::client::exactly_once::Delivery;
+use crate::client::retry::retried;
 use crate::core::Sink;
 use crate::record::Record;
 

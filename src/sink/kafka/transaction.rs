@@ -27,10 +27,10 @@ use rdkafka::TopicPartitionList;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::retry::retried;
 use super::settings::KafkaSinkSettings;
 use crate::client::cluster::{self, ClientSpec, Consumer, GroupMetadata, GroupOffset, Producer};
 use crate::client::connection_properties;
+use crate::client::retry::retried;
 use crate::core::{sim, SinkState};
 use crate::error::{Error, Result};
 

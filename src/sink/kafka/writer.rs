@@ -8,7 +8,6 @@ use std::time::Duration;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::delivery::check_failure;
-use super::retry::retried;
 use super::routing::TopicTemplate;
 use super::settings::{producer_spec, KafkaSinkSettings};
 use super::state_writer::SinkStateWriter;
@@ -16,6 +15,7 @@ use super::targets::{self, Targets};
 use super::transaction::{lock, Transactions};
 use crate::client::cluster::{self, Outgoing, Producer};
 use crate::client::exactly_once::{Delivery, StateInTransaction};
+use crate::client::retry::retried;
 use crate::core::{sim, Sink, SinkState};
 use crate::error::{Error, Result};
 use crate::record::Record;

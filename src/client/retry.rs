@@ -1,5 +1,5 @@
-//! Retrying a Kafka sink call that may fail for a while (a topic not yet known, a broker
-//! moving), up to a deadline.
+//! Retrying a Kafka call that may fail for a while (a topic not yet known, a broker moving, a
+//! group's coordinator loading), up to a deadline.
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 /// its last error and `what`. For broker answers that may be passing (a topic being created, a
 /// partition without a leader, a coordinator loading) and must never be read as answers. Under a
 /// simulation, where time does not pass inside a call, a few attempts.
-pub(super) fn retried<T>(what: &str, timeout: Duration, mut attempt: impl FnMut(Duration) -> Result<T>) -> Result<T> {
+pub(crate) fn retried<T>(what: &str, timeout: Duration, mut attempt: impl FnMut(Duration) -> Result<T>) -> Result<T> {
     const PAUSE: Duration = Duration::from_millis(200);
     let deadline = sim::now() + timeout;
     let mut attempts = 0u32;
