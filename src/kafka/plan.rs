@@ -381,9 +381,17 @@ impl PlanReport {
                 .iter()
                 .filter_map(|p| p.records.map(|r| format!("{}:{} {}", p.topic, p.partition, count(r))))
                 .collect();
+            // an end-of-stream record stops its partition at it: the ranges' count is then a
+            // bound, not the number read
             out.push_str(&format!(
-                "exactly {} records to read (read_committed, counted by reading the ranges): {}\n",
+                "{} {} records to read (read_committed, counted by reading the ranges{}): {}\n",
+                if self.eof.is_some() { "up to" } else { "exactly" },
                 count(records),
+                if self.eof.is_some() {
+                    "; an end-of-stream record stops a partition sooner"
+                } else {
+                    ""
+                },
                 each.join(", ")
             ));
         }
