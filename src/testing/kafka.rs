@@ -173,6 +173,9 @@ impl Kafka {
     }
 }
 
+/// How long a Kafka container may take to start.
+const CONTAINER_STARTUP: Duration = Duration::from_secs(300);
+
 /// Start a Kafka container: its bootstrap address, id and handle.
 fn start_container() -> std::result::Result<(String, String, Container<KafkaImage>), String> {
     use testcontainers_modules::testcontainers::runners::SyncRunner;
@@ -187,8 +190,11 @@ fn start_container() -> std::result::Result<(String, String, Container<KafkaImag
         }
         _ => kafka.into(),
     };
+    // testcontainers waits 60 s for the broker's start by default: a busy two-core machine (CI
+    // runs this beside two other lanes) took longer, and every test sharing the container failed
     let container = request
         .with_label("tidegate.test", "1")
+        .with_startup_timeout(CONTAINER_STARTUP)
         .start()
         .map_err(|e| format!("no KAFKA_BOOTSTRAP_SERVERS, and a Kafka container ({image}) did not start: {e}"))?;
     let port = container

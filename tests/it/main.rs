@@ -13,6 +13,7 @@ mod daemon;
 mod daemon_exit;
 mod daemon_util;
 mod datagen;
+mod docs_configs;
 mod event_time;
 mod event_time_stop;
 mod exactly_once;
