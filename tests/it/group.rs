@@ -312,9 +312,14 @@ fn a_bounded_replay_whose_member_dies_is_finished_by_the_survivor() {
     assert!(!assignments(&killed).is_empty(), "{killed}");
     let (status, log) = m0.wait(MINUTE * 3);
     assert_eq!(status.code(), Some(0), "the survivor:\n{log}");
-    assert!(
-        log.contains("staying in the group until the others'"),
-        "the survivor waited for the dead member's partitions:\n{log}"
+    // the dead member's partitions are the survivor's once its session expires: it took all
+    // four, whether it had finished its own two first (and stayed in the group until the others'
+    // were finished) or the group dealt it the four while it still read its own (a CI run saw
+    // the second; the simulation's named schedule takes the first)
+    assert_eq!(
+        assignments(&log).last(),
+        Some(&4),
+        "the survivor took the dead member's partitions:\n{log}"
     );
     assert_each_once(&output_counts(&kafka, &out), n, "two members, one killed for good");
 }
