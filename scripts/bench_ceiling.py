@@ -6,8 +6,12 @@ rdkafka-sys (build.rs, features "ssl" and "zstd" in Cargo.toml, default "libz") 
 `./configure --enable-ssl --disable-gssapi --disable-curl --enable-zstd --disable-lz4-ext` (zlib on
 by default) and `make libs` with configure's default CFLAGS (-O2 -g). The only difference here:
 rdkafka-sys links zstd from zstd-sys (built from source), this build the system's libzstd
-(libzstd-dev); no benchmark here compresses with zstd (lz4 throughout).
+(libzstd-dev); no benchmark here compresses with zstd (lz4 throughout). Where rdkafka-sys has
+already built that tree under target/, the example is linked against its librdkafka.a instead, zstd
+from zstd-sys included.
 """
+import filecmp
+import glob
 import json
 import os
 import re
@@ -48,7 +52,7 @@ def missing_packages():
 
 def ensure_rdkafka_performance():
     """The path of rdkafka_performance under .cache/rdkafka-perf/<rdkafka-sys version>/, built
-    once (a couple of minutes on 2 cores) and reused; and a description for the results file."""
+    once and reused; and a description for the results file."""
     version, src = rdkafka_sys_source()
     home = os.path.join(REPO, ".cache", "rdkafka-perf", version)
     binary = os.path.join(home, "rdkafka_performance")
@@ -58,6 +62,22 @@ def ensure_rdkafka_performance():
     with open(info_path) as f:
         info = json.load(f)
     return binary, info
+
+
+def built_by_rdkafka_sys(src):
+    """A librdkafka tree rdkafka-sys has already configured and built from these very sources (its
+    OUT_DIR under the target directory, any profile: the same `./configure` flags, -O2), or None.
+    Only the example is then compiled against its librdkafka.a: seconds, where a build of its own
+    takes a couple of minutes of two cores."""
+    target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(REPO, "target")
+    header = os.path.join(src, "src", "rdkafka.h")
+    outs = glob.glob(os.path.join(target, "*", "build", "rdkafka-sys-*", "out"))
+    for out in sorted(outs, key=os.path.getmtime, reverse=True):
+        built = os.path.join(out, "src", "librdkafka.a")
+        same = os.path.join(out, "src", "rdkafka.h")
+        if os.path.exists(built) and os.path.exists(same) and filecmp.cmp(header, same, shallow=False):
+            return out
+    return None
 
 
 def build_rdkafka_performance(src, home, binary, info_path):
@@ -71,16 +91,20 @@ def build_rdkafka_performance(src, home, binary, info_path):
     # mklove builds only in-tree (rdkafka-sys copies the sources into OUT_DIR for the same reason)
     tree = home + ".build"
     shutil.rmtree(tree, ignore_errors=True)
-    shutil.copytree(src, tree, symlinks=True)
+    built = built_by_rdkafka_sys(src)
+    shutil.copytree(built or src, tree, symlinks=True)
     os.makedirs(home, exist_ok=True)
     build_log = os.path.join(home, "build.log")
     jobs = str(os.cpu_count() or 1)
-    log(f"building rdkafka_performance from {src} into {home} (once; a few minutes; log in {build_log})")
+    steps = [["make", "-C", "examples", "rdkafka_performance"]]
+    if built:
+        log(f"building rdkafka_performance against rdkafka-sys's librdkafka.a in {built} (log in {build_log})")
+    else:
+        steps[:0] = [["./configure"] + CONFIGURE_FLAGS, ["make", "-j", jobs, "-C", "src", "librdkafka.a"]]
+        log(f"building rdkafka_performance from {src} into {home} (once; a few minutes; log in {build_log})")
     start = time.monotonic()
     with open(build_log, "w") as out:
-        for cmd in (["./configure"] + CONFIGURE_FLAGS,
-                    ["make", "-j", jobs, "-C", "src", "librdkafka.a"],
-                    ["make", "-C", "examples", "rdkafka_performance"]):
+        for cmd in steps:
             out.write(f"$ {' '.join(cmd)}\n")
             out.flush()
             if subprocess.run(cmd, cwd=tree, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
@@ -95,6 +119,8 @@ def build_rdkafka_performance(src, home, binary, info_path):
     shutil.rmtree(tree, ignore_errors=True)
     info = {"tool": "rdkafka_performance", "source": src, "librdkafka": m.group(1) if m else "unknown",
             "configure": CONFIGURE_FLAGS, "build_s": round(seconds, 1)}
+    if built:
+        info["librdkafka_a"] = "rdkafka-sys's build, " + os.path.relpath(built, REPO)
     with open(info_path, "w") as f:
         json.dump(info, f, indent=1)
     log(f"rdkafka_performance built in {seconds:.0f} s (librdkafka {info['librdkafka']})")
