@@ -40,7 +40,7 @@ pub(crate) fn retried<T>(what: &str, timeout: Duration, mut attempt: impl FnMut(
 /// Whether `e` is a Kafka refusal that waiting does not change: authorization or authentication
 /// refused, an invalid group id. Retried, it would only surface at the deadline, a request
 /// timeout later, as "still failing".
-pub(crate) fn is_refusal(e: &Error) -> bool {
+fn is_refusal(e: &Error) -> bool {
     use rdkafka::error::{KafkaError, RDKafkaErrorCode::*};
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(cause) = source {
@@ -70,34 +70,27 @@ mod tests {
 
     use super::*;
 
-    fn failing(code: RDKafkaErrorCode) -> impl FnMut(Duration) -> Result<()> {
-        move |_| {
-            Err(crate::error::kafka(
+    /// `retried` over calls that always fail with `code`: how many calls it made, and its error.
+    fn retried_failing(code: RDKafkaErrorCode, timeout: Duration) -> (u32, Error) {
+        let mut calls = 0;
+        let e = retried("reading", timeout, |_| {
+            calls += 1;
+            Err::<(), _>(crate::error::kafka(
                 "reading committed offsets",
                 KafkaError::MetadataFetch(code),
             ))
-        }
+        })
+        .expect_err("every call fails");
+        (calls, e)
     }
 
     #[test]
     fn a_refusal_fails_at_once_and_a_moving_coordinator_is_retried_until_the_deadline() {
-        let mut calls = 0;
-        let mut refused = failing(RDKafkaErrorCode::GroupAuthorizationFailed);
-        let e = retried("reading", Duration::from_secs(30), |left| {
-            calls += 1;
-            refused(left)
-        })
-        .expect_err("refused");
+        let (calls, e) = retried_failing(RDKafkaErrorCode::GroupAuthorizationFailed, Duration::from_secs(30));
         assert_eq!(calls, 1, "a refusal is the answer: {e}");
         assert!(e.to_string().contains("reading committed offsets"), "{e}");
 
-        let mut calls = 0;
-        let mut moving = failing(RDKafkaErrorCode::NotCoordinator);
-        let e = retried("reading", Duration::from_millis(500), |left| {
-            calls += 1;
-            moving(left)
-        })
-        .expect_err("still moving at the deadline");
+        let (calls, e) = retried_failing(RDKafkaErrorCode::NotCoordinator, Duration::from_millis(500));
         assert!(calls >= 2, "retried: {calls} calls");
         assert!(e.to_string().contains("still failing after"), "{e}");
     }
