@@ -18,7 +18,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use crate::common::{wait_until, TestKafka, TestRecord};
+use crate::common::{TestKafka, TestRecord};
 use crate::daemon_util::*;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -177,7 +177,7 @@ fn a_replay_stopped_by_sigterm_resumes_from_an_empty_directory_exactly_once() {
     let first_dir = JobDir::new();
     let config = first_dir.config(&format!("{text}\n[metrics]\nlisten = \"{port}\"\n"));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("200 records written", MINUTE, || {
+    daemon.wait_until("200 records written", MINUTE, || {
         records_written(port).unwrap_or(0) >= 200
     });
     daemon.signal(libc::SIGTERM);
@@ -225,7 +225,7 @@ fn the_file_store_and_the_kafka_store_write_identical_output() {
     let config = kafka_dir.config(&job(&kafka, &name, &topic, 1, FILE_SINK, &kafka_store(&state_topic)));
     let out = kafka_dir.path("out.jsonl");
     let daemon = Daemon::start(&config, &[]);
-    wait_until("100 records written", MINUTE, || line_count(&out) >= 100);
+    daemon.wait_until("100 records written", MINUTE, || line_count(&out) >= 100);
     let log = daemon.kill9();
     assert!(
         line_count(&out) < n,
@@ -440,7 +440,7 @@ fn a_second_process_of_the_job_fences_the_first() {
         &first_dir.config(&format!("{text}\n[metrics]\nlisten = \"{port}\"\n")),
         &[],
     );
-    wait_until("the first process's records", MINUTE, || {
+    first.wait_until("the first process's records", MINUTE, || {
         records_written(port).unwrap_or(0) >= 100
     });
 
@@ -488,7 +488,7 @@ fn a_second_process_fences_the_first_s_sink_and_the_output_holds_every_record_on
         &first_dir.config(&format!("{text}\n[metrics]\nlisten = \"{port}\"\n")),
         &[],
     );
-    wait_until("the first process's records", MINUTE, || {
+    first.wait_until("the first process's records", MINUTE, || {
         records_written(port).unwrap_or(0) >= 300
     });
     let second_dir = JobDir::new();
@@ -532,7 +532,7 @@ fn an_open_foreign_transaction_on_the_state_topic_delays_the_restore_until_it_en
     let dir = JobDir::new();
     let config = dir.config(&job(&kafka, &name, &topic, 2, FILE_SINK, &kafka_store(&state_topic)));
     let first = Daemon::start(&config, &[]);
-    wait_until("the first run's checkpoints", MINUTE, || {
+    first.wait_until("the first run's checkpoints", MINUTE, || {
         last_checkpoint(&first.log_text()) >= 2
     });
     // another producer (another job, another instance) opens a transaction on the state topic
@@ -541,7 +541,7 @@ fn an_open_foreign_transaction_on_the_state_topic_delays_the_restore_until_it_en
     foreign.send_and_flush(&state_topic, &[TestRecord::to(0, "{}").key("another-job/checkpoint")]);
     let before = last_checkpoint(&first.log_text());
     // checkpoints committed after the foreign transaction began, then a stop
-    wait_until("checkpoints after the foreign transaction began", MINUTE, || {
+    first.wait_until("checkpoints after the foreign transaction began", MINUTE, || {
         last_checkpoint(&first.log_text()) >= before + 3
     });
     first.signal(libc::SIGTERM);
@@ -554,7 +554,7 @@ fn an_open_foreign_transaction_on_the_state_topic_delays_the_restore_until_it_en
     );
 
     let second = Daemon::start(&config, &[]);
-    wait_until("the restart waiting for the open transaction", MINUTE, || {
+    second.wait_until("the restart waiting for the open transaction", MINUTE, || {
         let log = second.log_text();
         assert!(
             !log.contains("restoring from"),

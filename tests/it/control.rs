@@ -104,7 +104,7 @@ fn max_rate_limits_a_replay_and_a_changed_rate_applies_within_100_ms() {
     let config = dir.config(&controlled_config_every(&kafka, &topic, port, "max_rate = 200", "1h"));
     let daemon = Daemon::start(&config, &[]);
     let mut first = None;
-    wait_until("the first record emitted", MINUTE, || {
+    daemon.wait_until("the first record emitted", MINUTE, || {
         let sent = Instant::now();
         first = status(&addr).filter(|s| emitted(s) > 0).map(|s| (sent, emitted(&s)));
         first.is_some()
@@ -113,7 +113,7 @@ fn max_rate_limits_a_replay_and_a_changed_rate_applies_within_100_ms() {
     // the limit holds over every window of at least 2 s from there (the bucket holds 10 ms: 2
     // records; the window runs from before the first request to after the last answer)
     let mut last = (Duration::ZERO, 0u64);
-    wait_until("2 s of a limited replay", MINUTE, || {
+    daemon.wait_until("2 s of a limited replay", MINUTE, || {
         let s = status(&addr).expect("status");
         let elapsed = start.elapsed();
         let n = emitted(&s) - n0;
@@ -134,7 +134,7 @@ fn max_rate_limits_a_replay_and_a_changed_rate_applies_within_100_ms() {
     // one record at 1/s: the readers now wait about a second for the next
     let slow = emitted(&status(&addr).expect("status"));
     let mut before = slow;
-    wait_until("a record at 1/s", MINUTE, || {
+    daemon.wait_until("a record at 1/s", MINUTE, || {
         before = emitted(&status(&addr).expect("status"));
         before > slow
     });
@@ -181,7 +181,7 @@ fn pause_stops_emission_while_checkpoints_complete_and_status_matches_the_output
     let addr = format!("127.0.0.1:{port}");
     let config = dir.config(&controlled_config(&kafka, &topic, port, "max_rate = 300"));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("100 records emitted", MINUTE, || {
+    daemon.wait_until("100 records emitted", MINUTE, || {
         status(&addr).is_some_and(|s| emitted(&s) >= 100)
     });
     let (code, answer) = control(&addr, r#"{"paused": true}"#);
@@ -192,13 +192,13 @@ fn pause_stops_emission_while_checkpoints_complete_and_status_matches_the_output
     // first to complete may have been triggered before it (its barrier passed, a record emitted
     // behind it, written by the next), and one checkpoint is in flight at a time: the second
     let mut paused = Value::Null;
-    wait_until("a checkpoint triggered after the pause", MINUTE, || {
+    daemon.wait_until("a checkpoint triggered after the pause", MINUTE, || {
         paused = status(&addr).expect("status");
         checkpoints(&paused) > c0 + 1
     });
     let lines = line_count(&out);
     let mut later = Value::Null;
-    wait_until("3 more checkpoints while paused", MINUTE, || {
+    daemon.wait_until("3 more checkpoints while paused", MINUTE, || {
         later = status(&addr).expect("status");
         checkpoints(&later) >= checkpoints(&paused) + 3
     });
@@ -240,7 +240,7 @@ fn pause_stops_emission_while_checkpoints_complete_and_status_matches_the_output
     assert_eq!((code, &answer["paused"]), (200, &Value::Bool(false)), "{answer}");
     // at its rate, without catching up the paused time
     emits_at_most(&addr, 300.0, Duration::from_millis(500), 4.0, "resumed at 300/s");
-    wait_until("records emitted again", MINUTE, || {
+    daemon.wait_until("records emitted again", MINUTE, || {
         status(&addr).is_some_and(|s| emitted(&s) >= emitted(&later) + 50 && s["state"] == "running")
     });
     // paused again and stopped: a final checkpoint, exit 0; a restart finishes exactly once
@@ -268,7 +268,7 @@ fn control_refuses_bad_bodies_and_controls_the_job_lacks() {
         replay_config(&kafka, &topic, FILE_SINK, "", "200ms")
     ));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("/status", MINUTE, || status(&addr).is_some());
+    daemon.wait_until("/status", MINUTE, || status(&addr).is_some());
     let (code, _) = control(&addr, r#"{"paused": true}"#);
     assert_eq!(code, 200);
     for (body, want, says) in [
@@ -309,7 +309,7 @@ fn control_refuses_bad_bodies_and_controls_the_job_lacks() {
         "a refused request changed nothing"
     );
     assert_eq!(control(&addr, r#"{"paused": false}"#).0, 200);
-    wait_until("every record written", MINUTE, || {
+    daemon.wait_until("every record written", MINUTE, || {
         status(&addr).is_some_and(|s| s["records"]["written"] == 100)
     });
     daemon.signal(libc::SIGTERM);
@@ -370,7 +370,7 @@ fn replay_speed_changes_and_resumes_without_a_burst_or_a_stall() {
     // 100 records/s at speed 10
     let config = dir.config(&controlled_config(&kafka, &topic, port, "replay_speed = 10.0"));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("100 records emitted", MINUTE, || {
+    daemon.wait_until("100 records emitted", MINUTE, || {
         status(&addr).is_some_and(|s| emitted(&s) >= 100)
     });
     // 10 records/s at speed 1: no faster (the old schedule is not kept), and no stall (nor
@@ -388,7 +388,7 @@ fn replay_speed_changes_and_resumes_without_a_burst_or_a_stall() {
     // paused for a second at speed 10: resumed, it does not catch up the paused time
     assert_eq!(control(&addr, r#"{"replay_speed": 10.0, "paused": true}"#).0, 200);
     let paused = Instant::now();
-    wait_until("a second paused", MINUTE, || paused.elapsed() >= Duration::from_secs(1));
+    daemon.wait_until("a second paused", MINUTE, || paused.elapsed() >= Duration::from_secs(1));
     assert_eq!(control(&addr, r#"{"paused": false}"#).0, 200);
     emits_at_most(&addr, 100.0, Duration::from_millis(500), 5.0, "resumed at speed 10");
     // as fast as possible: done
@@ -412,7 +412,7 @@ fn max_bytes_rate_limits_a_replay() {
     let addr = format!("127.0.0.1:{port}");
     let config = dir.config(&controlled_config(&kafka, &topic, port, "max_bytes_rate = 20000"));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("the first record", MINUTE, || {
+    daemon.wait_until("the first record", MINUTE, || {
         status(&addr).is_some_and(|s| emitted(&s) > 0)
     });
     // a record may overdraw the bucket: one record over the rate at most
@@ -461,26 +461,26 @@ fn any_source_pauses_and_resumes_and_control_can_be_switched_off() {
     let addr = format!("127.0.0.1:{port}");
     // a data generator: no held records, the reader drivers' pause alone
     let daemon = Daemon::start(&dir.config(&datagen_config(port, 200, "")), &[]);
-    wait_until("records", MINUTE, || status(&addr).is_some_and(|s| emitted(&s) >= 20));
+    daemon.wait_until("records", MINUTE, || status(&addr).is_some_and(|s| emitted(&s) >= 20));
     let (code, answer) = control(&addr, r#"{"max_rate": 10}"#);
     assert_eq!(code, 409, "the generator's rate is source.rate: {answer}");
     assert_eq!(control(&addr, r#"{"paused": true}"#).0, 200);
     let checkpoints = |s: &Value| s["checkpoints"].as_u64().expect("checkpoints");
     let c0 = checkpoints(&status(&addr).expect("status"));
     let mut paused = Value::Null;
-    wait_until("a checkpoint after the pause", MINUTE, || {
+    daemon.wait_until("a checkpoint after the pause", MINUTE, || {
         paused = status(&addr).expect("status");
         checkpoints(&paused) > c0
     });
     let mut later = Value::Null;
-    wait_until("3 more checkpoints while paused", MINUTE, || {
+    daemon.wait_until("3 more checkpoints while paused", MINUTE, || {
         later = status(&addr).expect("status");
         checkpoints(&later) >= checkpoints(&paused) + 3
     });
     assert_eq!(emitted(&later), emitted(&paused), "nothing generated while paused");
     assert_eq!(later["state"], "paused");
     assert_eq!(control(&addr, r#"{"paused": false}"#).0, 200);
-    wait_until("records again", MINUTE, || {
+    daemon.wait_until("records again", MINUTE, || {
         status(&addr).is_some_and(|s| emitted(&s) >= emitted(&later) + 20)
     });
     daemon.signal(libc::SIGTERM);
@@ -492,7 +492,7 @@ fn any_source_pauses_and_resumes_and_control_can_be_switched_off() {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let daemon = Daemon::start(&dir.config(&datagen_config(port, 50, "control = false")), &[]);
-    wait_until("/status", MINUTE, || status(&addr).is_some());
+    daemon.wait_until("/status", MINUTE, || status(&addr).is_some());
     let (code, answer) = control(&addr, r#"{"paused": true}"#);
     assert_eq!(code, 403, "{answer}");
     assert!(
@@ -529,7 +529,7 @@ fn the_endpoint_refuses_foreign_hosts_origins_and_tokens_from_a_real_client() {
         }
         r.send().map(|r| r.status().as_u16()).unwrap_or(0)
     };
-    wait_until("ready", MINUTE, || get("/ready", None) == 200);
+    daemon.wait_until("ready", MINUTE, || get("/ready", None) == 200);
     assert_eq!(get("/ping", Some("anything.example")), 200);
     assert_eq!(get("/status", None), 200);
     assert_eq!(get("/status", Some(&format!("localhost:{port}"))), 200);
@@ -576,7 +576,7 @@ fn the_endpoint_refuses_foreign_hosts_origins_and_tokens_from_a_real_client() {
     }
     let (code, text) = post(&[("Authorization", &bearer), ("Origin", &base)]);
     assert_eq!(code, 200, "{text}");
-    wait_until("paused", MINUTE, || {
+    daemon.wait_until("paused", MINUTE, || {
         status(&addr).is_some_and(|s| s["state"] == "paused")
     });
     assert!(!status(&addr).expect("status").to_string().contains(TOKEN));

@@ -100,7 +100,7 @@ fn kill_9_and_restart_loses_nothing_and_duplicates_at_most_one_interval() {
     ));
     let out = dir.path("out.jsonl");
     let daemon = Daemon::start(&config, &[]);
-    wait_until("a checkpoint and some output", MINUTE, || {
+    daemon.wait_until("a checkpoint and some output", MINUTE, || {
         dir.path("job.state").exists() && line_count(&out) > 20_000
     });
     let log = daemon.kill9();
@@ -182,7 +182,7 @@ fn sigterm_stops_gracefully_and_a_rerun_continues() {
     let config = dir.config(&replay_config(&kafka, &topic, FILE_SINK, ""));
     let out = dir.path("out.jsonl");
     let daemon = Daemon::start(&config, &[]);
-    wait_until("the first records", MINUTE, || line_count(&out) == 200);
+    daemon.wait_until("the first records", MINUTE, || line_count(&out) == 200);
     daemon.signal(libc::SIGTERM);
     let (status, log) = daemon.wait(MINUTE);
     assert_eq!(status.code(), Some(0), "{log}");
@@ -190,7 +190,7 @@ fn sigterm_stops_gracefully_and_a_rerun_continues() {
 
     produce_numbered(&kafka, &topic, 2, 100);
     let daemon = Daemon::start(&config, &[]);
-    wait_until("the new records", MINUTE, || line_count(&out) >= 300);
+    daemon.wait_until("the new records", MINUTE, || line_count(&out) >= 300);
     daemon.signal(libc::SIGINT);
     let (status, log) = daemon.wait(MINUTE);
     assert_eq!(status.code(), Some(0), "{log}");
@@ -213,11 +213,11 @@ fn metrics_are_served_and_count_exactly() {
     ));
     let addr = format!("127.0.0.1:{port}");
     let daemon = Daemon::start(&config, &[]);
-    wait_until("/healthz", MINUTE, || {
+    daemon.wait_until("/healthz", MINUTE, || {
         http_get(&addr, "/healthz").as_deref() == Some("ok\n")
     });
     let mut text = String::new();
-    wait_until("every record counted", MINUTE, || {
+    daemon.wait_until("every record counted", MINUTE, || {
         text = http_get(&addr, "/metrics").unwrap_or_default();
         metric(&text, "tidegate_records_written_total") == Some(250.0)
     });
@@ -586,12 +586,12 @@ mod punctual {
                 "eof = 'value == \"CLOSE\"'\nstarting_offsets = \"latest\"",
             ));
             let daemon = Daemon::start(&config, &[]);
-            wait_until("the reader to be assigned", MINUTE, || {
+            daemon.wait_until("the reader to be assigned", MINUTE, || {
                 daemon.log_text().contains("splits assigned")
             });
             // trades while it tails, then the close
             kafka.produce(&topic, &[TestRecord::to(0, format!("trade {round}"))]);
-            wait_until("the trade written", MINUTE, || line_count(&dir.path("out.jsonl")) >= 1);
+            daemon.wait_until("the trade written", MINUTE, || line_count(&dir.path("out.jsonl")) >= 1);
             let producer = kafka.live_producer();
             producer.send(&topic, &TestRecord::to(0, "CLOSE"));
             producer.flush();

@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{wait_until, TestKafka, TestRecord};
+use crate::common::{TestKafka, TestRecord};
 use crate::daemon_util::*;
 use crate::own_broker::OwnBroker;
 
@@ -154,7 +154,7 @@ fn sigint_while_the_broker_does_not_answer(group: bool, out: Out) {
     let daemon = Daemon::start(&config, &[]);
     // every record written and checkpointed (with transactions: a later checkpoint had nothing
     // to write, so the one holding the records was committed): the job idles at the topic's end
-    wait_until("every record checkpointed", MINUTE, || {
+    daemon.wait_until("every record checkpointed", MINUTE, || {
         claimed(&state_path) == 200 && state(&state_path)["sink"]["transaction"].is_null()
     });
     // the broker stops answering (its connections stay open, as behind a dead network)
@@ -193,7 +193,7 @@ fn sigint_during_a_partition_discovery_the_broker_does_not_answer_exits_promptly
     broker.signal(libc::SIGSTOP);
     let daemon = Daemon::start(&config, &[]);
     // a checkpoint (of no split yet): the job runs, its discovery asked and waits
-    wait_until("a first checkpoint", MINUTE, || {
+    daemon.wait_until("a first checkpoint", MINUTE, || {
         state(&state_path)["checkpoint_id"].as_u64().is_some()
     });
     let (status, took, log) = interrupt(daemon, &broker, request_timeout * 3);

@@ -118,21 +118,64 @@ impl Daemon {
                 return (status, self.log_text());
             }
             if Instant::now() > deadline {
-                let stacks = thread_stacks(self.child.id());
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                // a hung job's log is mostly its checkpoints: counted, not printed
-                let log = self.log_text();
-                let checkpoints = log.lines().filter(|l| l.contains("checkpoint complete")).count();
-                let lines: Vec<&str> = log.lines().filter(|l| !l.contains("checkpoint complete")).collect();
-                let tail = lines[lines.len().saturating_sub(80)..].join("\n");
-                panic!(
-                    "tidegate did not end within {timeout:?}; its log, less {checkpoints} checkpoint lines \
-                     (the last 80 lines):\n{tail}\nits threads then:\n{stacks}\n(end of its threads)"
-                );
+                self.fail(&format!("tidegate did not end within {timeout:?}"));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Wait for `condition` while the daemon runs: panics with its log if it ends first, and with
+    /// its log and threads if `timeout` passes (a bare `wait_until` would say only "timed out").
+    pub fn wait_until(&self, what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !condition() {
+            if let Some(how) = self.ended() {
+                // what the daemon did last may be what the test waits for
+                if condition() {
+                    return;
+                }
+                panic!(
+                    "tidegate ended ({how}) while the test waited for {what}; its log:\n{}",
+                    self.log_text()
+                );
+            }
+            if Instant::now() > deadline {
+                self.fail(&format!("timed out after {timeout:?} waiting for {what}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// How a daemon that has ended ended, read without reaping it (a child that ended is a zombie
+    /// until waited for, so `child` still owns its status): /proc/PID/stat's state `Z`, and its
+    /// last field, the wait status as waitpid(2) reports it.
+    fn ended(&self) -> Option<String> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        // the command name, in parentheses, may hold spaces: the fields follow its last `)`
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        if fields.first() != Some(&"Z") {
+            return None;
+        }
+        Some(match fields.last().and_then(|s| s.parse::<i32>().ok()) {
+            Some(status) if status & 0x7f == 0 => format!("exit code {}", status >> 8),
+            Some(status) => format!("signal {}", status & 0x7f),
+            None => "status unknown".into(),
+        })
+    }
+
+    /// Panic with `why`, the end of the log and the threads' stacks, killing the daemon.
+    fn fail(&self, why: &str) -> ! {
+        let stacks = thread_stacks(self.child.id());
+        self.signal(libc::SIGKILL);
+        // a hung job's log is mostly its checkpoints: counted, not printed
+        let log = self.log_text();
+        let checkpoints = log.lines().filter(|l| l.contains("checkpoint complete")).count();
+        let lines: Vec<&str> = log.lines().filter(|l| !l.contains("checkpoint complete")).collect();
+        let tail = lines[lines.len().saturating_sub(80)..].join("\n");
+        panic!(
+            "{why}; tidegate's log, less {checkpoints} checkpoint lines (the last 80 lines):\n{tail}\n\
+             its threads then:\n{stacks}\n(end of its threads)"
+        );
     }
 
     pub fn signal(&self, signal: i32) {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::{wait_until, ReadRecord, TestKafka};
+use crate::common::{ReadRecord, TestKafka};
 use crate::daemon_util::*;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -119,7 +119,7 @@ fn kill_9_and_restart_produces_the_same_records_with_bounded_duplicates() {
     let dir = JobDir::new();
     let config = dir.config(&datagen_config(&kafka, &topic, count, 2, "rate = 20000.0"));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("a checkpoint and some records", MINUTE, || {
+    daemon.wait_until("a checkpoint and some records", MINUTE * 3, || {
         dir.path("job.state").exists() && kafka.end_offsets(&topic).values().sum::<i64>() > 15_000
     });
     let log = daemon.kill9();
@@ -293,7 +293,7 @@ fn the_trading_day_seed_and_replay_configs() {
     ];
     let args: Vec<&str> = sets.iter().flat_map(|s| ["--set", s.as_str()]).collect();
     let daemon = Daemon::start(Path::new(&format!("{root}/config/trading-day-replay.toml")), &args);
-    wait_until("the job's end, the endpoint lingering", MINUTE, || {
+    daemon.wait_until("the job's end, the endpoint lingering", MINUTE, || {
         daemon.log_text().contains("metrics.linger")
     });
     let log = daemon.log_text();
@@ -428,7 +428,7 @@ fn partitions_by_key_are_each_in_index_order_through_a_kill_and_restart() {
     let config = dir.config(&partitioned("rate = 10000.0"));
     let name = format!("job.name={topic}");
     let daemon = Daemon::start(&config, &["--set", &name]);
-    wait_until("a checkpoint and some records", MINUTE, || {
+    daemon.wait_until("a checkpoint and some records", MINUTE * 3, || {
         dir.path("job.state").exists() && kafka.end_offsets(&topic).values().sum::<i64>() > 10_000
     });
     let log = daemon.kill9();

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::common::{wait_until, TestKafka, TestRecord};
+use crate::common::{TestKafka, TestRecord};
 use crate::daemon_util::{assert_exit_0, free_port, read_jsonl, run, Daemon, JobDir};
 
 const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -187,7 +187,7 @@ fn every_whole_config_in_the_readme_and_docs_runs_as_printed() {
                 .collect();
             kafka.produce(&source, &events);
             let daemon = Daemon::start(&path, &[]);
-            wait_until(&format!("{page}: the events copied"), 3 * MINUTE, || {
+            daemon.wait_until(&format!("{page}: the events copied"), 3 * MINUTE, || {
                 kafka.read_committed_now(&target).len() >= EVENTS
             });
             daemon.signal(libc::SIGTERM);

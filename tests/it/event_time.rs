@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{wait_until, TestKafka, TestRecord};
+use crate::common::{TestKafka, TestRecord};
 use crate::daemon_util::*;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -146,7 +146,7 @@ fn a_source_wide_stop_on_a_live_tail_is_exact_to_the_record() {
         FILE_SINK,
     ));
     let daemon = Daemon::start(&cfg, &[]);
-    wait_until("the readers to start", MINUTE, || {
+    daemon.wait_until("the readers to start", MINUTE, || {
         daemon.log_text().contains("splits assigned")
     });
 
@@ -228,7 +228,7 @@ fn a_killed_paced_replay_resumes_its_pacing_and_its_source_wide_stop_without_los
     ));
     let daemon = Daemon::start(&cfg, &[]);
     // the close is found ahead of the pacing; wait until a checkpoint holds it
-    wait_until("a checkpoint with the source-wide stop", MINUTE, || {
+    daemon.wait_until("a checkpoint with the source-wide stop", MINUTE, || {
         state(&dir)["stop_timestamp"].as_i64() == Some(close)
     });
     let log = daemon.kill9();

@@ -62,7 +62,7 @@ fn a_source_wide_stop_on_a_live_topic_with_an_idle_partition_ends_before_the_nex
     let interval = Duration::from_secs(20);
     let cfg = dir.config(&config(&kafka, &topic, 2, "20s", ""));
     let daemon = Daemon::start(&cfg, &[]);
-    wait_until("the readers to start", MINUTE, || {
+    daemon.wait_until("the readers to start", MINUTE, || {
         daemon.log_text().contains("splits assigned")
     });
     // partition 1 stays idle; partition 0 gets two trades and the close, as it happens
@@ -221,7 +221,7 @@ fn a_source_wide_stop_waits_for_an_open_transaction_holding_records_before_it() 
     let grace = Duration::from_secs(1);
     let cfg = dir.config(&config(&kafka, &topic, 2, "500ms", "caught_up_grace = \"1s\""));
     let mut daemon = Daemon::start(&cfg, &[]);
-    wait_until("the readers to start", MINUTE, || {
+    daemon.wait_until("the readers to start", MINUTE, || {
         daemon.log_text().contains("splits assigned")
     });
     // partition 1: a transaction with three trades, open; then partition 0: two trades and the
@@ -243,7 +243,7 @@ fn a_source_wide_stop_waits_for_an_open_transaction_holding_records_before_it() 
     producer.send(&topic, &record(0, 2, "TRADE", close - 1));
     producer.send(&topic, &record(0, 3, "MARKET_CLOSE", close));
     producer.flush();
-    wait_until("the close found", MINUTE, || {
+    daemon.wait_until("the close found", MINUTE, || {
         daemon.log_text().contains("end-of-stream record found")
     });
     // give the job every chance to take partition 1 as caught up: past the close by the grace,

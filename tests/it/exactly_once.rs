@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::common::{wait_until, TestKafka};
+use crate::common::TestKafka;
 use crate::daemon_util::*;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -158,7 +158,7 @@ fn a_second_process_on_the_same_job_fences_the_first() {
     let dir = JobDir::new();
     let config = dir.config(&datagen(&topic, 1_000_000, 500.0, &kafka_sink(&kafka, &topic), "200ms"));
     let first = Daemon::start(&config, &[]);
-    wait_until("the first process's first commit", MINUTE, || {
+    first.wait_until("the first process's first commit", MINUTE, || {
         first.log_text().contains("checkpoint complete")
     });
     let second_state = dir.path("second.state").display().to_string();
@@ -182,7 +182,7 @@ fn a_second_process_on_the_same_job_fences_the_first() {
         0,
         "a coordinator still loading is no warning: {log}"
     );
-    wait_until("the second process's commits", MINUTE, || {
+    second.wait_until("the second process's commits", MINUTE, || {
         second.log_text().contains("checkpoint complete")
     });
     second.signal(libc::SIGTERM);

@@ -268,7 +268,7 @@ fn broker_fault_for(fault: &str, pause: Duration) {
         dir.config(&replay_config(&kafka, &topic, FILE_SINK, "200ms").replace("[job]", "[job]\nqueue_capacity = 1"));
     let out = dir.path("out.jsonl");
     let daemon = Daemon::start(&config, &[]);
-    wait_until("some output", MINUTE, || line_count(&out) > 20_000);
+    daemon.wait_until("some output", MINUTE, || line_count(&out) > 20_000);
     let outage = Instant::now();
     match fault {
         "kill" => {
@@ -349,7 +349,7 @@ interval = "500ms"
         kafka.bootstrap
     ));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("some records", MINUTE, || {
+    daemon.wait_until("some records", MINUTE, || {
         kafka.end_offsets(&topic).values().sum::<i64>() > 10_000
     });
     broker.signal(libc::SIGKILL);
@@ -490,7 +490,7 @@ fn offsets_deleted_by_retention_are_an_error_unless_a_reset_is_chosen() {
     let out = dir.path("out.jsonl");
     let stop_after = |lines: usize, extra: &[&str]| {
         let daemon = Daemon::start(&config, extra);
-        wait_until("the records", MINUTE, || line_count(&out) >= lines);
+        daemon.wait_until("the records", MINUTE, || line_count(&out) >= lines);
         daemon.signal(libc::SIGTERM);
         let (status, log) = daemon.wait(MINUTE);
         assert_eq!(status.code(), Some(0), "{log}");

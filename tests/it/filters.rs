@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::common::{now_millis, wait_until, TestKafka, TestRecord};
+use crate::common::{now_millis, TestKafka, TestRecord};
 use crate::daemon_util::*;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -107,13 +107,13 @@ fn a_header_filter_skips_undecodable_values_without_decoding_them_and_counts_the
     let cfg = dir.config(&config(&kafka, &topic, "1s", filtered, Some(&listen)));
     let daemon = Daemon::start(&cfg, &[]);
     let mut scraped = None;
-    wait_until("the filter's metric at 200", MINUTE, || {
+    daemon.wait_until("the filter's metric at 200", MINUTE, || {
         let log = daemon.log_text();
         assert!(!log.contains("cannot decode"), "a rejected value was decoded: {log}");
         scraped = http_get(&listen, "/metrics").and_then(|t| metric(&t, "tidegate_records_filtered_total"));
         scraped == Some(200.0)
     });
-    wait_until("the eu records written", MINUTE, || {
+    daemon.wait_until("the eu records written", MINUTE, || {
         line_count(&dir.path("out.jsonl")) >= 100
     });
     daemon.signal(libc::SIGTERM);
@@ -236,7 +236,7 @@ fn a_filtered_replay_killed_and_restarted_writes_the_unfiltered_output_filtered_
     let cfg = filtered.config(&config(&kafka, &topic, "200ms", &extra, None));
     let out = filtered.path("out.jsonl");
     let daemon = Daemon::start(&cfg, &[]);
-    wait_until("a checkpoint and some output", MINUTE, || {
+    daemon.wait_until("a checkpoint and some output", MINUTE, || {
         filtered.path("job.state").exists() && line_count(&out) > 10_000
     });
     let log = daemon.kill9();

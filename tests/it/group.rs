@@ -602,7 +602,7 @@ fn a_member_killed_before_its_first_interval_checkpoint_leaves_its_partitions_wh
         ],
     );
     // the records written since the job began: 400
-    wait_until("the next member writes the 400 records", MINUTE, || {
+    m0.wait_until("the next member writes the 400 records", MINUTE, || {
         records_written(port).unwrap_or(0) >= n as u64
     });
     m0.signal(libc::SIGTERM);

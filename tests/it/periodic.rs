@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::common::{wait_until, TestKafka};
+use crate::common::TestKafka;
 use crate::daemon_util::*;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -204,7 +204,7 @@ listen = "{port}"
         m
     };
     let daemon = Daemon::start(&config, &[]);
-    wait_until("a and b firing", MINUTE, || {
+    daemon.wait_until("a and b firing", MINUTE, || {
         let m = events_of(0);
         m.get("a").is_some_and(|v| v.len() >= 2) && m.get("b").is_some_and(|v| v.len() >= 2)
     });
@@ -223,11 +223,11 @@ schedule = { period = "500ms" }
 "#,
     );
     let edited = now_ms();
-    wait_until("c firing", Duration::from_secs(10), || {
+    daemon.wait_until("c firing", Duration::from_secs(10), || {
         events_of(edited).get("c").is_some_and(|v| v.len() >= 4)
     });
     let settled = now_ms() - 500;
-    wait_until("a firing twice on its new period", Duration::from_secs(15), || {
+    daemon.wait_until("a firing twice on its new period", Duration::from_secs(15), || {
         events_of(settled).get("a").is_some_and(|v| v.len() >= 2)
     });
     let after = events_of(edited + 1_500); // one discover interval plus a fire of slack
@@ -249,8 +249,8 @@ schedule = { period = "500ms" }
     let before = failures();
     write_events("[[events]\nthis is not TOML");
     let broken = now_ms();
-    wait_until("the failure counted", Duration::from_secs(10), || failures() > before);
-    wait_until("a and c still firing", Duration::from_secs(10), || {
+    daemon.wait_until("the failure counted", Duration::from_secs(10), || failures() > before);
+    daemon.wait_until("a and c still firing", Duration::from_secs(10), || {
         let m = events_of(broken + 1_000);
         m.get("a").is_some_and(|v| !v.is_empty()) && m.get("c").is_some_and(|v| v.len() >= 2)
     });

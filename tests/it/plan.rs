@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{wait_until, TestKafka, TestRecord};
+use crate::common::{TestKafka, TestRecord};
 use crate::daemon_util::*;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -196,7 +196,7 @@ fn plan_with_a_state_file_shows_what_a_resumed_run_has_left() {
     let config = dir.config(&replay_config(&kafka, &topic, FILE_SINK, "", "200ms"));
     let out = dir.path("out.jsonl");
     let daemon = Daemon::start(&config, &[]);
-    wait_until("the first 100 records", MINUTE, || line_count(&out) >= 100);
+    daemon.wait_until("the first 100 records", MINUTE, || line_count(&out) >= 100);
     daemon.signal(libc::SIGTERM);
     let (status, log) = daemon.wait(MINUTE);
     assert_eq!(status.code(), Some(0), "{log}");

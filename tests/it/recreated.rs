@@ -130,7 +130,7 @@ fn resumed_after_a_shorter_recreation(without_ids: bool) {
         "200ms",
     ));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("a third of the replay", MINUTE, || {
+    daemon.wait_until("a third of the replay", MINUTE, || {
         line_count(&dir.path("out.jsonl")) >= 30
     });
     daemon.kill9();
@@ -181,7 +181,7 @@ fn a_topic_recreated_longer_is_told_by_its_id() {
     // unbounded: the split stays open at 20 in the state file
     let config = dir.config(&replay_config(&kafka, &topic, FILE_SINK, "", "200ms"));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("the records", MINUTE, || line_count(&dir.path("out.jsonl")) >= 20);
+    daemon.wait_until("the records", MINUTE, || line_count(&dir.path("out.jsonl")) >= 20);
     daemon.signal(libc::SIGTERM);
     let (status, log) = daemon.wait(MINUTE);
     assert_eq!(status.code(), Some(0), "{log}");
@@ -235,7 +235,7 @@ fn a_replay_whose_topic_is_recreated_shorter_while_it_runs_ends() {
         "500ms",
     ));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("a quarter of the replay", MINUTE, || {
+    daemon.wait_until("a quarter of the replay", MINUTE, || {
         line_count(&dir.path("out.jsonl")) >= n / 4
     });
     recreate(&kafka, &topic);
@@ -276,7 +276,7 @@ fn a_topic_recreated_while_read_with_discovery_on_is_an_error() {
         "200ms",
     ));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("the records", MINUTE, || line_count(&dir.path("out.jsonl")) >= 20);
+    daemon.wait_until("the records", MINUTE, || line_count(&dir.path("out.jsonl")) >= 20);
     recreate(&kafka, &topic);
     produce(&kafka, &topic, "new", 50, 1);
     let (status, log) = daemon.wait(MINUTE);

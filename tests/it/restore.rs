@@ -25,7 +25,7 @@ fn an_unbounded_replay_resumed_with_stopping_offsets_ends_at_them() {
     let config = dir.config(&replay_config(&kafka, &topic, FILE_SINK, "", "200ms"));
     let out = dir.path("out.jsonl");
     let daemon = Daemon::start(&config, &[]);
-    wait_until("the first 100 records", MINUTE, || line_count(&out) >= 100);
+    daemon.wait_until("the first 100 records", MINUTE, || line_count(&out) >= 100);
     daemon.signal(libc::SIGTERM);
     let (status, log) = daemon.wait(MINUTE);
     assert_eq!(status.code(), Some(0), "{log}");

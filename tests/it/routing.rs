@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::common::{wait_until, TestKafka, TestRecord};
+use crate::common::{TestKafka, TestRecord};
 use crate::copies::{produce_raw, read_raw, RawRecord};
 use crate::daemon_util::*;
 
@@ -182,12 +182,9 @@ fn exactly_once_spans_the_topics_a_template_routes_to() {
         kafka.bootstrap
     );
     let config = dir.config(&job(&prefix, &source, &sink));
-    let mut daemon = Daemon::start(&config, &[]);
+    let daemon = Daemon::start(&config, &[]);
     let committed = |t: &str| read_raw(&kafka, &format!("{t}-out")).len();
-    wait_until("output committed in both targets", MINUTE, || {
-        if let Ok(Some(status)) = daemon.child.try_wait() {
-            panic!("tidegate ended ({status}) before the kill:\n{}", daemon.log_text());
-        }
+    daemon.wait_until("output committed in both targets", MINUTE, || {
         sources.iter().all(|s| committed(s) >= 50)
     });
     let before: Vec<usize> = sources.iter().map(|s| committed(s)).collect();
@@ -236,8 +233,8 @@ fn a_restart_with_changed_routing_is_refused() {
     };
     let config = dir.config(&job(&name, &source, &sink("set = { \"by\" = \"one\" }")));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("the first checkpoint", MINUTE, || dir.path("job.state").exists());
-    wait_until("the records copied", MINUTE, || read_raw(&kafka, &target).len() == 2);
+    daemon.wait_until("the first checkpoint", MINUTE, || dir.path("job.state").exists());
+    daemon.wait_until("the records copied", MINUTE, || read_raw(&kafka, &target).len() == 2);
     daemon.signal(libc::SIGTERM);
     let (status, log) = daemon.wait(MINUTE);
     assert_eq!(status.code(), Some(0), "{log}");

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::checkpoint_store::{eos_sink, job, kafka_store, output_counts, source_topic, state_show, state_show_as};
-use crate::common::{wait_until, TestKafka};
+use crate::common::TestKafka;
 use crate::daemon_util::*;
 use crate::group::group_job;
 
@@ -193,7 +193,7 @@ fn state_set_is_refused_while_a_member_of_the_group_runs() {
     let port = free_port();
     let listen = format!("metrics.listen=127.0.0.1:{port}");
     let member = Daemon::start(&config, &["--set", "job.member=m1", "--set", &listen]);
-    wait_until("the member's 20 records written", MINUTE, || {
+    member.wait_until("the member's 20 records written", MINUTE, || {
         records_written(port).unwrap_or(0) >= 20
     });
     let partition = format!("{topic}:0");

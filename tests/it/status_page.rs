@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{wait_until, TestKafka, TestRecord};
+use crate::common::{TestKafka, TestRecord};
 use crate::control::{control, controlled_config, status};
 use crate::daemon_util::*;
 
@@ -70,7 +70,7 @@ fn the_status_page_shows_what_status_reports_in_chromium() {
     let url = format!("http://{addr}/");
     let config = dir.config(&controlled_config(&kafka, &topic, port, "max_rate = 100"));
     let daemon = Daemon::start(&config, &[]);
-    wait_until("50 records", MINUTE, || {
+    daemon.wait_until("50 records", MINUTE, || {
         status(&addr).is_some_and(|s| s["records"]["emitted"].as_u64() >= Some(50))
     });
     // paused, the numbers stand still while the browser loads the page
@@ -84,7 +84,7 @@ fn the_status_page_shows_what_status_reports_in_chromium() {
     let mut still = false;
     for _ in 0..5 {
         let c0 = checkpoints(&shown);
-        wait_until("a checkpoint after the pause", MINUTE, || {
+        daemon.wait_until("a checkpoint after the pause", MINUTE, || {
             status(&addr).is_some_and(|s| checkpoints(&s) > c0)
         });
         let now = status(&addr).expect("status");
@@ -135,7 +135,7 @@ fn the_status_page_shows_what_status_reports_in_chromium() {
 
     // running again: a screenshot (the README's when asked for)
     assert_eq!(control(&addr, r#"{"paused": false}"#).0, 200);
-    wait_until("a rate to show", MINUTE, || {
+    daemon.wait_until("a rate to show", MINUTE, || {
         status(&addr).is_some_and(|s| s["rate"].as_f64() > Some(0.0) && s["eta_seconds"].is_number())
     });
     let shot = dir.path("status-page.png");
@@ -184,7 +184,7 @@ listen = "{addr}"
 "#
     );
     let daemon = Daemon::start(&dir.config(&config), &[]);
-    wait_until("/status", MINUTE, || status(&addr).is_some());
+    daemon.wait_until("/status", MINUTE, || status(&addr).is_some());
     let site = dir.path("site");
     std::fs::create_dir_all(&site).expect("site dir");
     let attempts = [
@@ -213,7 +213,7 @@ listen = "{addr}"
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("python3 -m http.server");
-    wait_until("the other site", MINUTE, || {
+    daemon.wait_until("the other site", MINUTE, || {
         std::net::TcpStream::connect(("127.0.0.1", site_port)).is_ok()
     });
     let dom = chromium(
