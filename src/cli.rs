@@ -29,15 +29,7 @@ pub fn main() {
         if e.is_broken_pipe() {
             std::process::exit(0);
         }
-        let mut message = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            let text = s.to_string();
-            if !message.contains(&text) {
-                message.push_str(&format!(": {text}"));
-            }
-            source = s.source();
-        }
+        let message = e.chain_text();
         // (not `eprintln!`: it panics when nobody reads stderr any more, and the exit code is
         // what is left to tell)
         let _ = std::io::Write::write_all(

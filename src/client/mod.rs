@@ -16,6 +16,7 @@ use rdkafka::metadata::Metadata;
 use rdkafka::types::RDKafkaErrorCode;
 
 pub mod cluster;
+pub(crate) mod committed;
 pub mod exactly_once;
 pub mod probe;
 pub(crate) mod retry;

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::checkpoint_store::StoreConfig;
 use crate::client::cluster::{self, ClientSpec};
+use crate::client::committed::committed_offsets;
 use crate::client::retry::retried;
 use crate::error::{Error, Result};
 use crate::kafka::config::KafkaSourceConfig;
@@ -88,17 +89,14 @@ pub(crate) async fn state_topic_still_there(
         // passing answers, retried
         let what = format!("reading the offsets of consumer group {group_name}");
         let committed = retried(&what, settings.request_timeout, |left| {
-            consumer
+            let answer = consumer
                 .committed_offsets(tpl.clone(), left)
-                .map_err(|e| crate::error::kafka(&what, e))
+                .map_err(|e| crate::error::kafka(&what, e))?;
+            committed_offsets(&answer, &what)
         })?;
         Ok(committed
-            .elements()
-            .iter()
-            .filter_map(|e| match e.offset() {
-                rdkafka::Offset::Offset(o) if o >= 0 => Some(format!("{}:{} at {o}", e.topic(), e.partition())),
-                _ => None,
-            })
+            .into_iter()
+            .filter_map(|((topic, partition), offset)| offset.map(|o| format!("{topic}:{partition} at {o}")))
             .collect())
     })
     .await??;

@@ -198,6 +198,20 @@ impl Error {
         false
     }
 
+    /// The error and its causes in one line, each cause once (`tidegate: error: …`, `/status`).
+    pub fn chain_text(&self) -> String {
+        let mut message = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            let text = s.to_string();
+            if !message.contains(&text) {
+                message.push_str(&format!(": {text}"));
+            }
+            source = s.source();
+        }
+        message
+    }
+
     /// The process exit code this error maps to: 2 for config, 3 for state, 1 for the rest.
     pub fn exit_code(&self) -> i32 {
         match self {

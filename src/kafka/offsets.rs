@@ -11,6 +11,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::debug;
 
 use crate::client::cluster::{Consumer, KafkaResult};
+use crate::client::committed::committed_offsets;
 use crate::client::retry::retried;
 use crate::client::TracingContext;
 use crate::core::sim;
@@ -355,19 +356,20 @@ impl<'a, C: OffsetLookup + ?Sized> OffsetsResolver<'a, C> {
         // the group's coordinator may be moving or loading: passing answers, retried
         let what = format!("reading committed offsets of group {group}");
         let committed = retried(&what, self.timeout, |left| {
-            self.consumer
+            let answer = self
+                .consumer
                 .committed_offsets(tpl.clone(), left)
-                .map_err(|e| crate::error::kafka(&what, e))
+                .map_err(|e| crate::error::kafka(&what, e))?;
+            committed_offsets(&answer, &what)
         })?;
         let mut out = HashMap::new();
         let mut without = Vec::new();
-        for elem in committed.elements() {
-            let tp = (elem.topic().to_string(), elem.partition());
-            match elem.offset() {
-                Offset::Offset(n) if n >= 0 => {
+        for (tp, offset) in committed {
+            match offset {
+                Some(n) => {
                     out.insert(tp, n);
                 }
-                _ => without.push(tp),
+                None => without.push(tp),
             }
         }
         if !without.is_empty() {
@@ -423,7 +425,69 @@ impl<'a, C: OffsetLookup + ?Sized> OffsetsResolver<'a, C> {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::Cell;
+
+    use rdkafka::types::RDKafkaRespErr;
+
     use super::*;
+    use crate::client::committed::answer;
+
+    /// A group whose OffsetFetch answers partition 1 of `t` with an error `errors` times, then
+    /// with its committed offset 5 (partition 0: 7); every partition's earliest offset is 0.
+    struct PendingCommit {
+        errors: Cell<u32>,
+    }
+
+    impl OffsetLookup for PendingCommit {
+        fn offsets_for_times(&self, partitions: TopicPartitionList, _: Duration) -> KafkaResult<TopicPartitionList> {
+            let mut out = TopicPartitionList::new();
+            for e in partitions.elements() {
+                out.add_partition_offset(e.topic(), e.partition(), Offset::Offset(0))?;
+            }
+            Ok(out)
+        }
+
+        fn committed_offsets(&self, _: TopicPartitionList, _: Duration) -> KafkaResult<TopicPartitionList> {
+            let ok = RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR;
+            let unstable = RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNSTABLE_OFFSET_COMMIT;
+            let left = self.errors.get();
+            self.errors.set(left.saturating_sub(1));
+            Ok(if left > 0 {
+                answer(&[(0, Offset::Offset(7), ok), (1, Offset::Invalid, unstable)])
+            } else {
+                answer(&[(0, Offset::Offset(7), ok), (1, Offset::Offset(5), ok)])
+            })
+        }
+    }
+
+    /// A partition's error in the committed offsets (here an offset commit still pending in an
+    /// open transaction) is retried, not read as "nothing committed" and reset to earliest: that
+    /// would read again what the group had consumed. Past the timeout, it is an error naming it.
+    #[test]
+    fn a_committed_start_retries_a_partition_s_error_and_never_resets_it() {
+        let partitions = [("t".to_string(), 0), ("t".to_string(), 1)];
+        let spec = StartingOffsets::Committed {
+            reset: CommittedReset::Earliest,
+        };
+        let group = PendingCommit { errors: Cell::new(2) };
+        let resolver = OffsetsResolver::new(&group, Duration::from_secs(5), Some("g"));
+        let start = resolver
+            .resolve_start(&spec, &partitions)
+            .expect("answered after two errors");
+        assert_eq!(start[&partitions[0]], 7);
+        assert_eq!(
+            start[&partitions[1]], 5,
+            "the committed offset, not the reset's earliest"
+        );
+
+        let group = PendingCommit {
+            errors: Cell::new(u32::MAX),
+        };
+        let resolver = OffsetsResolver::new(&group, Duration::from_millis(500), Some("g"));
+        let e = resolver.resolve_start(&spec, &partitions).expect_err("never answered");
+        let text = e.chain_text();
+        assert!(text.contains("t:1") && text.contains("still failing"), "{text}");
+    }
 
     #[test]
     fn topic_partition_strings() {
