@@ -31,7 +31,7 @@ pub fn run(config: Config, reset_state: bool, no_progress: bool) -> Result<()> {
     let result = runtime.block_on(async {
         let session = Session::start(&config).await?;
         let result = run_member(&config, &session, reset_state, no_progress, deadline).await;
-        session.linger().await;
+        session.linger(&result).await;
         result
     });
     runtime::shut_down(runtime);

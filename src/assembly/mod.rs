@@ -108,6 +108,6 @@ async fn run_config(
     let session = Session::start(config).await?;
     let stop = session.stop.clone();
     let result = session.run_job(config, store, sink, stop, no_progress, resuming).await;
-    session.linger().await;
+    session.linger(&result).await;
     result
 }

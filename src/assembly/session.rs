@@ -85,9 +85,10 @@ impl Session {
         }
     }
 
-    /// After the job's end, keep the endpoint serving for `metrics.linger`, or until a signal:
-    /// the last scrape then sees the final counts.
-    pub(crate) async fn linger(&self) {
+    /// After the job's end, `result`, keep the endpoint serving for `metrics.linger`, or until a
+    /// signal: the last scrape then sees the final counts, and `/status` how the job ended.
+    pub(crate) async fn linger(&self, result: &Result<()>) {
+        let _ = self.stats.ended.set(result.as_ref().err().map(|e| e.chain_text()));
         if self.linger.is_zero() || *self.stop.borrow() {
             return;
         }

@@ -41,6 +41,9 @@ pub struct JobStats {
     /// A run is going on: its state restored, its sink recovered, its enumerator started; false
     /// again once the run ends (`/ready`).
     pub running: std::sync::atomic::AtomicBool,
+    /// The job's end in this process, once it has ended: `None` when it ended well, the error's
+    /// text when it failed (what `/status` says while the endpoint lingers).
+    pub ended: std::sync::OnceLock<Option<String>>,
 }
 
 impl JobStats {

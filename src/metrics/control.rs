@@ -131,12 +131,14 @@ impl StatusBoard {
             .collect();
         splits.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
         let finished = !splits.is_empty() && splits.iter().all(|s| s["finished"] == true);
-        let state = if finished {
-            "finished"
-        } else if s.throttle.is_paused() {
-            "paused"
-        } else {
-            "running"
+        let error = s.ended.get().cloned().flatten();
+        let state = match s.ended.get() {
+            Some(Some(_)) => "failed",
+            _ if finished => "finished",
+            // ended short of its input: a signal, `job.max_duration`
+            Some(None) => "stopped",
+            None if s.throttle.is_paused() => "paused",
+            None => "running",
         };
         let left = expected.saturating_sub(done);
         let eta = (expected > 0 && rate > 0.0).then(|| (left as f64 / rate).round());
@@ -144,6 +146,7 @@ impl StatusBoard {
         json!({
             "job": self.job,
             "state": state,
+            "error": error,
             "elapsed_seconds": self.started.elapsed().as_secs_f64(),
             "records": {
                 "done": done,

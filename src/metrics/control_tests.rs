@@ -60,3 +60,26 @@ fn a_resumed_reader_never_sees_the_clock_from_before_the_pause() {
         );
     }
 }
+
+/// `/status` after the job's end, while the endpoint lingers: how it ended, never "running".
+#[test]
+fn the_status_of_an_ended_job_says_how_it_ended() {
+    let state = |ended: Option<Option<&str>>| {
+        let stats = Arc::new(JobStats::default());
+        if let Some(ended) = ended {
+            stats.ended.set(ended.map(String::from)).expect("set once");
+        }
+        let status = StatusBoard::new("job".into(), stats).status();
+        (status["state"].clone(), status["error"].clone())
+    };
+    assert_eq!(state(None), ("running".into(), Value::Null));
+    assert_eq!(
+        state(Some(None)),
+        ("stopped".into(), Value::Null),
+        "ended short of its input"
+    );
+    assert_eq!(
+        state(Some(Some("kafka: producing: broker down"))),
+        ("failed".into(), "kafka: producing: broker down".into())
+    );
+}

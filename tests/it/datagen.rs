@@ -192,8 +192,29 @@ fn a_generator_that_fails_fails_the_job_with_its_cause() {
         "[source.fields]",
         "[source.fields]\nwhen = { choice = [\"2026-11-27T09:30:00Z\", \"not a time\"] }",
     ));
-    let (code, log) = run(&config, &[], MINUTE);
-    assert_eq!(code, 1, "{log}");
+    // with the endpoint lingering after the failure, /status says so
+    let addr = format!("127.0.0.1:{}", free_port());
+    let daemon = Daemon::start(
+        &config,
+        &[
+            "--set",
+            &format!("metrics.listen={addr}"),
+            "--set",
+            "metrics.linger=\"2m\"",
+        ],
+    );
+    daemon.wait_until("the job's end, the endpoint lingering", MINUTE, || {
+        daemon.log_text().contains("metrics.linger")
+    });
+    let status = crate::control::status(&addr).expect("/status while lingering");
+    assert_eq!(status["state"], "failed", "{status}");
+    assert!(
+        status["error"].as_str().is_some_and(|e| e.contains("not a time")),
+        "{status}"
+    );
+    daemon.signal(libc::SIGTERM);
+    let (code, log) = daemon.wait(MINUTE);
+    assert_eq!(code.code(), Some(1), "{log}");
     assert!(
         log.contains("generating record") && !log.contains("generating record 0") && log.contains("not a time"),
         "{log}"
