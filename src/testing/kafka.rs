@@ -58,7 +58,7 @@ impl Drop for KafkaContainer {
         // testcontainers' blocking `Container` removes itself on its own runtime, which cannot
         // be entered from within another one (a `#[tokio::test]`)
         if let Some(container) = self.container.take() {
-            off_runtime(move || drop(container));
+            off_runtime(move || remove(container));
         }
     }
 }
@@ -78,8 +78,18 @@ extern "C" fn drop_shared_container() {
     if let Some(container) = container {
         let _ = std::thread::Builder::new()
             .name("tidegate-kafka-removal".into())
-            .spawn(move || drop(container))
+            .spawn(move || remove(container))
             .map(|removal| removal.join());
+    }
+}
+
+/// Remove `container` now, and say so on stderr when Docker refuses: testcontainers' own drop
+/// only logs a failure (through `log`, which a test process does not print) and leaves the
+/// container running. (A failed `rm` drops the handle, which tries once more.)
+fn remove(container: Container<KafkaImage>) {
+    let id = container.id().to_string();
+    if let Err(e) = container.rm() {
+        eprintln!("tidegate tests: removing Kafka container {id} failed: {e}");
     }
 }
 
