@@ -75,6 +75,7 @@ pub(crate) async fn run_member(
             _ = signal.wait_for(|stop| *stop) => None,
             _ = until(deadline) => {
                 info!("job.max_duration reached; leaving the group");
+                session.stats().stopped_short.store(true, std::sync::atomic::Ordering::SeqCst);
                 None
             }
             change = membership.next() => Some(change),

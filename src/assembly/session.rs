@@ -1,6 +1,7 @@
 //! A job's session in a process: its counters, the metrics endpoint and the signals, and running
 //! the configured job once on them (a group member runs it again on each assignment).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use tracing::{info, warn};
 use super::build::source_context;
 use crate::config::{Config, LogFormat};
 use crate::connector::{JobFuture, SourceVisitor};
-use crate::core::{CheckpointStore, Job, JobOptions, JobReport, JobStats, Sink, Source, SourceSplit};
+use crate::core::{CheckpointStore, Job, JobEnd, JobOptions, JobReport, JobStats, Sink, Source, SourceSplit};
 use crate::error::Result;
 use crate::metrics::Metrics;
 use crate::progress::Progress;
@@ -88,7 +89,12 @@ impl Session {
     /// After the job's end, `result`, keep the endpoint serving for `metrics.linger`, or until a
     /// signal: the last scrape then sees the final counts, and `/status` how the job ended.
     pub(crate) async fn linger(&self, result: &Result<()>) {
-        let _ = self.stats.ended.set(result.as_ref().err().map(|e| e.chain_text()));
+        let end = match result {
+            Err(e) => JobEnd::Failed(e.chain_text()),
+            Ok(()) if self.stats.stopped_short.load(Ordering::SeqCst) => JobEnd::Stopped,
+            Ok(()) => JobEnd::Finished,
+        };
+        let _ = self.stats.ended.set(end);
         if self.linger.is_zero() || *self.stop.borrow() {
             return;
         }
@@ -204,6 +210,7 @@ impl RunJob {
         progress_task.abort();
         progress.finish();
         let mut report = result?;
+        stats.stopped_short.store(report.stopped, Ordering::SeqCst);
         if !bounded {
             // an unbounded source has no total (a generator's ranges are all of u64's)
             report.records_expected = 0;

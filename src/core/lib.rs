@@ -242,7 +242,7 @@ pub use source::{Boundedness, Instance, ReaderContext, Share, Source};
 pub use split::{FinishReason, Finished, SourceSplit, SplitId, SplitSnapshot};
 pub use split_reader::{RecordsWithSplitIds, SplitReader, SplitsChange};
 pub use state::StateStore;
-pub use stats::JobStats;
+pub use stats::{JobEnd, JobStats};
 pub use status::SplitStatus;
 pub use store::{CheckpointStore, StoredCheckpoint};
 pub use throttle::{Admit, Throttle};

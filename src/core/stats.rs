@@ -41,9 +41,23 @@ pub struct JobStats {
     /// A run is going on: its state restored, its sink recovered, its enumerator started; false
     /// again once the run ends (`/ready`).
     pub running: std::sync::atomic::AtomicBool,
-    /// The job's end in this process, once it has ended: `None` when it ended well, the error's
-    /// text when it failed (what `/status` says while the endpoint lingers).
-    pub ended: std::sync::OnceLock<Option<String>>,
+    /// The job's end in this process, once it has ended (what `/status` says while the endpoint
+    /// lingers).
+    pub ended: std::sync::OnceLock<JobEnd>,
+    /// The last run was stopped short of its input (a signal, `job.max_duration`, a group
+    /// member's revocation or departure) rather than finishing it.
+    pub stopped_short: std::sync::atomic::AtomicBool,
+}
+
+/// How a job ended in this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobEnd {
+    /// It read its whole input (a job with no splits to read included).
+    Finished,
+    /// It was stopped short of its input.
+    Stopped,
+    /// It failed: the error's one-line text.
+    Failed(String),
 }
 
 impl JobStats {

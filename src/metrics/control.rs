@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use tracing::info;
 
-use crate::core::JobStats;
+use crate::core::{JobEnd, JobStats};
 
 /// The window the reported rate is averaged over.
 const RATE_WINDOW: Duration = Duration::from_secs(5);
@@ -131,14 +131,14 @@ impl StatusBoard {
             .collect();
         splits.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
         let finished = !splits.is_empty() && splits.iter().all(|s| s["finished"] == true);
-        let error = s.ended.get().cloned().flatten();
-        let state = match s.ended.get() {
-            Some(Some(_)) => "failed",
-            _ if finished => "finished",
-            // ended short of its input: a signal, `job.max_duration`
-            Some(None) => "stopped",
-            None if s.throttle.is_paused() => "paused",
-            None => "running",
+        let (state, error) = match s.ended.get() {
+            Some(JobEnd::Failed(error)) => ("failed", Some(error.as_str())),
+            // ended short of its input: `job.max_duration`, a group member's departure
+            Some(JobEnd::Stopped) => ("stopped", None),
+            Some(JobEnd::Finished) => ("finished", None),
+            None if finished => ("finished", None),
+            None if s.throttle.is_paused() => ("paused", None),
+            None => ("running", None),
         };
         let left = expected.saturating_sub(done);
         let eta = (expected > 0 && rate > 0.0).then(|| (left as f64 / rate).round());

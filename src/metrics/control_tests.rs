@@ -61,25 +61,32 @@ fn a_resumed_reader_never_sees_the_clock_from_before_the_pause() {
     }
 }
 
-/// `/status` after the job's end, while the endpoint lingers: how it ended, never "running".
+/// `/status` after the job's end, while the endpoint lingers: how it ended, never "running"; a
+/// job that ended well with no split of its own (a group member whose last assignment was
+/// empty) finished.
 #[test]
 fn the_status_of_an_ended_job_says_how_it_ended() {
-    let state = |ended: Option<Option<&str>>| {
+    let state = |ended: Option<JobEnd>| {
         let stats = Arc::new(JobStats::default());
         if let Some(ended) = ended {
-            stats.ended.set(ended.map(String::from)).expect("set once");
+            stats.ended.set(ended).expect("set once");
         }
         let status = StatusBoard::new("job".into(), stats).status();
         (status["state"].clone(), status["error"].clone())
     };
     assert_eq!(state(None), ("running".into(), Value::Null));
     assert_eq!(
-        state(Some(None)),
+        state(Some(JobEnd::Finished)),
+        ("finished".into(), Value::Null),
+        "no splits"
+    );
+    assert_eq!(
+        state(Some(JobEnd::Stopped)),
         ("stopped".into(), Value::Null),
         "ended short of its input"
     );
     assert_eq!(
-        state(Some(Some("kafka: producing: broker down"))),
+        state(Some(JobEnd::Failed("kafka: producing: broker down".into()))),
         ("failed".into(), "kafka: producing: broker down".into())
     );
 }

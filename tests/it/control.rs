@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{wait_until, TestKafka, TestRecord};
+use crate::common::{TestKafka, TestRecord};
 use crate::daemon_util::*;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -114,7 +114,7 @@ fn max_rate_limits_a_replay_and_a_changed_rate_applies_within_100_ms() {
     // records; the window runs from before the first request to after the last answer)
     let mut last = (Duration::ZERO, 0u64);
     daemon.wait_until("2 s of a limited replay", MINUTE, || {
-        let s = status(&addr).expect("status");
+        let s = daemon.must("/status", status(&addr));
         let elapsed = start.elapsed();
         let n = emitted(&s) - n0;
         let bound = 200.0 * elapsed.as_secs_f64() + 3.0;
@@ -126,16 +126,16 @@ fn max_rate_limits_a_replay_and_a_changed_rate_applies_within_100_ms() {
         elapsed >= Duration::from_secs(2)
     });
     assert!(last.1 > 0, "the limited replay went on: {last:?}");
-    assert_eq!(status(&addr).expect("status")["control"]["max_rate"], 200.0);
+    assert_eq!(daemon.must("/status", status(&addr))["control"]["max_rate"], 200.0);
 
     // down to 1 record/s, then up to unlimited: the change shows within 100 ms of the answer
     let (code, answer) = control(&addr, r#"{"max_rate": 1}"#);
     assert_eq!((code, &answer["max_rate"]), (200, &Value::from(1.0)), "{answer}");
     // one record at 1/s: the readers now wait about a second for the next
-    let slow = emitted(&status(&addr).expect("status"));
+    let slow = emitted(&daemon.must("/status", status(&addr)));
     let mut before = slow;
     daemon.wait_until("a record at 1/s", MINUTE, || {
-        before = emitted(&status(&addr).expect("status"));
+        before = emitted(&daemon.must("/status", status(&addr)));
         before > slow
     });
     let posted = Instant::now();
@@ -144,7 +144,7 @@ fn max_rate_limits_a_replay_and_a_changed_rate_applies_within_100_ms() {
     assert_eq!((code, &answer["max_rate"]), (200, &Value::Null), "{answer}");
     let (seen, poll_rtt) = loop {
         let sent = Instant::now();
-        let s = status(&addr).expect("status");
+        let s = daemon.must("/status", status(&addr));
         // 1 record/s could not add 20 in the few seconds this takes
         if emitted(&s) >= before + 20 || s["state"] == "finished" {
             break (Instant::now(), sent.elapsed());
@@ -187,19 +187,19 @@ fn pause_stops_emission_while_checkpoints_complete_and_status_matches_the_output
     let (code, answer) = control(&addr, r#"{"paused": true}"#);
     assert_eq!((code, &answer["paused"]), (200, &Value::Bool(true)), "{answer}");
     let checkpoints = |s: &Value| s["checkpoints"].as_u64().expect("checkpoints");
-    let c0 = checkpoints(&status(&addr).expect("status"));
+    let c0 = checkpoints(&daemon.must("/status", status(&addr)));
     // a checkpoint triggered after the pause: whatever was on its way is written by then. The
     // first to complete may have been triggered before it (its barrier passed, a record emitted
     // behind it, written by the next), and one checkpoint is in flight at a time: the second
     let mut paused = Value::Null;
     daemon.wait_until("a checkpoint triggered after the pause", MINUTE, || {
-        paused = status(&addr).expect("status");
+        paused = daemon.must("/status", status(&addr));
         checkpoints(&paused) > c0 + 1
     });
     let lines = line_count(&out);
     let mut later = Value::Null;
     daemon.wait_until("3 more checkpoints while paused", MINUTE, || {
-        later = status(&addr).expect("status");
+        later = daemon.must("/status", status(&addr));
         checkpoints(&later) >= checkpoints(&paused) + 3
     });
     assert_eq!(later["state"], "paused");
@@ -239,7 +239,14 @@ fn pause_stops_emission_while_checkpoints_complete_and_status_matches_the_output
     let (code, answer) = control(&addr, r#"{"paused": false}"#);
     assert_eq!((code, &answer["paused"]), (200, &Value::Bool(false)), "{answer}");
     // at its rate, without catching up the paused time
-    emits_at_most(&addr, 300.0, Duration::from_millis(500), 4.0, "resumed at 300/s");
+    emits_at_most(
+        &daemon,
+        &addr,
+        300.0,
+        Duration::from_millis(500),
+        4.0,
+        "resumed at 300/s",
+    );
     daemon.wait_until("records emitted again", MINUTE, || {
         status(&addr).is_some_and(|s| emitted(&s) >= emitted(&later) + 50 && s["state"] == "running")
     });
@@ -304,7 +311,7 @@ fn control_refuses_bad_bodies_and_controls_the_job_lacks() {
     };
     assert!(form.starts_with("HTTP/1.1 415"), "{form}");
     assert_eq!(
-        status(&addr).expect("status")["state"],
+        daemon.must("/status", status(&addr))["state"],
         "paused",
         "a refused request changed nothing"
     );
@@ -334,12 +341,12 @@ fn max_rate_config_mistakes_name_the_key() {
 }
 
 /// Over the next `window`, at most `rate` records/s emitted (plus `slack`), and at least one.
-fn emits_at_most(addr: &str, rate: f64, window: Duration, slack: f64, what: &str) {
+fn emits_at_most(daemon: &Daemon, addr: &str, rate: f64, window: Duration, slack: f64, what: &str) {
     let sent = Instant::now();
-    let n0 = emitted(&status(addr).expect("status"));
+    let n0 = emitted(&daemon.must("/status", status(addr)));
     let mut n = n0;
-    wait_until(what, MINUTE, || {
-        n = emitted(&status(addr).expect("status"));
+    daemon.wait_until(what, MINUTE, || {
+        n = emitted(&daemon.must("/status", status(addr)));
         let elapsed = sent.elapsed();
         let bound = rate * elapsed.as_secs_f64() + slack;
         assert!(
@@ -350,8 +357,8 @@ fn emits_at_most(addr: &str, rate: f64, window: Duration, slack: f64, what: &str
         elapsed >= window
     });
     // a stalled replay (a pacing clock left behind by the change) would emit nothing
-    wait_until(&format!("{what}: a record"), Duration::from_secs(5), || {
-        emitted(&status(addr).expect("status")) > n0
+    daemon.wait_until(&format!("{what}: a record"), Duration::from_secs(5), || {
+        emitted(&daemon.must("/status", status(addr))) > n0
     });
 }
 
@@ -377,11 +384,11 @@ fn replay_speed_changes_and_resumes_without_a_burst_or_a_stall() {
     // is the old event time replayed at the new speed from the start)
     let (code, answer) = control(&addr, r#"{"replay_speed": 1.0}"#);
     assert_eq!((code, &answer["replay_speed"]), (200, &Value::from(1.0)), "{answer}");
-    let t0 = status(&addr).expect("status")["event_time_ms"]
+    let t0 = daemon.must("/status", status(&addr))["event_time_ms"]
         .as_i64()
         .expect("event time");
-    emits_at_most(&addr, 10.0, Duration::from_secs(1), 3.0, "at speed 1");
-    let t1 = status(&addr).expect("status")["event_time_ms"]
+    emits_at_most(&daemon, &addr, 10.0, Duration::from_secs(1), 3.0, "at speed 1");
+    let t1 = daemon.must("/status", status(&addr))["event_time_ms"]
         .as_i64()
         .expect("event time");
     assert!(t1 >= t0, "event time never runs back: {t0} then {t1}");
@@ -390,7 +397,14 @@ fn replay_speed_changes_and_resumes_without_a_burst_or_a_stall() {
     let paused = Instant::now();
     daemon.wait_until("a second paused", MINUTE, || paused.elapsed() >= Duration::from_secs(1));
     assert_eq!(control(&addr, r#"{"paused": false}"#).0, 200);
-    emits_at_most(&addr, 100.0, Duration::from_millis(500), 5.0, "resumed at speed 10");
+    emits_at_most(
+        &daemon,
+        &addr,
+        100.0,
+        Duration::from_millis(500),
+        5.0,
+        "resumed at speed 10",
+    );
     // as fast as possible: done
     assert_eq!(control(&addr, r#"{"replay_speed": null}"#).0, 200);
     let (code, log) = daemon.wait(MINUTE);
@@ -416,7 +430,7 @@ fn max_bytes_rate_limits_a_replay() {
         status(&addr).is_some_and(|s| emitted(&s) > 0)
     });
     // a record may overdraw the bucket: one record over the rate at most
-    emits_at_most(&addr, 20.0, Duration::from_secs(2), 2.0, "at 20,000 bytes/s");
+    emits_at_most(&daemon, &addr, 20.0, Duration::from_secs(2), 2.0, "at 20,000 bytes/s");
     let (code, answer) = control(&addr, r#"{"max_bytes_rate": null}"#);
     assert_eq!((code, &answer["max_bytes_rate"]), (200, &Value::Null), "{answer}");
     let (code, log) = daemon.wait(MINUTE);
@@ -466,15 +480,15 @@ fn any_source_pauses_and_resumes_and_control_can_be_switched_off() {
     assert_eq!(code, 409, "the generator's rate is source.rate: {answer}");
     assert_eq!(control(&addr, r#"{"paused": true}"#).0, 200);
     let checkpoints = |s: &Value| s["checkpoints"].as_u64().expect("checkpoints");
-    let c0 = checkpoints(&status(&addr).expect("status"));
+    let c0 = checkpoints(&daemon.must("/status", status(&addr)));
     let mut paused = Value::Null;
     daemon.wait_until("a checkpoint after the pause", MINUTE, || {
-        paused = status(&addr).expect("status");
+        paused = daemon.must("/status", status(&addr));
         checkpoints(&paused) > c0
     });
     let mut later = Value::Null;
     daemon.wait_until("3 more checkpoints while paused", MINUTE, || {
-        later = status(&addr).expect("status");
+        later = daemon.must("/status", status(&addr));
         checkpoints(&later) >= checkpoints(&paused) + 3
     });
     assert_eq!(emitted(&later), emitted(&paused), "nothing generated while paused");
@@ -499,7 +513,7 @@ fn any_source_pauses_and_resumes_and_control_can_be_switched_off() {
         answer["error"].as_str().is_some_and(|e| e.contains("metrics.control")),
         "{answer}"
     );
-    assert_eq!(status(&addr).expect("status")["state"], "running");
+    assert_eq!(daemon.must("/status", status(&addr))["state"], "running");
     daemon.signal(libc::SIGTERM);
     let (code, log) = daemon.wait(MINUTE);
     assert_eq!(code.code(), Some(0), "{log}");
@@ -569,7 +583,7 @@ fn the_endpoint_refuses_foreign_hosts_origins_and_tokens_from_a_real_client() {
         assert_eq!(code, want, "{headers:?}: {text}");
         assert!(!text.contains(TOKEN), "{text}");
         assert_eq!(
-            status(&addr).expect("status")["state"],
+            daemon.must("/status", status(&addr))["state"],
             "running",
             "{headers:?} paused the job"
         );
@@ -579,7 +593,7 @@ fn the_endpoint_refuses_foreign_hosts_origins_and_tokens_from_a_real_client() {
     daemon.wait_until("paused", MINUTE, || {
         status(&addr).is_some_and(|s| s["state"] == "paused")
     });
-    assert!(!status(&addr).expect("status").to_string().contains(TOKEN));
+    assert!(!daemon.must("/status", status(&addr)).to_string().contains(TOKEN));
     daemon.signal(libc::SIGTERM);
     let (code, log) = daemon.wait(MINUTE);
     assert_eq!(code.code(), Some(0), "{log}");

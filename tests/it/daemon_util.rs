@@ -146,11 +146,26 @@ impl Daemon {
         }
     }
 
+    /// `value`, which the running daemon should have given (its `/status`, say): if it is
+    /// missing, panics with the daemon's log, and with how it ended if it has.
+    pub fn must<T>(&self, what: &str, value: Option<T>) -> T {
+        if let Some(value) = value {
+            return value;
+        }
+        match self.ended() {
+            Some(how) => panic!("no {what}: tidegate ended ({how}); its log:\n{}", self.log_text()),
+            None => self.fail(&format!("no {what} from the running daemon")),
+        }
+    }
+
     /// How a daemon that has ended ended, read without reaping it (a child that ended is a zombie
     /// until waited for, so `child` still owns its status): /proc/PID/stat's state `Z`, and its
     /// last field, the wait status as waitpid(2) reports it.
     fn ended(&self) -> Option<String> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        // only `wait` reaps the child, and it takes the daemon: a missing entry is no process
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())) else {
+            return Some("no /proc entry: reaped?".into());
+        };
         // the command name, in parentheses, may hold spaces: the fields follow its last `)`
         let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
         if fields.first() != Some(&"Z") {
