@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::core::RecordPosition;
 
 /// How a record's value is to be read and rendered.
@@ -74,9 +76,10 @@ pub struct Record {
     /// Milliseconds since the epoch.
     pub timestamp: Option<i64>,
     /// The key's bytes; `None` for a record without a key.
-    pub key: Option<Vec<u8>>,
-    /// The value as it is (or will be) stored in Kafka.
-    pub value: Option<Vec<u8>>,
+    pub key: Option<Bytes>,
+    /// The value as it is (or will be) stored in Kafka. A Kafka source's reader lends it from
+    /// librdkafka's fetch buffer (no copy): holding a record holds that buffer.
+    pub value: Option<Bytes>,
     /// The decoded value for `json` and `avro` (the whole value in records a
     /// `tidegate::testing::Replay` collects; in the daemon only what the end-of-stream expression
     /// reads, kept for the sink only when it prints Avro); `None` for `bytes` and `string`.
@@ -98,7 +101,7 @@ impl RecordPosition for Record {
     }
 
     fn size_bytes(&self) -> u64 {
-        (self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len)) as u64
+        (self.key.as_ref().map_or(0, Bytes::len) + self.value.as_ref().map_or(0, Bytes::len)) as u64
     }
 
     fn timestamp(&self) -> Option<i64> {

@@ -194,8 +194,8 @@ fn validate_datagen(raw: RawDatagenSource) -> Result<DatagenConfig> {
                 }
             };
             Some(Record {
-                key: m.key.map(String::into_bytes),
-                value: Some(value),
+                key: m.key.map(|k| k.into_bytes().into()),
+                value: Some(value.into()),
                 decoded: format.is_structured().then(|| m.value.clone()),
                 format,
                 timestamp: m
@@ -454,7 +454,8 @@ impl SourceConnector for DatagenConfig {
                     encoder
                         .0
                         .encode(value)
-                        .map_err(|m| Error::runtime("encoding the end marker", m))?,
+                        .map_err(|m| Error::runtime("encoding the end marker", m))?
+                        .into(),
                 );
             }
         }
@@ -466,7 +467,8 @@ impl SourceConnector for DatagenConfig {
                 encoder
                     .0
                     .encode(&text)
-                    .map_err(|m| Error::runtime("encoding the end marker's key", m))?,
+                    .map_err(|m| Error::runtime("encoding the end marker's key", m))?
+                    .into(),
             );
         }
         Ok(Some(marker))

@@ -123,8 +123,8 @@ impl GeneratorFunction for TemplateGenerator {
         Ok(Record {
             offset: Some(index as i64),
             timestamp,
-            key,
-            value: Some(value),
+            key: key.map(Into::into),
+            value: Some(value.into()),
             decoded: (self.keep_decoded && structured).then_some(fields),
             decoded_key,
             format: self.format,

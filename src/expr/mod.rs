@@ -396,9 +396,9 @@ impl RecordVariables<'_> {
             (None, _, None) => Value::Null,
             (None, ValueFormat::String, Some(bytes)) => match std::str::from_utf8(bytes) {
                 Ok(s) => Value::String(Arc::new(s.to_string())),
-                Err(_) => Value::Bytes(Arc::new(bytes.clone())),
+                Err(_) => Value::Bytes(Arc::new(bytes.to_vec())),
             },
-            (None, _, Some(bytes)) => Value::Bytes(Arc::new(bytes.clone())),
+            (None, _, Some(bytes)) => Value::Bytes(Arc::new(bytes.to_vec())),
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::record::Header;
+use bytes::Bytes;
 use serde_json::json;
 
 fn record(value: serde_json::Value) -> Record {
@@ -10,8 +11,8 @@ fn record(value: serde_json::Value) -> Record {
         partition: Some(2),
         offset: Some(41),
         timestamp: Some(1_700_000_000_000),
-        key: Some(b"AAPL".to_vec()),
-        value: Some(serde_json::to_vec(&value).unwrap()),
+        key: Some(Bytes::from_static(b"AAPL")),
+        value: Some(serde_json::to_vec(&value).unwrap().into()),
         decoded: Some(value),
         format: ValueFormat::Json,
         decoded_key: None,
@@ -249,7 +250,7 @@ fn what_an_expression_reads_decides_whether_it_runs_before_decoding() {
 fn a_filter_is_evaluated_on_an_undecoded_record() {
     // a value that is not JSON, never decoded: a filter over headers still answers
     let mut r = record(json!(null));
-    r.value = Some(b"{not json".to_vec());
+    r.value = Some(Bytes::from_static(b"{not json"));
     r.decoded = None;
     let e = RecordExpression::compile("headers.source == 'nyse'").unwrap();
     assert!(e.matches(&r));

@@ -5,7 +5,9 @@
 //! event per call, with a clock read and an `Arc` allocation per message; on the replay hot path
 //! that was the fetcher thread's largest cost after the copies themselves. Everything else
 //! (assignment, positions, pause/resume) still goes through rust-rdkafka's safe API on the same
-//! consumer. Each message is lent to a callback as a [`MessageView`] and destroyed right after it.
+//! consumer. Each message is lent to a callback as a [`MessageView`] and destroyed right after it,
+//! unless the callback keeps its value ([`MessageView::lend_payload`]): then the message lives as
+//! long as that value, a `Bytes` over librdkafka's buffer, and the record carries no copy.
 //!
 //! librdkafka's main queue (its logs, client-wide errors, statistics) is read apart, as events,
 //! as rust-rdkafka's own poll would: forwarded to the consumer queue, as rust-rdkafka sets it up,
@@ -17,10 +19,12 @@
 //! would serve it (rust-rdkafka's context would need to generate tokens), where the batch read
 //! runs it.
 
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use rdkafka::bindings as rd;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -31,6 +35,11 @@ use rdkafka::types::RDKafkaRespErr;
 use crate::client::TracingContext;
 use crate::record::Header;
 
+/// The consumer a queue's messages came from, shared by the messages lent out: librdkafka's
+/// `rd_kafka_destroy` waits for every message of its client to be destroyed, so the consumer is
+/// destroyed after the last of them, wherever that is dropped.
+pub type SharedConsumer = Arc<BaseConsumer<TracingContext>>;
+
 /// A message, borrowed from librdkafka for the length of a callback.
 pub struct MessageView<'a> {
     pub topic: &'a str,
@@ -40,9 +49,60 @@ pub struct MessageView<'a> {
     pub key: Option<&'a [u8]>,
     pub payload: Option<&'a [u8]>,
     headers: *mut rd::rd_kafka_headers_t,
+    message: *mut rd::rd_kafka_message_t,
+    /// Set once the message is lent out: the read does not destroy it.
+    kept: &'a Cell<bool>,
+    consumer: &'a SharedConsumer,
+}
+
+/// A message kept past its read, for a value lent out of it ([`MessageView::lend_payload`]).
+struct LentMessage {
+    message: *mut rd::rd_kafka_message_t,
+    payload: *const u8,
+    len: usize,
+    _consumer: SharedConsumer,
+}
+
+// SAFETY: librdkafka's messages may be read and destroyed from any thread (their buffers are
+// reference counted atomically); nothing mutates the payload once librdkafka returned it.
+unsafe impl Send for LentMessage {}
+
+impl AsRef<[u8]> for LentMessage {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: the payload belongs to the message, alive until this value's Drop.
+        unsafe { std::slice::from_raw_parts(self.payload, self.len) }
+    }
+}
+
+impl Drop for LentMessage {
+    fn drop(&mut self) {
+        // SAFETY: kept, not destroyed, by the read that lent it out (`kept`); destroyed once, before
+        // the consumer reference below is released.
+        unsafe { rd::rd_kafka_message_destroy(self.message) }
+    }
 }
 
 impl MessageView<'_> {
+    /// The value without a copy: a `Bytes` over librdkafka's buffer, the message kept alive (not
+    /// destroyed after the callback) until the last clone of the value is dropped. Holding it
+    /// holds the buffer the message points into: the fetch answer, or its decompressed batch. A
+    /// second call copies.
+    pub fn lend_payload(&self) -> Option<Bytes> {
+        let payload = self.payload?;
+        if payload.is_empty() {
+            return Some(Bytes::new());
+        }
+        if self.kept.replace(true) {
+            return Some(Bytes::copy_from_slice(payload));
+        }
+        Some(Bytes::from_owner(LentMessage {
+            message: self.message,
+            payload: payload.as_ptr(),
+            len: payload.len(),
+            _consumer: Arc::clone(self.consumer),
+        }))
+    }
+
     /// The headers, copied.
     pub fn headers(&self) -> Vec<Header> {
         if self.headers.is_null() {
@@ -94,6 +154,8 @@ pub enum Event<'a> {
 /// its main queue to it).
 pub struct ConsumerQueue {
     queue: *mut rd::rd_kafka_queue_t,
+    /// The consumer, for the messages lent out to keep alive.
+    consumer: SharedConsumer,
     /// librdkafka's main queue, no longer forwarded to `queue` (see the module's doc); null when
     /// it stays forwarded.
     main: *mut rd::rd_kafka_queue_t,
@@ -127,14 +189,13 @@ impl QueueWaker {
 }
 
 // SAFETY: librdkafka queues are thread-safe; the pointers are only used by the thread that owns
-// this value (a fetcher), and the consumer outlives it (both live in the split reader, the queue
-// field declared first so it is dropped first).
+// this value (a fetcher), and the consumer outlives it (it holds a reference).
 unsafe impl Send for ConsumerQueue {}
 
 impl ConsumerQueue {
     /// The consumer queue of `consumer`; `None` if librdkafka has none (no `group.id`). With
     /// `serve_main`, librdkafka's main queue is read apart (see the module's doc).
-    pub fn new(consumer: &BaseConsumer<TracingContext>, batch: usize, serve_main: bool) -> Option<Self> {
+    pub fn new(consumer: &SharedConsumer, batch: usize, serve_main: bool) -> Option<Self> {
         use rdkafka::consumer::Consumer;
         let client = consumer.client().native_ptr();
         // SAFETY: the client pointer is valid for the consumer's lifetime; the returned queues
@@ -155,6 +216,7 @@ impl ConsumerQueue {
         };
         Some(ConsumerQueue {
             queue,
+            consumer: Arc::clone(consumer),
             main,
             context: Arc::clone(consumer.client().context()),
             buffer: vec![std::ptr::null_mut(); batch.max(1)],
@@ -210,7 +272,8 @@ impl ConsumerQueue {
     }
 
     /// Up to `max` events (at most the buffer's size), waiting up to `timeout` for the first; each
-    /// is handed to `f` while librdkafka still owns it. Returns how many there were.
+    /// is handed to `f` while librdkafka still owns it (a message whose value `f` kept, until
+    /// that value is dropped). Returns how many there were.
     pub fn read(&mut self, timeout: Duration, max: usize, mut f: impl FnMut(Event<'_>)) -> usize {
         self.serve_main();
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
@@ -218,12 +281,17 @@ impl ConsumerQueue {
         // SAFETY: the buffer has room for `len` pointers; librdkafka fills the first `n`.
         let n = unsafe { rd::rd_kafka_consume_batch_queue(self.queue, ms, self.buffer.as_mut_ptr(), len) };
         let n = n.max(0) as usize;
+        let kept = Cell::new(false);
         for i in 0..n {
             let msg = self.buffer[i];
-            // SAFETY: librdkafka returned `n` valid messages; each is viewed once, then destroyed.
+            kept.set(false);
+            // SAFETY: librdkafka returned `n` valid messages; each is viewed once, then destroyed
+            // unless lent out (its owner destroys it then).
             unsafe {
-                f(view(&*msg));
-                rd::rd_kafka_message_destroy(msg);
+                f(view(msg, &kept, &self.consumer));
+                if !kept.get() {
+                    rd::rd_kafka_message_destroy(msg);
+                }
             }
         }
         n
@@ -277,8 +345,13 @@ fn log_level(level: i32) -> RDKafkaLogLevel {
 /// A view of a message.
 ///
 /// # Safety
-/// `m` must be a valid message returned by librdkafka, not destroyed while the view lives.
-unsafe fn view(m: &rd::rd_kafka_message_t) -> Event<'_> {
+/// `message` must be a valid message returned by librdkafka, not destroyed while the view lives.
+unsafe fn view<'a>(
+    message: *mut rd::rd_kafka_message_t,
+    kept: &'a Cell<bool>,
+    consumer: &'a SharedConsumer,
+) -> Event<'a> {
+    let m: &'a rd::rd_kafka_message_t = &*message;
     let topic = if m.rkt.is_null() {
         ""
     } else {
@@ -325,6 +398,9 @@ unsafe fn view(m: &rd::rd_kafka_message_t) -> Event<'_> {
         key: bytes(m.key, m.key_len),
         payload: bytes(m.payload, m.len),
         headers,
+        message,
+        kept,
+        consumer,
     })
 }
 

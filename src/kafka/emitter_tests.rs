@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use super::*;
 use crate::core::EofOnRecordEvaluator;
 use crate::metrics::KafkaMetrics;
@@ -14,7 +16,7 @@ fn record(offset: i64, value: &[u8], region: &str) -> Record {
         offset: Some(offset),
         timestamp: Some(1_000 + offset),
         key: None,
-        value: Some(value.to_vec()),
+        value: Some(Bytes::copy_from_slice(value)),
         decoded: None,
         format: ValueFormat::Bytes,
         decoded_key: None,

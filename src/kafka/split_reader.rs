@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
@@ -13,7 +14,7 @@ use tracing::{debug, warn};
 
 mod health;
 
-use super::batch_queue::{BatchLimit, ConsumerQueue, Event, RECORD_SIZE};
+use super::batch_queue::{BatchLimit, ConsumerQueue, Event, SharedConsumer, RECORD_SIZE};
 use super::caught_up::CaughtUp;
 use super::consumer::{consumer_config, PartitionErrors};
 use super::live_split::{index_in, LiveSplit};
@@ -36,9 +37,10 @@ const STALL_AFTER: Duration = Duration::from_secs(15);
 
 /// Reads the splits of one fetcher with one consumer.
 pub struct KafkaPartitionSplitReader {
-    /// Declared before the consumer, so it is released first.
     queue: ConsumerQueue,
-    consumer: BaseConsumer<TracingContext>,
+    /// Shared with the records' values lent from its messages (the queue's doc): the last of them
+    /// destroys it, maybe after this reader.
+    consumer: SharedConsumer,
     /// Live splits. Looked up per record, so by a last-hit cache and a scan rather than hashing:
     /// librdkafka hands records over in runs of one partition.
     splits: Vec<LiveSplit>,
@@ -75,6 +77,7 @@ impl KafkaPartitionSplitReader {
         let consumer: BaseConsumer<TracingContext> = consumer_config(settings, reader_index, readers, partitions)
             .create_with_context(TracingContext::new(format!("reader-{reader_index}")).passing_refusals())
             .map_err(|e| crate::error::kafka("creating a reader's consumer", e))?;
+        let consumer = Arc::new(consumer);
         let queue = ConsumerQueue::new(&consumer, limit.records, !uses_oauthbearer(&settings.properties))
             .ok_or_else(|| Error::runtime("creating a reader's consumer", "librdkafka gave no consumer queue"))?;
         Ok(KafkaPartitionSplitReader {
@@ -183,6 +186,18 @@ impl KafkaPartitionSplitReader {
     }
 }
 
+impl Drop for KafkaPartitionSplitReader {
+    fn drop(&mut self) {
+        // records still held (unwritten, or paced) keep the consumer alive through their values:
+        // it stops fetching now, not when the last of them is dropped
+        if Arc::strong_count(&self.consumer) > 2 {
+            if let Err(e) = self.consumer.unassign() {
+                debug!(error = %e, "unassigning a closed reader's partitions");
+            }
+        }
+    }
+}
+
 /// Whether the consumer authenticates with SASL OAUTHBEARER, whose token refresh needs librdkafka's
 /// main queue served by the batch read (see `batch_queue`).
 fn uses_oauthbearer(properties: &std::collections::BTreeMap<String, String>) -> bool {
@@ -264,8 +279,9 @@ impl SplitReader for KafkaPartitionSplitReader {
                         partition: Some(m.partition),
                         offset: Some(m.offset),
                         timestamp: m.timestamp,
-                        key: m.key.map(<[u8]>::to_vec),
-                        value: m.payload.map(<[u8]>::to_vec),
+                        // keys are short: copied; values lent from librdkafka's buffer
+                        key: m.key.map(Bytes::copy_from_slice),
+                        value: m.lend_payload(),
                         headers: m.headers(),
                         ..Record::default()
                     };

@@ -239,6 +239,58 @@ fn a_fetch_batch_is_bounded_in_bytes_as_well_as_records() {
 }
 
 #[test]
+fn values_lent_from_librdkafka_outlive_their_reader_and_free_its_consumer_last() {
+    use super::batch_queue::BatchLimit;
+    use super::split::KafkaPartitionSplit;
+    use super::split_reader::KafkaPartitionSplitReader;
+    use crate::core::{SplitReader, SplitsChange};
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("mock-lent", 1, 1).expect("topic");
+    let servers = cluster.bootstrap_servers();
+    produce(&servers, "mock-lent", 1, 500);
+    let settings = super::KafkaSourceSettings::new(&servers, super::Subscription::Topics(vec!["mock-lent".into()]));
+    let limit = BatchLimit {
+        records: 4096,
+        bytes: 1 << 20,
+    };
+    let mut reader = KafkaPartitionSplitReader::new(&settings, (0, 1), 1, limit, crate::metrics::KafkaMetrics::noop())
+        .expect("reader");
+    reader
+        .handle_splits_changes(SplitsChange::Add(vec![KafkaPartitionSplit::new(
+            "mock-lent",
+            0,
+            0,
+            None,
+        )]))
+        .expect("assign");
+    let mut records = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while records.len() < 500 && std::time::Instant::now() < deadline {
+        let batch = reader.fetch().expect("fetch");
+        records.extend(batch.records.into_iter().flat_map(|(_, r)| r));
+    }
+    assert_eq!(records.len(), 500);
+    // the reader goes first (its consumer stays, held by the values); the values still read what
+    // was produced, and dropping the last of them destroys the consumer, on another thread, without
+    // hanging (librdkafka's destroy waits for its messages)
+    let (done_tx, done) = mpsc::channel();
+    std::thread::spawn(move || {
+        drop(reader);
+        let values: Vec<String> = records
+            .iter()
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+            .collect();
+        drop(records);
+        let _ = done_tx.send(values);
+    });
+    let values = done
+        .recv_timeout(Duration::from_secs(30))
+        .expect("dropping the reader, or the lent values and with the last one the consumer, hung");
+    let expected: Vec<String> = (0..500).map(|i| format!("{{\"i\":{i}}}")).collect();
+    assert_eq!(values, expected);
+}
+
+#[test]
 fn every_partition_moves_to_the_instance_discovery_deals_it_to_with_its_offset() {
     use super::enumerator::{KafkaEnumeratorState, KnownSplit};
     use super::split::{instance_owns, KafkaPartitionSplit};

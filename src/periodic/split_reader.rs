@@ -109,8 +109,8 @@ impl PeriodicSplitReader {
         Ok(Record {
             offset: Some(seq as i64),
             timestamp: Some(scheduled),
-            key,
-            value: Some(bytes),
+            key: key.map(Into::into),
+            value: Some(bytes.into()),
             decoded: (self.settings.keep_decoded && structured).then_some(value),
             format: self.settings.format,
             headers,

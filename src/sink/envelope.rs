@@ -152,6 +152,7 @@ fn json<W: Write, T: Serialize + ?Sized>(out: &mut W, value: &T) -> std::io::Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use serde_json::json;
     use std::sync::Arc;
 
@@ -169,8 +170,8 @@ mod tests {
             partition: Some(1),
             offset: Some(7),
             timestamp: Some(99),
-            key: Some(b"k".to_vec()),
-            value: Some(br#"{"a":1}"#.to_vec()),
+            key: Some(Bytes::from_static(b"k")),
+            value: Some(Bytes::from_static(br#"{"a":1}"#)),
             decoded: Some(json!({"a": 1})),
             format: ValueFormat::Json,
             decoded_key: None,
@@ -201,7 +202,7 @@ mod tests {
         );
         // a JSON value is copied as written (order and spacing kept), one on several lines compacted
         r.decoded = None;
-        r.value = Some(br#"{"z": 1, "a": [1.50, "x"]}"#.to_vec());
+        r.value = Some(Bytes::from_static(br#"{"z": 1, "a": [1.50, "x"]}"#));
         let mut buf = Vec::new();
         write_line(&mut buf, &r).unwrap();
         let text = String::from_utf8(buf).unwrap();
@@ -209,17 +210,17 @@ mod tests {
             text.contains(r#","value":{"z": 1, "a": [1.50, "x"]},"headers":"#),
             "{text}"
         );
-        r.value = Some(b"{\n  \"z\": 1,\r\n  \"a\": \"x\"\n}".to_vec());
+        r.value = Some(Bytes::from_static(b"{\n  \"z\": 1,\r\n  \"a\": \"x\"\n}"));
         let mut buf = Vec::new();
         write_line(&mut buf, &r).unwrap();
         assert_eq!(buf.iter().filter(|b| **b == b'\n').count(), 1);
         assert_eq!(line(&r)["value"], json!({"z": 1, "a": "x"}));
         r.format = ValueFormat::String;
-        r.value = Some(b"hello".to_vec());
+        r.value = Some(Bytes::from_static(b"hello"));
         assert_eq!(line(&r)["value"], json!("hello"));
         r.format = ValueFormat::Bytes;
-        r.value = Some(vec![0, 1, 2]);
-        r.key = Some(vec![0xfe]);
+        r.value = Some(Bytes::from_static(&[0, 1, 2]));
+        r.key = Some(Bytes::from_static(&[0xfe]));
         let l = line(&r);
         assert_eq!(l["value"], json!("AAEC"));
         assert_eq!(l["key"], json!({"base64": "/g=="}));
@@ -229,7 +230,7 @@ mod tests {
         r.decoded_key = None;
         // longer than one stack slice of the encoder, and not a multiple of 3
         let long: Vec<u8> = (0..2_000u32).map(|i| (i * 7 % 256) as u8).collect();
-        r.value = Some(long.clone());
+        r.value = Some(long.clone().into());
         assert_eq!(
             line(&r)["value"],
             json!(base64::engine::general_purpose::STANDARD.encode(&long))

@@ -163,7 +163,7 @@ fn transactions_end_and_only_committed_records_are_emitted() {
     let (out, report) = run(src, 1);
     let values: Vec<String> = out
         .iter()
-        .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
+        .map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap())
         .collect();
     assert_eq!(values, ["c0", "c1", "c2", "c3", "c4", "d0", "d1", "d2"]);
     assert_eq!(reasons(&report)[&0].0, FinishReason::StoppingOffset);
@@ -438,7 +438,7 @@ fn every_compression_codec_is_read() {
         let (out, _) = run(src, 2);
         let mut values: Vec<String> = out
             .iter()
-            .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
+            .map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap())
             .collect();
         values.sort();
         let mut expected: Vec<String> = (0..200).map(|i| json("TRADE", i).repeat(4)).collect();
@@ -478,7 +478,7 @@ fn records_larger_than_a_readers_fetch_are_read_whole() {
             (
                 r.partition.unwrap(),
                 r.offset.unwrap(),
-                r.value.as_ref().map_or(0, Vec::len),
+                r.value.as_ref().map_or(0, |v| v.len()),
             )
         })
         .collect();

@@ -214,7 +214,7 @@ impl KafkaPartitionSplitReader {
             let tp = (split.topic.to_string(), split.partition);
             let stop = match split.stop {
                 None => None,
-                Some(_) => OffsetsResolver::new(&self.consumer, self.request_timeout, None)
+                Some(_) => OffsetsResolver::new(&*self.consumer, self.request_timeout, None)
                     .resolve_stop(&self.stopping, std::slice::from_ref(&tp))
                     .map_err(|e| Error::runtime(format!("resolving the stop of {}:{} again", tp.0, tp.1), e))?
                     .get(&tp)

@@ -77,8 +77,8 @@ impl SplitReader for SimSplitReader {
                     partition: Some(split.partition),
                     offset: Some(e.offset),
                     timestamp: Some(e.timestamp),
-                    key: e.key.clone(),
-                    value: e.value.clone(),
+                    key: e.key.clone().map(Into::into),
+                    value: e.value.clone().map(Into::into),
                     headers: e.headers.clone(),
                     ..Record::default()
                 });

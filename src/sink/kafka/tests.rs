@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use rdkafka::mocking::{MockCluster, MockCoordinator};
 use rdkafka::types::RDKafkaRespErr;
 use serde_json::json;
@@ -24,7 +25,7 @@ fn settings(servers: &str, topic: &str) -> KafkaSinkSettings {
 
 fn record(value: &str) -> Record {
     Record {
-        value: Some(value.as_bytes().to_vec()),
+        value: Some(Bytes::copy_from_slice(value.as_bytes())),
         ..Record::default()
     }
 }

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use super::*;
 
 fn header(k: &str, v: Option<&[u8]>) -> Header {
@@ -16,7 +18,7 @@ fn record() -> Record {
     Record {
         topic: Some(Arc::from("orders")),
         partition: Some(3),
-        key: Some(b"eu".to_vec()),
+        key: Some(Bytes::from_static(b"eu")),
         headers: vec![
             header("tidegate-source-topic", Some(b"payments")),
             header("tidegate-source-topic", Some(b"second")),
@@ -68,11 +70,11 @@ fn templates_resolve_over_the_record() {
     let none = TopicTemplate::parse("{topic}").unwrap().resolve(&datagen).unwrap_err();
     assert!(none.contains("no topic"), "{none}");
     let mut spaced = record();
-    spaced.key = Some(b"a b".to_vec());
+    spaced.key = Some(Bytes::from_static(b"a b"));
     let bad = TopicTemplate::parse("{key}").unwrap().resolve(&spaced).unwrap_err();
     assert!(bad.contains("not a valid topic name"), "{bad}");
     let mut empty = record();
-    empty.key = Some(Vec::new());
+    empty.key = Some(Bytes::new());
     assert!(TopicTemplate::parse("{key}")
         .unwrap()
         .resolve(&empty)
