@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 
 mod health;
 
-use super::batch_queue::{BatchLimit, ConsumerQueue, Event, SharedConsumer, RECORD_SIZE};
+use super::batch_queue::{BatchLimit, ConsumerQueue, Event, SharedConsumer};
 use super::caught_up::CaughtUp;
 use super::consumer::{consumer_config, PartitionErrors};
 use super::live_split::{index_in, LiveSplit};
@@ -279,7 +279,7 @@ impl SplitReader for KafkaPartitionSplitReader {
                         partition: Some(m.partition),
                         offset: Some(m.offset),
                         timestamp: m.timestamp,
-                        // keys are short: copied; values lent from librdkafka's buffer
+                        // keys are short: copied; values lent from librdkafka's buffer (short ones copied)
                         key: m.key.map(Bytes::copy_from_slice),
                         value: m.lend_payload(),
                         headers: m.headers(),
@@ -287,9 +287,9 @@ impl SplitReader for KafkaPartitionSplitReader {
                     };
                     split.position = m.offset + 1;
                     split.fetched_records += 1;
-                    let size = m.key.map_or(0, <[u8]>::len) + m.payload.map_or(0, <[u8]>::len);
-                    split.fetched_bytes += size as u64;
-                    bytes += size + RECORD_SIZE;
+                    let (key_len, value_len) = (m.key.map_or(0, <[u8]>::len), m.payload.map_or(0, <[u8]>::len));
+                    split.fetched_bytes += (key_len + value_len) as u64;
+                    bytes += BatchLimit::cost(key_len, value_len);
                     split.last_timestamp = record.timestamp;
                     let slot = match split.slot {
                         Some(slot) => slot,

@@ -221,9 +221,11 @@ fn a_fetch_batch_is_bounded_in_bytes_as_well_as_records() {
         largest = largest.max(n);
     }
     assert_eq!(total, 3_000);
-    // a record costs its 1,000 bytes and a Record: the batch stops at 500 KB (the first read takes
-    // 256 records, later ones what fits at the sizes seen), overshooting by one record at most
-    let per_record = 1_000 + std::mem::size_of::<Record>();
+    // a record costs its 1,000 bytes (twice: lent) and a Record: the batch stops at 500 KB (the
+    // first read takes 256 records, later ones what fits at the sizes seen), overshooting by one
+    // record at most
+    let per_record = BatchLimit::cost(0, 1_000);
+    assert_eq!(per_record, 2 * 1_000 + std::mem::size_of::<Record>());
     assert!(
         largest > 100,
         "batches of {largest} records: too small to mean anything"
@@ -247,7 +249,22 @@ fn values_lent_from_librdkafka_outlive_their_reader_and_free_its_consumer_last()
     let cluster = MockCluster::new(1).expect("mock cluster");
     cluster.create_topic("mock-lent", 1, 1).expect("topic");
     let servers = cluster.bootstrap_servers();
-    produce(&servers, "mock-lent", 1, 500);
+    let value = |i: usize| {
+        format!(
+            "{{\"i\":{i},\"pad\":\"{}\"}}",
+            "x".repeat(super::batch_queue::LEND_FROM)
+        )
+    };
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &servers)
+        .create()
+        .expect("producer");
+    for i in 0..500 {
+        producer
+            .send(BaseRecord::<(), _>::to("mock-lent").payload(&value(i)).partition(0))
+            .expect("send");
+    }
+    producer.flush(Duration::from_secs(10)).expect("flush");
     let settings = super::KafkaSourceSettings::new(&servers, super::Subscription::Topics(vec!["mock-lent".into()]));
     let limit = BatchLimit {
         records: 4096,
@@ -286,7 +303,7 @@ fn values_lent_from_librdkafka_outlive_their_reader_and_free_its_consumer_last()
     let values = done
         .recv_timeout(Duration::from_secs(30))
         .expect("dropping the reader, or the lent values and with the last one the consumer, hung");
-    let expected: Vec<String> = (0..500).map(|i| format!("{{\"i\":{i}}}")).collect();
+    let expected: Vec<String> = (0..500).map(value).collect();
     assert_eq!(values, expected);
 }
 
