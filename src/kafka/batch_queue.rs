@@ -66,7 +66,8 @@ struct LentMessage {
     message: *mut rd::rd_kafka_message_t,
     payload: *const u8,
     len: usize,
-    _consumer: SharedConsumer,
+    /// Taken in Drop: the last message of a reader that went before it closes the consumer.
+    consumer: Option<SharedConsumer>,
 }
 
 // SAFETY: librdkafka's messages may be read and destroyed from any thread (their buffers are
@@ -85,7 +86,21 @@ impl Drop for LentMessage {
         // SAFETY: kept, not destroyed, by the read that lent it out (`kept`); destroyed once, before
         // the consumer reference below is released.
         unsafe { rd::rd_kafka_message_destroy(self.message) }
+        // the last reference, its reader gone: the consumer's close (a poll until librdkafka
+        // says it is closed, then its threads joined) is not for the thread that happened to
+        // drop this value (a sink before its final checkpoint, a runtime's worker)
+        if let Some(last) = self.consumer.take().and_then(Arc::into_inner) {
+            close_elsewhere(last);
+        }
     }
+}
+
+/// Close and destroy `consumer` on a thread of its own; in place if none can be started (a
+/// failed spawn drops its closure, and the consumer with it, here).
+fn close_elsewhere(consumer: BaseConsumer<TracingContext>) {
+    let _ = std::thread::Builder::new()
+        .name("tidegate-close".into())
+        .spawn(move || drop(consumer));
 }
 
 impl MessageView<'_> {
@@ -105,7 +120,7 @@ impl MessageView<'_> {
             message: self.message,
             payload: payload.as_ptr(),
             len: payload.len(),
-            _consumer: Arc::clone(self.consumer),
+            consumer: Some(Arc::clone(self.consumer)),
         }))
     }
 
@@ -288,19 +303,55 @@ impl ConsumerQueue {
         let n = unsafe { rd::rd_kafka_consume_batch_queue(self.queue, ms, self.buffer.as_mut_ptr(), len) };
         let n = n.max(0) as usize;
         let kept = Cell::new(false);
-        for i in 0..n {
-            let msg = self.buffer[i];
+        let mut unread = Unread {
+            messages: &self.buffer[..n],
+            next: 0,
+            kept: &kept,
+        };
+        while unread.next < n {
+            let msg = unread.messages[unread.next];
             kept.set(false);
             // SAFETY: librdkafka returned `n` valid messages; each is viewed once, then destroyed
             // unless lent out (its owner destroys it then).
             unsafe {
                 f(view(msg, &kept, &self.consumer));
+                unread.next += 1;
                 if !kept.get() {
                     rd::rd_kafka_message_destroy(msg);
                 }
             }
         }
         n
+    }
+}
+
+/// The messages of a read not yet handed on, destroyed if the callback panics: a message never
+/// destroyed would hang the consumer's destroy (librdkafka waits for them), and a fetcher's panic
+/// is caught, the job's teardown going on to that destroy.
+struct Unread<'a> {
+    messages: &'a [*mut rd::rd_kafka_message_t],
+    /// The message being handed on (the callback's), then the rest.
+    next: usize,
+    /// Whether the callback lent out the one it was given.
+    kept: &'a Cell<bool>,
+}
+
+impl Drop for Unread<'_> {
+    fn drop(&mut self) {
+        let Some(current) = self.messages.get(self.next) else {
+            return;
+        };
+        let rest = &self.messages[self.next + 1..];
+        // SAFETY: messages of the read that were neither destroyed nor lent out (the one the
+        // callback panicked on, unless it was lent before), each destroyed once.
+        unsafe {
+            if !self.kept.get() {
+                rd::rd_kafka_message_destroy(*current);
+            }
+            for m in rest {
+                rd::rd_kafka_message_destroy(*m);
+            }
+        }
     }
 }
 

@@ -241,6 +241,53 @@ fn a_fetch_batch_is_bounded_in_bytes_as_well_as_records() {
 }
 
 #[test]
+fn a_read_whose_callback_panics_leaves_no_message_to_hang_the_consumer_s_destroy() {
+    use super::batch_queue::{ConsumerQueue, Event};
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("mock-panic", 1, 1).expect("topic");
+    let servers = cluster.bootstrap_servers();
+    produce(&servers, "mock-panic", 1, 50);
+    let consumer: BaseConsumer<crate::client::TracingContext> = ClientConfig::new()
+        .set("bootstrap.servers", &servers)
+        .set("group.id", "mock-panic")
+        .set("enable.auto.commit", "false")
+        .create_with_context(crate::client::TracingContext::new("panic"))
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset("mock-panic", 0, rdkafka::Offset::Beginning)
+        .expect("partition");
+    consumer.assign(&tpl).expect("assign");
+    let consumer = Arc::new(consumer);
+    let mut queue = ConsumerQueue::new(&consumer, 100, true).expect("consumer queue");
+    // a callback with a bug: it panics on the second message of a read (the fetcher's panic is
+    // caught, and the job's teardown goes on to destroy the consumer)
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut panicked = false;
+    while !panicked && std::time::Instant::now() < deadline {
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut seen = 0;
+            queue.read(Duration::from_millis(100), 100, |event| {
+                if let Event::Message(_) = event {
+                    seen += 1;
+                    assert!(seen < 2, "a bug in the callback");
+                }
+            })
+        }));
+        panicked = read.is_err();
+    }
+    assert!(panicked, "no read of two messages or more within a minute");
+    let (done_tx, done) = mpsc::channel();
+    std::thread::spawn(move || {
+        drop(queue);
+        drop(consumer);
+        let _ = done_tx.send(());
+    });
+    done.recv_timeout(Duration::from_secs(30))
+        .expect("the consumer's destroy hung on messages the panicking read left undestroyed");
+}
+
+#[test]
 fn values_lent_from_librdkafka_outlive_their_reader_and_free_its_consumer_last() {
     use super::batch_queue::BatchLimit;
     use super::split::KafkaPartitionSplit;
