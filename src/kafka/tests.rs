@@ -18,12 +18,17 @@ use crate::core::{CollectSink, FinishReason, Job, JobOptions, Sink};
 use crate::record::{Record, ValueFormat};
 
 fn produce(servers: &str, topic: &str, partitions: i32, n: usize) {
+    produce_values(servers, topic, partitions, n, |i| format!("{{\"i\":{i}}}"));
+}
+
+/// `n` records of `value(i)`, round robin over `partitions`.
+fn produce_values(servers: &str, topic: &str, partitions: i32, n: usize, value: impl Fn(usize) -> String) {
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", servers)
         .create()
         .expect("producer");
     for i in 0..n {
-        let value = format!("{{\"i\":{i}}}");
+        let value = value(i);
         let partition = (i % partitions as usize) as i32;
         producer
             .send(BaseRecord::<(), _>::to(topic).payload(&value).partition(partition))
@@ -186,17 +191,7 @@ fn a_fetch_batch_is_bounded_in_bytes_as_well_as_records() {
     let cluster = MockCluster::new(1).expect("mock cluster");
     cluster.create_topic("mock-large", 1, 1).expect("topic");
     let servers = cluster.bootstrap_servers();
-    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", &servers)
-        .create()
-        .expect("producer");
-    let value = vec![b'x'; 1000];
-    for _ in 0..3_000 {
-        producer
-            .send(BaseRecord::<(), _>::to("mock-large").payload(&value).partition(0))
-            .expect("send");
-    }
-    producer.flush(Duration::from_secs(10)).expect("flush");
+    produce_values(&servers, "mock-large", 1, 3_000, |_| "x".repeat(1000));
     let settings = super::KafkaSourceSettings::new(&servers, super::Subscription::Topics(vec!["mock-large".into()]));
     let limit = BatchLimit {
         records: 4096,
@@ -302,16 +297,7 @@ fn values_lent_from_librdkafka_outlive_their_reader_and_free_its_consumer_last()
             "x".repeat(super::batch_queue::LEND_FROM)
         )
     };
-    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", &servers)
-        .create()
-        .expect("producer");
-    for i in 0..500 {
-        producer
-            .send(BaseRecord::<(), _>::to("mock-lent").payload(&value(i)).partition(0))
-            .expect("send");
-    }
-    producer.flush(Duration::from_secs(10)).expect("flush");
+    produce_values(&servers, "mock-lent", 1, 500, value);
     let settings = super::KafkaSourceSettings::new(&servers, super::Subscription::Topics(vec!["mock-lent".into()]));
     let limit = BatchLimit {
         records: 4096,
