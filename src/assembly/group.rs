@@ -1,9 +1,13 @@
 //! A group-coordinated job's life in one process (`job.coordination = "group"`): the member
-//! joins the job's consumer group and runs the job on each assignment (Kafka Connect's first,
-//! eager protocol): a revocation stops it with a final checkpoint before the partitions are
-//! released, each partition restored from the newest checkpoint of the Kafka store that holds it,
-//! whichever member wrote it; a bounded job's member leaves once the whole input is finished.
+//! joins the job's consumer group and runs the job on its assignment, and again each time its
+//! own assignment changes: a revocation stops the job with a final checkpoint before the revoked
+//! partitions are released, each partition restored from the newest checkpoint of the Kafka
+//! store that holds it, whichever member wrote it. Under the consumer protocol (KIP-848) a
+//! rebalance that leaves a member's assignment alone does not touch its job; under the classic,
+//! eager one every rebalance stops every member. A bounded job's member leaves once the whole
+//! input is finished.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -19,6 +23,7 @@ use crate::connector::registry::SourceConfig;
 use crate::coordination::{event_time, group_id, progress, twins};
 use crate::core::sim;
 use crate::error::{Error, Result};
+use crate::kafka::TopicPartition;
 
 /// Run a group-coordinated job: join the group, and run the job on each assignment until a
 /// revocation (stop with a final checkpoint, release, wait for the next), a signal, or the end
@@ -68,36 +73,58 @@ pub(crate) async fn run_member(
     // group, its partitions finished, until the whole job's input is, whoever reads the rest
     // (a member that died holds partitions until the group deals them again, maybe to this one)
     let mut waiting = false;
+    // what the group says this member holds; what to run the job on next
+    let mut held: BTreeSet<TopicPartition> = BTreeSet::new();
+    let mut next: Option<BTreeSet<TopicPartition>> = None;
+    // a run refused by the group with no revocation after it: run again on what it holds then
+    // (under the consumer protocol, a checkpoint that raced a heartbeat's new member epoch)
+    let mut retry_at: Option<tokio::time::Instant> = None;
     loop {
-        let change = tokio::select! {
-            // a signal or the deadline before an assignment that came with it
-            biased;
-            _ = signal.wait_for(|stop| *stop) => None,
-            _ = until(deadline) => {
-                info!("job.max_duration reached; leaving the group");
-                session.stats().stopped_short.store(true, std::sync::atomic::Ordering::SeqCst);
-                None
-            }
-            change = membership.next() => Some(change),
-            _ = tokio::time::sleep(progress::LOOK_EVERY), if waiting => {
-                let left = progress::unfinished(source, &config.checkpoint.store).await?;
-                if left.is_empty() {
-                    info!(member = %member, "group member: every partition of the job's input is finished; leaving the group");
-                    return Ok(());
+        note_protocol(session, membership.as_ref());
+        let assigned = match next.take() {
+            Some(assigned) => assigned,
+            None => {
+                let change = tokio::select! {
+                    // a signal or the deadline before an assignment that came with it
+                    biased;
+                    _ = signal.wait_for(|stop| *stop) => None,
+                    _ = until(deadline) => {
+                        info!("job.max_duration reached; leaving the group");
+                        session.stats().stopped_short.store(true, std::sync::atomic::Ordering::SeqCst);
+                        None
+                    }
+                    change = membership.next() => Some(change),
+                    _ = until(retry_at), if retry_at.is_some() => {
+                        retry_at = None;
+                        next = Some(held.clone());
+                        continue;
+                    }
+                    _ = tokio::time::sleep(progress::LOOK_EVERY), if waiting => {
+                        let left = progress::unfinished(source, &config.checkpoint.store).await?;
+                        if left.is_empty() {
+                            info!(member = %member, "group member: every partition of the job's input is finished; leaving the group");
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                };
+                retry_at = None;
+                match change.flatten() {
+                    None => return Ok(()),
+                    Some(Change::Refused(reason)) => return Err(Error::runtime("consumer group", reason)),
+                    // nothing runs: what was revoked may go at once
+                    Some(Change::Revoked(revoked)) => {
+                        held.retain(|tp| !revoked.contains(tp));
+                        membership.release();
+                        continue;
+                    }
+                    Some(Change::Assigned(partitions)) => partitions,
                 }
-                continue;
             }
         };
+        held = assigned.clone();
         // a rebalance's pause for this member ends at its first record (see first_record)
         let assigned_at = sim::now();
-        let (assigned, metadata) = match change.flatten() {
-            None => return Ok(()),
-            Some(Change::Revoked) => {
-                membership.release();
-                continue;
-            }
-            Some(Change::Assigned(partitions, metadata)) => (partitions, metadata),
-        };
         let mut run = config.clone();
         run.job.max_duration = deadline.map(|d| d.saturating_duration_since(sim::now()));
         if let SourceConfig::Kafka(k) = &mut run.source {
@@ -109,9 +136,7 @@ pub(crate) async fn run_member(
             **k = (**k).clone().for_run(&run_id());
         }
         let opened = crate::checkpoint_store::open_member(&run.checkpoint.store).await?;
-        if let Some(metadata) = metadata {
-            opened.fence_with_group(metadata);
-        }
+        opened.fence_with_group(membership.metadata());
         // --reset-state: the first run starts the whole job over (every member's records and
         // every static instance's get tombstones; members still running keep theirs: stop
         // them first), after the checks a first start makes
@@ -142,9 +167,15 @@ pub(crate) async fn run_member(
         let slot = opened.sink_slot();
         let built = run.clone();
         let sink = crate::core::unblock(move || sink_of(&built, resuming, slot)).await??;
+        session
+            .stats()
+            .group_runs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         info!(member = %member, partitions = assigned.len(), resuming, "group member: running the job on its assignment");
         let (stop_tx, stop) = watch::channel(false);
-        let (mut revoked, mut signalled) = (false, false);
+        // a revocation to acknowledge once the job has stopped; the group refused the member
+        let (mut revoked, mut refused) = (false, None);
+        let (mut stopping, mut signalled) = (false, false);
         let mut link_failed = None;
         let first = crate::core::spawn(first_record(Arc::clone(session.stats()), assigned_at));
         let job = session.run_job(&run, opened.store, sink, stop, no_progress, resuming);
@@ -152,12 +183,29 @@ pub(crate) async fn run_member(
         let outcome = loop {
             tokio::select! {
                 outcome = &mut job => break outcome,
-                change = membership.next(), if !revoked => {
-                    // a revocation, or the membership ended: stop with a final checkpoint
-                    if !matches!(change, Some(Change::Assigned(..))) {
-                        revoked = true;
-                        let _ = stop_tx.send(true);
+                change = membership.next(), if !stopping => {
+                    // this member's own assignment changed: stop with a final checkpoint, and
+                    // run again on what it holds after (a member whose assignment stays is not
+                    // told anything, and runs on)
+                    match change {
+                        Some(Change::Assigned(partitions)) if partitions == assigned => continue,
+                        Some(Change::Assigned(partitions)) => {
+                            info!(member = %member, before = assigned.len(), now = partitions.len(), "group member: its assignment grew; stopping the job with a final checkpoint to run it on the new one");
+                            held = partitions.clone();
+                            next = Some(partitions);
+                        }
+                        Some(Change::Revoked(taken)) => {
+                            revoked = true;
+                            held.retain(|tp| !taken.contains(tp));
+                            if !held.is_empty() {
+                                next = Some(held.clone());
+                            }
+                        }
+                        Some(Change::Refused(reason)) => refused = Some(reason),
+                        None => {}
                     }
+                    stopping = true;
+                    let _ = stop_tx.send(true);
                 }
                 _ = signal.wait_for(|stop| *stop), if !signalled => {
                     signalled = true;
@@ -182,14 +230,22 @@ pub(crate) async fn run_member(
             // was refused and aborted (KIP-447), its partitions are another's; the consumer
             // rejoins, and the group deals this member partitions again
             Err(e) if dropped_by_group(&e) && !*signal.borrow() => {
-                warn!(member = %member, error = %e, "group member: dropped by the group; rejoining");
+                warn!(member = %member, error = %e, "group member: its checkpoint was refused by the group; running again on what the group deals it");
                 if revoked {
                     membership.release();
+                } else {
+                    // a revocation (the member was dropped) or an assignment comes first;
+                    // else the refusal raced a new member epoch, and it runs again
+                    next = None;
+                    retry_at = Some(sim::now() + REFUSED_RETRY);
                 }
                 continue;
             }
             Err(e) if dropped_by_group(&e) => return Ok(()),
             outcome => outcome?,
+        }
+        if let Some(reason) = refused {
+            return Err(Error::runtime("consumer group", reason));
         }
         if let Some(failure) = link_failed {
             return Err(Error::runtime("the source-wide stop across the group", failure));
@@ -198,22 +254,38 @@ pub(crate) async fn run_member(
             // a signal stopped it, or job.max_duration: leave the group
             return Ok(());
         }
-        if !revoked {
-            // the job ended by itself: its assignment's input is done; the job's may not be
-            let left = progress::unfinished(source, &config.checkpoint.store).await?;
-            if left.is_empty() {
-                info!(member = %member, "group member: every partition of the job's input is finished; leaving the group");
-                return Ok(());
-            }
-            if !waiting {
-                info!(member = %member, unfinished = %left.join(", "), "group member: its partitions are finished; staying in the group until the others' are (a member that died leaves its partitions to be dealt again)");
-            }
-            waiting = true;
+        if revoked {
+            // stopped with its final checkpoint: the revoked partitions may go
+            waiting = false;
+            membership.release();
             continue;
         }
-        waiting = false;
-        membership.release();
+        if next.is_some() {
+            // its assignment grew: run on the new one
+            waiting = false;
+            continue;
+        }
+        // the job ended by itself: its assignment's input is done; the job's may not be
+        let left = progress::unfinished(source, &config.checkpoint.store).await?;
+        if left.is_empty() {
+            info!(member = %member, "group member: every partition of the job's input is finished; leaving the group");
+            return Ok(());
+        }
+        if !waiting {
+            info!(member = %member, unfinished = %left.join(", "), "group member: its partitions are finished; staying in the group until the others' are (a member that died leaves its partitions to be dealt again)");
+        }
+        waiting = true;
     }
+}
+
+/// How long a member whose checkpoint the group refused waits for the revocation that says it
+/// was dropped before it runs again on what it holds.
+const REFUSED_RETRY: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Say the member's group protocol in `/status` (it may fall back to the classic one after
+/// joining).
+fn note_protocol(session: &Session, membership: &dyn GroupMembership) {
+    *session.stats().group_protocol.lock().unwrap_or_else(|p| p.into_inner()) = Some(membership.protocol().name());
 }
 
 /// Whether a run failed because the group had moved on without this member: the broker

@@ -30,8 +30,8 @@ pub struct OpenStore {
 
 impl OpenStore {
     /// A group member's run: every checkpoint's transaction carries the member's group
-    /// metadata (KIP-447), so a member the group dropped cannot commit.
-    pub fn fence_with_group(&self, metadata: crate::client::cluster::GroupMetadata) {
+    /// metadata as of that checkpoint (KIP-447), so a member the group dropped cannot commit.
+    pub fn fence_with_group(&self, metadata: crate::client::cluster::GroupMetadataSource) {
         if let Some(k) = &self.kafka {
             k.fence_with_group(metadata);
         }

@@ -424,6 +424,9 @@ pub fn consumer_client_config(
 ) -> ClientConfig {
     let mut config = client_config(bootstrap_servers, defaults, properties);
     fit_message_size(&mut config, properties);
+    // the group protocol is the group member's alone (crate::client::cluster::native's
+    // membership_config): the other consumers join no group
+    config.remove("group.protocol").remove("group.remote.assignor");
     config
 }
 

@@ -52,7 +52,7 @@ impl Probe {
 
     /// A group member's consumer of `spec` in `group`.
     pub fn member(section: &str, spec: &ClientSpec<'_>, group: &GroupSpec) -> Self {
-        let config = super::cluster::native::membership_config(&spec.consumer_config(), group);
+        let config = super::cluster::native::membership_config(&spec.consumer_config(), group, group.protocol);
         Self::of(section, spec, config, false)
     }
 

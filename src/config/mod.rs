@@ -5,6 +5,7 @@
 
 mod clients;
 mod group;
+pub(crate) use group::protocol as group_protocol;
 pub mod raw;
 pub mod reference;
 

@@ -18,6 +18,9 @@ pub(crate) fn member_spec<'a>(
             group,
             member,
             topics: super::topics(&settings.subscription),
+            // checked by validate (crate::config::group::protocol)
+            protocol: crate::config::group_protocol(&settings.properties).unwrap_or_default(),
+            assignor: settings.properties.get("group.remote.assignor").cloned(),
         },
     )
 }

@@ -47,6 +47,10 @@ pub struct JobStats {
     /// The last run was stopped short of its input (a signal, `job.max_duration`, a group
     /// member's revocation or departure) rather than finishing it.
     pub stopped_short: std::sync::atomic::AtomicBool,
+    /// A group member's consumer group protocol ("consumer" or "classic"), once it joined.
+    pub group_protocol: Mutex<Option<&'static str>>,
+    /// A group member's runs of the job so far: one per change of its own assignment.
+    pub group_runs: AtomicU64,
 }
 
 /// How a job ended in this process.

@@ -165,6 +165,10 @@ impl StatusBoard {
             "event_time": event_time.map(crate::core::event_time::format_millis),
             "event_time_ms": event_time,
             "checkpoints": s.checkpoints_completed.load(Ordering::Relaxed),
+            "group": s.group_protocol.lock().unwrap_or_else(|p| p.into_inner()).map(|protocol| json!({
+                "protocol": protocol,
+                "runs": s.group_runs.load(Ordering::Relaxed),
+            })),
             "control": self.settings(),
             "splits": splits,
         })

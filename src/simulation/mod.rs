@@ -62,6 +62,8 @@ pub(crate) struct MemberRun {
     pub(crate) name: String,
     pub(crate) pid: usize,
     pub(crate) exit: Exit,
+    /// How many times it ran the job (once per change of its own assignment).
+    pub(crate) runs: u64,
 }
 
 /// What one schedule went through.
@@ -92,6 +94,7 @@ struct Running {
     signalled: bool,
     done: Arc<Mutex<Option<Ended>>>,
     task: tokio::task::JoinHandle<()>,
+    stats: Arc<crate::core::JobStats>,
 }
 
 /// Run `plan`; `Err` says which invariant broke, with the schedule's account.
@@ -153,8 +156,9 @@ async fn drive(
         let config = configs.of(name);
         let result = Arc::clone(&done);
         let (kafka, records) = (Arc::clone(kafka), expected.to_vec());
+        let session = crate::assembly::Session::simulated(stopped);
+        let stats = Arc::clone(session.stats());
         let task = simulation.spawn_local_in(pid, async move {
-            let session = crate::assembly::Session::simulated(stopped);
             let outcome = crate::assembly::group::run_member(&config, &session, false, true, None).await;
             let unfinished = check::unfinished(&records, &check::output(&records, &kafka.broker()));
             *result.lock().unwrap_or_else(|p| p.into_inner()) =
@@ -167,6 +171,7 @@ async fn drive(
             signalled: false,
             done,
             task,
+            stats,
         });
     };
     for (i, name) in plan.members.iter().enumerate() {
@@ -259,6 +264,7 @@ async fn drive(
             name: r.name,
             pid: r.pid,
             exit,
+            runs: r.stats.group_runs.load(std::sync::atomic::Ordering::Relaxed),
         });
     }
     members

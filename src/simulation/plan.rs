@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::kafka::{Broker, Faults};
 use super::{INPUT, OUTPUT, SERVERS};
+use crate::client::cluster::GroupProtocol;
 use crate::config::Config;
 use crate::core::sim::{Schedule, SplitMix64};
 
@@ -58,6 +59,9 @@ pub(crate) struct Plan {
     pub(crate) parallelism: usize,
     pub(crate) checkpoint_interval: Duration,
     pub(crate) session_timeout: Duration,
+    /// The group protocol the members speak (the session timeout is then the broker's, under
+    /// the consumer protocol, or the members' own, under the classic one).
+    pub(crate) protocol: GroupProtocol,
     /// `source.max_rate` (records/s), which stretches a replay over virtual time.
     pub(crate) max_rate: Option<u64>,
     /// An end-of-stream record: `(partition, index)`, ending its partition there, or with
@@ -194,7 +198,14 @@ impl Plan {
             fail_at: None,
             max_steps: 5_000_000,
         };
+        // drawn last: the other draws of a seed are what they were before there was a choice
+        let protocol = if rng.chance(333) {
+            GroupProtocol::Classic
+        } else {
+            GroupProtocol::Consumer
+        };
         Plan {
+            protocol,
             seed,
             records,
             input: INPUT.to_string(),
@@ -240,7 +251,7 @@ format = "string"
 stopping_offsets = "latest"
 {rate}
 {eof}
-properties = {{ "session.timeout.ms" = "{session}" }}
+{properties}
 
 [sink]
 type = "kafka"
@@ -255,7 +266,14 @@ store = "kafka"
 "#,
             parallelism = self.parallelism,
             input = self.input,
-            session = self.session_timeout.as_millis(),
+            // the consumer protocol's session timeout is the broker's (seed_input)
+            properties = match self.protocol {
+                GroupProtocol::Consumer => String::new(),
+                GroupProtocol::Classic => format!(
+                    "properties = {{ \"group.protocol\" = \"classic\", \"session.timeout.ms\" = \"{}\" }}",
+                    self.session_timeout.as_millis()
+                ),
+            },
             interval = self.checkpoint_interval.as_millis(),
         )
     }
@@ -288,6 +306,7 @@ store = "kafka"
     /// And the output topic, with as many partitions.
     pub(crate) fn seed_input(&self, broker: &mut Broker) -> Vec<u64> {
         let partitions = self.records.len() as i32;
+        broker.group_session_timeout = self.session_timeout;
         broker.create_topic(&self.input, partitions, BTreeMap::new());
         broker.create_topic(OUTPUT, partitions, BTreeMap::new());
         let mut rng = SplitMix64(self.seed ^ 0x1a2b);

@@ -168,6 +168,7 @@ pub(super) fn survivor_of_a_killed_member() -> Plan {
         checkpoint_interval: Duration::from_millis(300),
         // (librdkafka's default): the survivor finishes its own partitions long before
         session_timeout: Duration::from_secs(45),
+        protocol: crate::client::cluster::GroupProtocol::Classic,
         max_rate: Some(60),
         eof: None,
         events: vec![super::plan::Event {
@@ -311,5 +312,62 @@ fn the_state_of_5000_partitions_is_written_whatever_its_size() {
         outcome.largest_state_record <= limit,
         "{}",
         outcome.largest_state_record
+    );
+}
+
+/// One partition, read by the first member; a second and a third join, and are dealt nothing.
+/// Under the consumer protocol the first runs on, one run, its checkpoints committed with the
+/// member epochs the joins moved on; under the classic one the joins stop it.
+#[test]
+fn a_member_whose_assignment_stays_is_not_stopped_when_another_joins() {
+    use crate::client::cluster::GroupProtocol;
+    use std::time::Duration;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .without_time()
+        .with_ansi(false)
+        .try_init();
+    for protocol in [GroupProtocol::Consumer, GroupProtocol::Classic] {
+        let mut plan = survivor_of_a_killed_member();
+        plan.protocol = protocol;
+        plan.records = vec![80];
+        plan.max_rate = Some(20);
+        plan.events = vec![super::plan::Event {
+            at: Duration::from_secs(2),
+            action: super::Action::Start {
+                name: "m2".into(),
+                crash_at: None,
+            },
+        }];
+        let outcome = run(&plan).unwrap_or_else(|e| panic!("{protocol:?}: {e}"));
+        let runs: Vec<(String, u64)> = outcome.members.iter().map(|m| (m.name.clone(), m.runs)).collect();
+        let first = runs.iter().find(|(name, _)| name == "m0").map_or(0, |(_, r)| *r);
+        match protocol {
+            GroupProtocol::Consumer => assert_eq!(
+                first, 1,
+                "under the consumer protocol the member whose assignment stays runs once: {runs:?}"
+            ),
+            GroupProtocol::Classic => assert!(
+                first >= 2,
+                "under the classic protocol a join stops every member: {runs:?}"
+            ),
+        }
+        assert!(
+            outcome.output.iter().all(|p| p.len() == 80),
+            "{protocol:?}: every record written"
+        );
+    }
+}
+
+#[test]
+fn a_survivor_under_the_consumer_protocol_reads_a_killed_member_s_partitions_too() {
+    let mut plan = survivor_of_a_killed_member();
+    plan.protocol = crate::client::cluster::GroupProtocol::Consumer;
+    let outcome = run(&plan).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        outcome.output.iter().all(|p| p.len() == 60),
+        "every record written: {:?}",
+        outcome.output.iter().map(Vec::len).collect::<Vec<_>>()
     );
 }

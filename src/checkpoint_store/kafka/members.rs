@@ -14,7 +14,7 @@ use super::super::records::{assemble, checkpoint_key, torn};
 use super::super::scan::{scan, scan_async, Scan};
 use super::store::{state_error, KafkaCheckpointStore};
 use super::topic::topic_exists;
-use crate::client::cluster::{GroupMetadata, Producer};
+use crate::client::cluster::{GroupMetadataSource, Producer};
 use crate::client::exactly_once::SinkTransactionSlot;
 use crate::error::{Error, Result};
 
@@ -106,7 +106,7 @@ impl KafkaCheckpointStore {
 
     /// See [`crate::checkpoint_store::OpenStore::fence_with_group`]: only with the checkpoints in
     /// the sink's transactions (a group-coordinated job's exactly-once sink).
-    pub fn fence_with_group(&self, metadata: GroupMetadata) {
+    pub fn fence_with_group(&self, metadata: GroupMetadataSource) {
         let _ = self.group.set(metadata);
     }
 

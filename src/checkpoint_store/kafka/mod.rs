@@ -223,7 +223,19 @@ impl CheckpointStore for KafkaCheckpointStore {
                 )
             })?;
             let started = sim::now();
-            let fence = self.group.get().map(|g| GroupFence::of(g, &checkpoint.value));
+            // a member's metadata as of this checkpoint; none at all is not an unfenced commit
+            let fence = match self.group.get() {
+                Some(source) => Some(GroupFence::of(
+                    &source.current().ok_or_else(|| {
+                        Error::runtime(
+                            "kafka checkpoint store",
+                            "the consumer group gave no member metadata to fence the checkpoint with",
+                        )
+                    })?,
+                    &checkpoint.value,
+                )),
+                None => None,
+            };
             sink.write_in_transaction(&self.config.topic, &records, fence.as_ref())?;
             debug!(
                 records = records.len(),

@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 use super::super::config::KafkaStoreConfig;
 use super::super::layout::Layout;
 use super::super::scan::{scan, Scan};
-use crate::client::cluster::{self, GroupMetadata, Outgoing, Producer};
+use crate::client::cluster::{self, GroupMetadataSource, Outgoing, Producer};
 use crate::client::exactly_once::SinkTransactionSlot;
 use crate::core::{sim, StateError};
 use crate::error::{kafka, Error, Result};
@@ -41,7 +41,7 @@ pub struct KafkaCheckpointStore {
     /// The exactly-once sink's transactions, when the checkpoints travel in them.
     pub(super) in_sink: Option<SinkTransactionSlot>,
     /// A group member's metadata, proving its membership in each checkpoint's transaction.
-    pub(super) group: std::sync::OnceLock<GroupMetadata>,
+    pub(super) group: std::sync::OnceLock<GroupMetadataSource>,
 }
 
 impl std::fmt::Debug for KafkaCheckpointStore {

@@ -308,25 +308,88 @@ pub trait Consumer: Send + Sync {
 }
 
 /// What the consumer group did to a member.
+#[derive(Debug)]
 pub enum Change {
-    /// These partitions are this member's now (maybe none), with its group metadata for the
-    /// checkpoints' transactions (KIP-447).
-    Assigned(std::collections::BTreeSet<TopicPartition>, Option<GroupMetadata>),
-    /// Every partition is taken back: stop the job with a final checkpoint, then
-    /// [`GroupMembership::release`].
-    Revoked,
+    /// This member's whole assignment now (maybe none): under the consumer protocol, what it
+    /// held with what was just added.
+    Assigned(std::collections::BTreeSet<TopicPartition>),
+    /// These partitions are taken back (under the classic protocol, every one it holds): stop
+    /// reading them with a final checkpoint, then [`GroupMembership::release`].
+    Revoked(std::collections::BTreeSet<TopicPartition>),
+    /// The group refused this member for good (say, another process runs as the same static
+    /// member): the membership is over.
+    Refused(String),
 }
 
 /// A boxed future of a membership's next change.
 pub type NextChange<'a> = Pin<Box<dyn Future<Output = Option<Change>> + Send + 'a>>;
+
+/// Which of Kafka's group protocols a member speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GroupProtocol {
+    /// KIP-848's: the broker computes the assignment and moves only the partitions that must
+    /// move; a member whose assignment stays is not interrupted.
+    #[default]
+    Consumer,
+    /// The classic one, with an eager assignor: every rebalance takes every partition back.
+    Classic,
+}
+
+impl GroupProtocol {
+    /// The protocol `source.properties."group.protocol"` names (librdkafka's values).
+    pub fn parse(value: &str) -> Option<GroupProtocol> {
+        match value {
+            "consumer" => Some(GroupProtocol::Consumer),
+            "classic" => Some(GroupProtocol::Classic),
+            _ => None,
+        }
+    }
+
+    /// librdkafka's name of it.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupProtocol::Consumer => "consumer",
+            GroupProtocol::Classic => "classic",
+        }
+    }
+}
+
+/// Where a member's checkpoints take its group metadata, afresh for each transaction: under
+/// the consumer protocol its member epoch moves on with every rebalance of the group, even one
+/// that leaves its assignment alone, and the broker refuses an older one. Once its assignment
+/// is lost, it gives the metadata the assignment came with, which the broker refuses.
+#[derive(Clone)]
+pub struct GroupMetadataSource(Arc<dyn Fn() -> Option<GroupMetadata> + Send + Sync>);
+
+impl GroupMetadataSource {
+    /// A source that asks `current`.
+    pub fn new(current: impl Fn() -> Option<GroupMetadata> + Send + Sync + 'static) -> Self {
+        GroupMetadataSource(Arc::new(current))
+    }
+
+    /// The member's metadata now.
+    pub fn current(&self) -> Option<GroupMetadata> {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for GroupMetadataSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GroupMetadataSource")
+    }
+}
 
 /// This process's membership of a consumer group that reads nothing itself: its assignment is
 /// the set of partitions the job reads. Leaves the group when dropped.
 pub trait GroupMembership: Send {
     /// The group's next change; `None` when the membership ended.
     fn next(&mut self) -> NextChange<'_>;
-    /// The job stopped after a revocation: the partitions may go.
+    /// The job stopped reading what was revoked: those partitions may go.
     fn release(&self);
+    /// Where the checkpoints' transactions take this member's group metadata (KIP-447).
+    fn metadata(&self) -> GroupMetadataSource;
+    /// The protocol it speaks now (the classic one where the broker offers no other).
+    fn protocol(&self) -> GroupProtocol;
 }
 
 /// How a member joins its group.
@@ -338,6 +401,11 @@ pub struct GroupSpec {
     pub member: String,
     /// The topics it subscribes to.
     pub topics: Vec<String>,
+    /// The protocol it asks for (`source.properties."group.protocol"`, else the consumer one).
+    pub protocol: GroupProtocol,
+    /// The broker's assignor it asks for under the consumer protocol
+    /// (`source.properties."group.remote.assignor"`).
+    pub assignor: Option<String>,
 }
 
 /// A Kafka cluster as tidegate's clients reach it (see the module docs).

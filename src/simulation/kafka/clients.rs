@@ -2,7 +2,7 @@
 //! consumers, topic administration and group memberships, each belonging to the simulated
 //! process that made it (a killed process's calls fail and change nothing).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,13 +10,15 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{error, group, Append, Broker, SimKafka};
+use super::{error, group, incremental, Append, Broker, SimKafka};
 use crate::client::cluster::{
-    Change, ClientSpec, Cluster, Consumer, Deliveries, GroupMembership, GroupMetadata, GroupOffset, GroupSpec,
-    KafkaResult, Metadata, NewTopicSpec, NextChange, Producer, Received, TopicMetadata,
+    Change, ClientSpec, Cluster, Consumer, Deliveries, GroupMembership, GroupMetadata, GroupMetadataSource,
+    GroupOffset, GroupProtocol, GroupSpec, KafkaResult, Metadata, NewTopicSpec, NextChange, Producer, Received,
+    TopicMetadata,
 };
 use crate::core::sim;
 use crate::error::{Error, Result};
+use crate::kafka::TopicPartition;
 
 /// A simulated member's group metadata: its group, and (for a member) its generation and id.
 #[derive(Debug, Clone)]
@@ -110,7 +112,12 @@ impl Cluster for SimCluster {
             group: group.group.clone(),
             client: format!("{}@{}", group.group, group.member),
             topics: group.topics.clone(),
-            session_timeout: millis(spec, "session.timeout.ms", 45_000),
+            protocol: group.protocol,
+            session_timeout: match group.protocol {
+                // the broker's setting (group.consumer.session.timeout.ms)
+                GroupProtocol::Consumer => self.0.broker().group_session_timeout,
+                GroupProtocol::Classic => millis(spec, "session.timeout.ms", 45_000),
+            },
             rebalance_timeout: millis(spec, "max.poll.interval.ms", 300_000),
             state: Arc::new(Mutex::new(MemberState::default())),
             heartbeats: None,
@@ -549,10 +556,16 @@ impl Consumer for SimConsumer {
 struct MemberState {
     /// Its id in the group (`None`: to join).
     id: Option<String>,
-    /// The generation whose partitions it holds, handed to the job.
+    /// The classic protocol: the generation whose partitions it holds, handed to the job.
     holding: Option<i32>,
-    /// A revocation was handed to the job, not yet released.
-    revoking: bool,
+    /// The consumer protocol: the partitions handed to the job, and its member epoch now.
+    owned: Option<BTreeSet<TopicPartition>>,
+    epoch: i32,
+    /// A revocation was handed to the job, not yet released: of these partitions.
+    revoking: Option<BTreeSet<TopicPartition>>,
+    /// The metadata as of the last assignment; whether the assignment was lost since.
+    fence: Option<(i32, String)>,
+    lost: bool,
 }
 
 /// A group membership of a simulated process: its heartbeats are a task of that process (they
@@ -563,6 +576,7 @@ struct SimMembership {
     group: String,
     client: String,
     topics: Vec<String>,
+    protocol: GroupProtocol,
     session_timeout: Duration,
     rebalance_timeout: Duration,
     state: Arc<Mutex<MemberState>>,
@@ -613,13 +627,16 @@ impl SimMembership {
         let mut broker = self.kafka.broker();
         let now = sim::now();
         let mut state = self.state();
-        if state.revoking {
+        if state.revoking.is_some() {
             return None;
         }
         let group = broker.groups.entry(self.group.clone()).or_default();
         let id = match &state.id {
             Some(id) => id.clone(),
             None => {
+                if group.members.is_empty() {
+                    group.protocol = self.protocol;
+                }
                 let id = group.join(
                     self.client.clone(),
                     self.topics.clone(),
@@ -628,23 +645,34 @@ impl SimMembership {
                     now,
                 );
                 state.id = Some(id.clone());
+                if self.protocol == GroupProtocol::Consumer {
+                    // the coordinator computes the targets of the new group epoch before it
+                    // answers the next heartbeat (Broker::expire)
+                    return None;
+                }
                 id
             }
         };
+        if self.protocol == GroupProtocol::Consumer {
+            return Self::reconcile(&mut state, group, &id, now);
+        }
         match group.duty(&id, state.holding) {
             group::Duty::Unknown => {
                 // dropped (its session expired): its partitions are lost; it joins again
                 state.id = None;
+                state.lost = true;
                 if state.holding.take().is_some() {
-                    state.revoking = true;
-                    return Some(Change::Revoked);
+                    let lost = state.owned.take().unwrap_or_default();
+                    state.revoking = Some(lost.clone());
+                    return Some(Change::Revoked(lost));
                 }
                 None
             }
             group::Duty::Revoke => {
                 state.holding = None;
-                state.revoking = true;
-                Some(Change::Revoked)
+                let all = state.owned.take().unwrap_or_default();
+                state.revoking = Some(all.clone());
+                Some(Change::Revoked(all))
             }
             group::Duty::Rejoin => {
                 group.rejoin(&id);
@@ -653,11 +681,52 @@ impl SimMembership {
             group::Duty::Wait => None,
             group::Duty::Assigned(generation, partitions) => {
                 state.holding = Some(generation);
-                let metadata = GroupMetadata::new(SimGroupMetadata {
-                    group: self.group.clone(),
-                    member: Some((generation, id)),
-                });
-                Some(Change::Assigned(partitions, Some(metadata)))
+                state.epoch = generation;
+                state.fence = Some((generation, id));
+                state.lost = false;
+                state.owned = Some(partitions.clone());
+                Some(Change::Assigned(partitions))
+            }
+        }
+    }
+
+    /// One heartbeat of a consumer-protocol member: what changed for it.
+    fn reconcile(
+        state: &mut MemberState,
+        group: &mut group::Group,
+        id: &str,
+        now: tokio::time::Instant,
+    ) -> Option<Change> {
+        match group.reconcile(id, now) {
+            incremental::Reconciled::Unknown => {
+                // dropped (its session or rebalance timeout): what it held is lost; it joins again
+                state.id = None;
+                state.lost = true;
+                match state.owned.take() {
+                    Some(lost) if !lost.is_empty() => {
+                        state.revoking = Some(lost.clone());
+                        Some(Change::Revoked(lost))
+                    }
+                    _ => None,
+                }
+            }
+            incremental::Reconciled::Revoke(partitions) => {
+                if let Some(owned) = &mut state.owned {
+                    owned.retain(|tp| !partitions.contains(tp));
+                }
+                state.revoking = Some(partitions.clone());
+                Some(Change::Revoked(partitions))
+            }
+            incremental::Reconciled::Wait => None,
+            incremental::Reconciled::Owns(epoch, partitions) => {
+                state.epoch = epoch;
+                if state.owned.as_ref() == Some(&partitions) {
+                    return None;
+                }
+                state.owned = Some(partitions.clone());
+                state.fence = Some((epoch, id.to_string()));
+                state.lost = false;
+                Some(Change::Assigned(partitions))
             }
         }
     }
@@ -677,21 +746,42 @@ impl GroupMembership for SimMembership {
 
     fn release(&self) {
         let mut state = self.state();
-        if !state.revoking {
+        let Some(revoked) = state.revoking.take() else {
             return;
-        }
-        state.revoking = false;
+        };
         if let Some(id) = state.id.clone() {
             drop(state);
             if sim::alive(self.process) {
-                self.kafka
-                    .broker()
-                    .groups
-                    .entry(self.group.clone())
-                    .or_default()
-                    .rejoin(&id);
+                let mut broker = self.kafka.broker();
+                let group = broker.groups.entry(self.group.clone()).or_default();
+                match self.protocol {
+                    GroupProtocol::Consumer => group.released(&id, &revoked),
+                    GroupProtocol::Classic => group.rejoin(&id),
+                }
             }
         }
+    }
+
+    fn metadata(&self) -> GroupMetadataSource {
+        let (state, group) = (Arc::clone(&self.state), self.group.clone());
+        GroupMetadataSource::new(move || {
+            let state = state.lock().unwrap_or_else(|p| p.into_inner());
+            let (assigned_epoch, id) = state.fence.clone()?;
+            // the member's epoch now, while it is the member the assignment was made to
+            let epoch = if state.lost || state.id.as_deref() != Some(id.as_str()) {
+                assigned_epoch
+            } else {
+                state.epoch
+            };
+            Some(GroupMetadata::new(SimGroupMetadata {
+                group: group.clone(),
+                member: Some((epoch, id)),
+            }))
+        })
+    }
+
+    fn protocol(&self) -> GroupProtocol {
+        self.protocol
     }
 }
 

@@ -3,11 +3,13 @@
 //! rejoins; when all have (or the rebalance timeout dropped the rest) the generation moves on and
 //! the partitions are dealt round-robin. Members whose heartbeats stop for a session timeout
 //! are dropped. Offsets committed inside a transaction are refused for a member no longer in the
-//! group or of an older generation (KIP-447): see `Broker::send_offsets`.
+//! group or of an older generation (KIP-447): see `Broker::send_offsets`. A group whose members
+//! speak the consumer protocol (KIP-848) is reconciled member by member instead (`incremental`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use crate::client::cluster::GroupProtocol;
 use crate::kafka::TopicPartition;
 
 /// One member, as the coordinator knows it.
@@ -21,14 +23,25 @@ pub(super) struct Member {
     pub(super) rebalance_timeout: Duration,
     /// It rejoined in the rebalance going on.
     pub(super) rejoined: bool,
-    /// Its partitions in the current generation.
+    /// Its partitions in the current generation (the consumer protocol: the ones it owns).
     pub(super) assignment: BTreeSet<TopicPartition>,
+    /// The consumer protocol: its member epoch, the partitions the group's target deals it, and
+    /// the ones it was told to give back (since when), not released yet.
+    pub(super) epoch: i32,
+    pub(super) target: BTreeSet<TopicPartition>,
+    pub(super) revoking: BTreeSet<TopicPartition>,
+    pub(super) revoking_since: Option<tokio::time::Instant>,
 }
 
 /// A group.
 #[derive(Debug, Default)]
 pub(super) struct Group {
+    /// The classic protocol's generation; the consumer protocol's group epoch.
     pub(super) generation: i32,
+    /// The protocol its members speak (its first member's).
+    pub(super) protocol: GroupProtocol,
+    /// The consumer protocol: the group epoch the members' targets were computed at.
+    pub(super) targeted: i32,
     pub(super) members: BTreeMap<String, Member>,
     /// Since when a rebalance goes on.
     pub(super) rebalancing: Option<tokio::time::Instant>,
@@ -74,13 +87,22 @@ impl Group {
                 rebalance_timeout,
                 rejoined: true,
                 assignment: BTreeSet::new(),
+                epoch: 0,
+                target: BTreeSet::new(),
+                revoking: BTreeSet::new(),
+                revoking_since: None,
             },
         );
         self.rebalance(now);
         id
     }
 
-    fn rebalance(&mut self, now: tokio::time::Instant) {
+    pub(super) fn rebalance(&mut self, now: tokio::time::Instant) {
+        if self.protocol == GroupProtocol::Consumer {
+            // a new group epoch: the targets are computed again (Broker::expire)
+            self.generation += 1;
+            return;
+        }
         if self.rebalancing.is_none() {
             self.rebalancing = Some(now);
             for m in self.members.values_mut() {
@@ -133,6 +155,9 @@ impl Group {
     /// within their rebalance timeout); complete a rebalance every member rejoined. What
     /// happened, in words.
     pub(super) fn maintain(&mut self, now: tokio::time::Instant) -> Vec<String> {
+        if self.protocol == GroupProtocol::Consumer {
+            return self.maintain_incremental(now);
+        }
         let mut events = Vec::new();
         let since = self.rebalancing;
         let expired: Vec<String> = self

@@ -11,6 +11,7 @@
 
 pub(crate) mod clients;
 mod group;
+mod incremental;
 mod log;
 mod reader;
 
@@ -83,6 +84,9 @@ pub(crate) struct Broker {
     input_clock: i64,
     /// The largest record produced to each topic (refused ones too).
     pub(crate) largest: BTreeMap<String, usize>,
+    /// The session timeout of consumer-protocol members (the broker's
+    /// `group.consumer.session.timeout.ms`).
+    pub(crate) group_session_timeout: std::time::Duration,
 }
 
 impl SimKafka {
@@ -100,6 +104,7 @@ impl SimKafka {
                 events: Vec::new(),
                 input_clock: 1_767_225_600_000,
                 largest: BTreeMap::new(),
+                group_session_timeout: std::time::Duration::from_secs(45),
             }),
         })
     }
@@ -176,7 +181,8 @@ impl Broker {
             };
             let generation = group.generation;
             let events = group.maintain(now);
-            if group.generation != generation {
+            let incremental = group.protocol == crate::client::cluster::GroupProtocol::Consumer;
+            if (!incremental && group.generation != generation) || (incremental && group.targeted != group.generation) {
                 // the rebalance completed: every partition of the members' topics, dealt
                 let topics: BTreeSet<String> = group.members.values().flat_map(|m| m.topics.clone()).collect();
                 let partitions: BTreeSet<crate::kafka::TopicPartition> = topics
@@ -187,7 +193,11 @@ impl Broker {
                     })
                     .collect();
                 if let Some(group) = self.groups.get_mut(&name) {
-                    group.assign(&partitions);
+                    if incremental {
+                        group.retarget(&partitions);
+                    } else {
+                        group.assign(&partitions);
+                    }
                 }
             }
             for e in events {
@@ -471,6 +481,13 @@ impl Broker {
             let g = self.groups.get(group);
             match g {
                 Some(g) if !g.members.contains_key(member_id) => return Err(error(RDKafkaErrorCode::UnknownMemberId)),
+                // the consumer protocol: the member's epoch exactly (Kafka answers a stale one
+                // of a transactional commit with ILLEGAL_GENERATION)
+                Some(g) if g.protocol == crate::client::cluster::GroupProtocol::Consumer => {
+                    if g.members[member_id].epoch != generation {
+                        return Err(error(RDKafkaErrorCode::IllegalGeneration));
+                    }
+                }
                 Some(g) if g.generation != generation => return Err(error(RDKafkaErrorCode::IllegalGeneration)),
                 None => return Err(error(RDKafkaErrorCode::UnknownMemberId)),
                 Some(_) => {}

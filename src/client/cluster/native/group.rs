@@ -1,73 +1,168 @@
 //! A consumer group membership over librdkafka: the consumer that joins the group (and reads
-//! nothing), and the rebalance callbacks that hand the assignment on and hold a revocation until
-//! the job has released its partitions.
+//! nothing), speaking KIP-848's consumer protocol where the broker offers it and the classic one
+//! where it does not, and the rebalance callbacks that hand each change on and hold a revocation
+//! until the job has stopped reading what was revoked.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{mpsc as std_mpsc, Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::super::seam::{Change, GroupMembership, GroupMetadata, GroupSpec, NextChange};
+use super::super::seam::{
+    Change, GroupMembership, GroupMetadata, GroupMetadataSource, GroupProtocol, GroupSpec, NextChange,
+};
 use crate::client::{client_context_through, TracingContext};
 use crate::error::{kafka, Error, Result};
 use crate::kafka::TopicPartition;
 
-/// How long a revoked member may take to stop its job with a final checkpoint before the
+/// How long a revoked member may take to stop reading with a final checkpoint before the
 /// broker drops it from the group (librdkafka's `max.poll.interval.ms`, which is the rebalance
-/// timeout too), unless the properties say otherwise.
+/// timeout under both protocols), unless the properties say otherwise.
 const RELEASE_TIMEOUT_MS: &str = "300000";
 
-/// The consumer's context: rebalances become [`Change`]s, and a revocation waits until the job
-/// has released its partitions.
-struct GroupContext {
-    tracing: TracingContext,
+/// The keys librdkafka refuses under the consumer protocol (the broker decides them), with what
+/// replaces each: `validate` names them before a consumer would.
+pub const CONSUMER_PROTOCOL_REFUSES: [(&str, &str); 4] = [
+    (
+        "session.timeout.ms",
+        "the broker's group.consumer.session.timeout.ms decides it",
+    ),
+    (
+        "heartbeat.interval.ms",
+        "the broker's group.consumer.heartbeat.interval.ms decides it",
+    ),
+    (
+        "partition.assignment.strategy",
+        "set group.remote.assignor (uniform or range) instead",
+    ),
+    ("group.protocol.type", "the consumer protocol has no protocol type"),
+];
+
+/// What the consumers of one membership share (a fallback to the classic protocol makes a second
+/// consumer): the channels to the job's loop, and what the member holds.
+struct Shared {
     changes: mpsc::UnboundedSender<Change>,
     released: Mutex<std_mpsc::Receiver<()>>,
-    /// An assignment was handed to the job (a revocation before any has nothing to wait for).
-    holding: AtomicBool,
+    /// The partitions handed to the job and not revoked since.
+    held: Mutex<BTreeSet<TopicPartition>>,
+    /// The member's metadata as of its last assignment, its member id then, and whether the
+    /// assignment was lost since (the group dropped the member): see [`GroupMetadataSource`].
+    fence: Mutex<Fence>,
+    /// A change came: the broker speaks the protocol asked for.
+    answered: AtomicBool,
+}
+
+#[derive(Default)]
+struct Fence {
+    assigned: Option<GroupMetadata>,
+    member_id: Option<String>,
+    lost: bool,
+}
+
+impl Shared {
+    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The consumer's context: rebalances become [`Change`]s, and a revocation waits until the job
+/// has stopped reading what was revoked.
+struct GroupContext {
+    tracing: TracingContext,
+    shared: Arc<Shared>,
 }
 
 client_context_through!(GroupContext, tracing);
 
 impl ConsumerContext for GroupContext {
-    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Revoke(_) = rebalance {
-            if !self.holding.swap(false, Ordering::SeqCst) {
-                return;
-            }
-            info!("group rebalance: partitions revoked; stopping the job with a final checkpoint");
-            if self.changes.send(Change::Revoked).is_err() {
-                return;
-            }
-            // the broker's rebalance waits for this member to rejoin (max.poll.interval.ms): the
-            // partitions are released once the job's final checkpoint is committed; a dropped
-            // sender is a job that ended
-            let released = self.released.lock().unwrap_or_else(|p| p.into_inner());
-            let _ = released.recv();
-        }
-    }
-
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(tpl) = rebalance {
-            // this consumer only holds the partitions: the job's readers fetch them
-            if let Err(e) = consumer.pause(tpl) {
-                warn!(error = %e, "pausing the group member's own fetches failed; what it fetches is dropped");
-            }
-            let partitions: BTreeSet<TopicPartition> = tpl
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(tpl) = rebalance else {
+            return;
+        };
+        let shared = &self.shared;
+        shared.answered.store(true, Ordering::SeqCst);
+        let revoked: BTreeSet<TopicPartition> = {
+            let mut held = Shared::lock(&shared.held);
+            let revoked: BTreeSet<TopicPartition> = tpl
                 .elements()
                 .iter()
                 .map(|e| (e.topic().to_string(), e.partition()))
+                .filter(|tp| held.contains(tp))
                 .collect();
-            info!(partitions = partitions.len(), "group rebalance: partitions assigned");
-            self.holding.store(true, Ordering::SeqCst);
-            let metadata = consumer.group_metadata().map(GroupMetadata::new);
-            let _ = self.changes.send(Change::Assigned(partitions, metadata));
+            held.retain(|tp| !revoked.contains(tp));
+            revoked
+        };
+        if consumer.assignment_lost() {
+            // the group dropped this member: what its job commits from now on must be refused
+            Shared::lock(&shared.fence).lost = true;
         }
+        // a revocation of nothing handed to the job has nothing to wait for
+        if revoked.is_empty() {
+            return;
+        }
+        info!(
+            partitions = revoked.len(),
+            lost = consumer.assignment_lost(),
+            "group rebalance: partitions revoked; the job stops reading them with a final checkpoint"
+        );
+        if shared.changes.send(Change::Revoked(revoked)).is_err() {
+            return;
+        }
+        // the broker waits for this member (max.poll.interval.ms): the partitions go once the job
+        // has stopped reading them and committed its final checkpoint; a dropped sender is a job
+        // that ended
+        let released = Shared::lock(&shared.released);
+        let _ = released.recv();
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Assign(tpl) = rebalance else {
+            return;
+        };
+        let shared = &self.shared;
+        shared.answered.store(true, Ordering::SeqCst);
+        // this consumer only holds the partitions: the job's readers fetch them
+        if let Err(e) = consumer.pause(tpl) {
+            warn!(error = %e, "pausing the group member's own fetches failed; what it fetches is dropped");
+        }
+        *Shared::lock(&shared.fence) = Fence {
+            assigned: consumer.group_metadata().map(GroupMetadata::new),
+            member_id: member_id(consumer),
+            lost: false,
+        };
+        let held = {
+            let mut held = Shared::lock(&shared.held);
+            held.extend(tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())));
+            held.clone()
+        };
+        info!(
+            added = tpl.count(),
+            partitions = held.len(),
+            "group rebalance: partitions assigned"
+        );
+        let _ = shared.changes.send(Change::Assigned(held));
+    }
+}
+
+/// The member id librdkafka holds now (`None` before it has one).
+fn member_id<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> Option<String> {
+    let client = consumer.client().native_ptr();
+    // SAFETY: the client is valid while `consumer` lives; rd_kafka_memberid returns a copy (or
+    // null) that the caller frees with rd_kafka_mem_free, after it is read.
+    unsafe {
+        let id = rdkafka::bindings::rd_kafka_memberid(client);
+        if id.is_null() {
+            return None;
+        }
+        let copy = std::ffi::CStr::from_ptr(id).to_string_lossy().into_owned();
+        rdkafka::bindings::rd_kafka_mem_free(client, id.cast());
+        Some(copy)
     }
 }
 
@@ -77,84 +172,180 @@ pub(super) struct Membership {
     changes: mpsc::UnboundedReceiver<Change>,
     released: Option<std_mpsc::Sender<()>>,
     leaving: Arc<AtomicBool>,
+    /// The consumer now (a fallback replaces it), for the metadata of each checkpoint.
+    consumer: Arc<Mutex<Weak<BaseConsumer<GroupContext>>>>,
+    shared: Arc<Shared>,
+    protocol: Arc<AtomicU8>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// The member's consumer config: `config` (the source's cluster and properties) with the
-/// group's settings (what `validate` checks is what joins).
-pub fn membership_config(config: &ClientConfig, spec: &GroupSpec) -> ClientConfig {
+/// group's settings for `protocol` (what `validate` checks is what joins).
+pub fn membership_config(config: &ClientConfig, spec: &GroupSpec, protocol: GroupProtocol) -> ClientConfig {
     let mut config = config.clone();
-    for (key, value) in [
-        ("max.poll.interval.ms", RELEASE_TIMEOUT_MS),
-        ("heartbeat.interval.ms", "1000"),
-    ] {
-        if config.get(key).is_none() {
-            config.set(key, value);
+    if config.get("max.poll.interval.ms").is_none() {
+        config.set("max.poll.interval.ms", RELEASE_TIMEOUT_MS);
+    }
+    config.set("group.protocol", protocol.name());
+    match protocol {
+        GroupProtocol::Consumer => {
+            // the broker decides these (refused by name before: see CONSUMER_PROTOCOL_REFUSES)
+            for (key, _) in CONSUMER_PROTOCOL_REFUSES {
+                config.remove(key);
+            }
+            if let Some(assignor) = &spec.assignor {
+                config.set("group.remote.assignor", assignor);
+            }
+        }
+        GroupProtocol::Classic => {
+            if config.get("heartbeat.interval.ms").is_none() {
+                config.set("heartbeat.interval.ms", "1000");
+            }
+            // eager: every partition revoked, then assigned
+            config.set("partition.assignment.strategy", "roundrobin");
         }
     }
-    // the group and its protocol are the job's: eager (every partition revoked, then
-    // assigned), nothing committed by this consumer
+    // the group is the job's; nothing is committed by this consumer
     config
         .set("group.id", &spec.group)
         .set("client.id", format!("{}@{}", spec.group, spec.member))
-        .set("partition.assignment.strategy", "roundrobin")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false");
     config
 }
 
+/// The consumer of `spec` on `protocol`, subscribed.
+fn subscribed(
+    config: &ClientConfig,
+    spec: &GroupSpec,
+    protocol: GroupProtocol,
+    shared: &Arc<Shared>,
+) -> Result<BaseConsumer<GroupContext>> {
+    let config = membership_config(config, spec, protocol);
+    let servers = config.get("bootstrap.servers").unwrap_or_default().to_string();
+    let context = GroupContext {
+        tracing: TracingContext::new("group"),
+        shared: Arc::clone(shared),
+    };
+    let consumer: BaseConsumer<GroupContext> = config
+        .create_with_context(context)
+        .map_err(|e| kafka(format!("joining consumer group {} at {servers}", spec.group), e))?;
+    let names: Vec<&str> = spec.topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&names).map_err(|e| {
+        kafka(
+            format!(
+                "subscribing consumer group {} to {}",
+                spec.group,
+                spec.topics.join(", ")
+            ),
+            e,
+        )
+    })?;
+    info!(group = %spec.group, member = %spec.member, protocol = protocol.name(), "joining the job's consumer group");
+    Ok(consumer)
+}
+
+/// What a fatal error of the member's consumer means for it.
+enum Fatal {
+    /// The broker does not offer the consumer protocol: join again on the classic one.
+    NoConsumerProtocol,
+    /// The membership is over, for this reason.
+    Refused(String),
+}
+
+fn fatal(error: &KafkaError, spec: &GroupSpec, protocol: GroupProtocol, answered: bool) -> Option<Fatal> {
+    let KafkaError::MessageConsumptionFatal(code) = error else {
+        return None;
+    };
+    Some(match code {
+        RDKafkaErrorCode::UnsupportedVersion if protocol == GroupProtocol::Consumer && !answered => {
+            Fatal::NoConsumerProtocol
+        }
+        RDKafkaErrorCode::UnreleasedInstanceId | RDKafkaErrorCode::FencedInstanceId => Fatal::Refused(format!(
+            "another process runs as member {} of group {} ({error}); the newer member is refused: stop the other, \
+             or give this one another job.member",
+            spec.member, spec.group
+        )),
+        _ => Fatal::Refused(format!(
+            "the consumer group {} refused this member: {error}",
+            spec.group
+        )),
+    })
+}
+
 impl Membership {
-    /// Join `spec.group` with a consumer of `config` (the source's cluster and properties: a
-    /// user's `session.timeout.ms` or `heartbeat.interval.ms` apply), subscribed to `spec.topics`.
+    /// Join `spec.group` with a consumer of `config` (the source's cluster and properties),
+    /// subscribed to `spec.topics`, on `spec.protocol`; where the broker does not offer the
+    /// consumer protocol, on the classic one (said once in the log).
     pub(super) fn join(config: &ClientConfig, spec: &GroupSpec) -> Result<Membership> {
-        let config = membership_config(config, spec);
-        let servers = config.get("bootstrap.servers").unwrap_or_default().to_string();
         let (changes_tx, changes) = mpsc::unbounded_channel();
         let (released_tx, released_rx) = std_mpsc::channel();
-        let context = GroupContext {
-            tracing: TracingContext::new("group"),
+        let shared = Arc::new(Shared {
             changes: changes_tx,
             released: Mutex::new(released_rx),
-            holding: AtomicBool::new(false),
-        };
-        let consumer: BaseConsumer<GroupContext> = config
-            .create_with_context(context)
-            .map_err(|e| kafka(format!("joining consumer group {} at {servers}", spec.group), e))?;
-        let names: Vec<&str> = spec.topics.iter().map(String::as_str).collect();
-        consumer.subscribe(&names).map_err(|e| {
-            kafka(
-                format!(
-                    "subscribing consumer group {} to {}",
-                    spec.group,
-                    spec.topics.join(", ")
-                ),
-                e,
-            )
-        })?;
-        info!(group = %spec.group, member = %spec.member, "joining the job's consumer group");
+            held: Mutex::new(BTreeSet::new()),
+            fence: Mutex::new(Fence::default()),
+            answered: AtomicBool::new(false),
+        });
+        let first = Arc::new(subscribed(config, spec, spec.protocol, &shared)?);
+        let current = Arc::new(Mutex::new(Arc::downgrade(&first)));
+        let protocol = Arc::new(AtomicU8::new(spec.protocol as u8));
         let leaving = Arc::new(AtomicBool::new(false));
-        let stop = Arc::clone(&leaving);
-        let thread = std::thread::Builder::new()
-            .name("tidegate-group".into())
-            .spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    match consumer.poll(Duration::from_millis(100)) {
-                        Some(Ok(_)) => debug!("a record fetched by the group member itself, dropped"),
-                        Some(Err(e)) => warn!(error = %e, "consumer group"),
-                        None => {}
+        let thread = {
+            let (config, spec, shared) = (config.clone(), spec.clone(), Arc::clone(&shared));
+            let (current, protocol, stop) = (Arc::clone(&current), Arc::clone(&protocol), Arc::clone(&leaving));
+            std::thread::Builder::new()
+                .name("tidegate-group".into())
+                .spawn(move || {
+                    let mut consumer = first;
+                    let mut speaks = spec.protocol;
+                    while !stop.load(Ordering::SeqCst) {
+                        let error = match consumer.poll(Duration::from_millis(100)) {
+                            Some(Ok(_)) => {
+                                debug!("a record fetched by the group member itself, dropped");
+                                continue;
+                            }
+                            Some(Err(e)) => e,
+                            None => continue,
+                        };
+                        match fatal(&error, &spec, speaks, shared.answered.load(Ordering::SeqCst)) {
+                            None => warn!(error = %error, "consumer group"),
+                            Some(Fatal::NoConsumerProtocol) => {
+                                warn!(group = %spec.group, "the broker does not offer Kafka's consumer group protocol (KIP-848; its group.coordinator.rebalance.protocols); this member speaks the classic protocol, whose rebalances stop every member");
+                                speaks = GroupProtocol::Classic;
+                                match subscribed(&config, &spec, speaks, &shared) {
+                                    Ok(c) => {
+                                        consumer = Arc::new(c);
+                                        *Shared::lock(&current) = Arc::downgrade(&consumer);
+                                        protocol.store(speaks as u8, Ordering::SeqCst);
+                                    }
+                                    Err(e) => {
+                                        let _ = shared.changes.send(Change::Refused(e.to_string()));
+                                        return;
+                                    }
+                                }
+                            }
+                            Some(Fatal::Refused(reason)) => {
+                                let _ = shared.changes.send(Change::Refused(reason));
+                                return;
+                            }
+                        }
                     }
-                }
-                // leave the group at once, so the others rebalance without waiting for the
-                // session to time out (a revocation now has nothing to wait for)
-                consumer.context().holding.store(false, Ordering::SeqCst);
-                consumer.unsubscribe();
-                let _ = consumer.poll(Duration::from_millis(100));
-            })
-            .map_err(|e| Error::io("starting the consumer group's thread", e))?;
+                    // leave the group at once, so the others rebalance without waiting for the
+                    // session to time out (a revocation now has nothing to wait for)
+                    Shared::lock(&shared.held).clear();
+                    consumer.unsubscribe();
+                    let _ = consumer.poll(Duration::from_millis(100));
+                })
+                .map_err(|e| Error::io("starting the consumer group's thread", e))?
+        };
         Ok(Membership {
             changes,
             released: Some(released_tx),
             leaving,
+            consumer: current,
+            shared,
+            protocol,
             thread: Some(thread),
         })
     }
@@ -168,6 +359,33 @@ impl GroupMembership for Membership {
     fn release(&self) {
         if let Some(tx) = &self.released {
             let _ = tx.send(());
+        }
+    }
+
+    fn metadata(&self) -> GroupMetadataSource {
+        let (consumer, shared) = (Arc::clone(&self.consumer), Arc::clone(&self.shared));
+        GroupMetadataSource::new(move || {
+            let frozen = || Shared::lock(&shared.fence).assigned.clone();
+            let Some(consumer) = Shared::lock(&consumer).upgrade() else {
+                return frozen();
+            };
+            let before = Shared::lock(&shared.fence).member_id.clone();
+            let now = consumer.group_metadata().map(GroupMetadata::new);
+            // asked again after: metadata read while the group dropped the member (a member id
+            // reset, an epoch of 0) must not stand in for the assignment's
+            let fence = Shared::lock(&shared.fence);
+            if fence.lost || before.is_none() || member_id(&consumer) != before || fence.member_id != before {
+                return fence.assigned.clone();
+            }
+            now.or_else(|| fence.assigned.clone())
+        })
+    }
+
+    fn protocol(&self) -> GroupProtocol {
+        if self.protocol.load(Ordering::SeqCst) == GroupProtocol::Classic as u8 {
+            GroupProtocol::Classic
+        } else {
+            GroupProtocol::Consumer
         }
     }
 }

@@ -3,7 +3,7 @@
 
 mod group;
 
-pub use group::membership_config;
+pub use group::{membership_config, CONSUMER_PROTOCOL_REFUSES};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
