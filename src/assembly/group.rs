@@ -116,6 +116,9 @@ pub(crate) async fn run_member(
                     Some(Change::Revoked(revoked)) => {
                         held.retain(|tp| !revoked.contains(tp));
                         membership.release();
+                        // holding nothing (no callback says so under the consumer protocol):
+                        // it looks at the job's progress, and leaves once the input is done
+                        waiting |= held.is_empty();
                         continue;
                     }
                     Some(Change::Assigned(partitions)) => partitions,
@@ -167,6 +170,7 @@ pub(crate) async fn run_member(
         let slot = opened.sink_slot();
         let built = run.clone();
         let sink = crate::core::unblock(move || sink_of(&built, resuming, slot)).await??;
+        note_protocol(session, membership.as_ref());
         session
             .stats()
             .group_runs
@@ -255,8 +259,9 @@ pub(crate) async fn run_member(
             return Ok(());
         }
         if revoked {
-            // stopped with its final checkpoint: the revoked partitions may go
-            waiting = false;
+            // stopped with its final checkpoint: the revoked partitions may go (holding nothing
+            // now, it looks at the job's progress meanwhile)
+            waiting = held.is_empty();
             membership.release();
             continue;
         }

@@ -123,8 +123,37 @@ fn a_property_any_client_refuses_is_refused_naming_its_section() {
         assert_eq!(key_of(&e), key, "{e}");
         assert!(e.to_string().contains("No such configuration property"), "{e}");
     }
-    // a consumer property only the group member's consumer refuses in combination: librdkafka's
-    // classic protocol takes `group.remote.assignor` only with `group.protocol = "consumer"`
-    let e = error_of(EVERYTHING, &["source.properties.\"group.protocol\"=consumer"]);
-    assert!(key_of(&e).starts_with("source.properties"), "{e}");
+}
+
+/// A group member speaks the consumer protocol unless told otherwise: the keys it leaves to the
+/// broker are refused by name, each saying what replaces it; the classic protocol takes them;
+/// both take the protocol's own keys; an unknown protocol is refused by name.
+#[test]
+fn the_consumer_protocol_s_broker_side_keys_are_refused_by_name_and_the_classic_one_takes_them() {
+    let _env = env_lock();
+    for (key, replaced_by) in [
+        ("session.timeout.ms", "group.consumer.session.timeout.ms"),
+        ("heartbeat.interval.ms", "group.consumer.heartbeat.interval.ms"),
+        ("partition.assignment.strategy", "group.remote.assignor"),
+    ] {
+        let value = if key == "partition.assignment.strategy" {
+            "range"
+        } else {
+            "9000"
+        };
+        let set = format!("source.properties.\"{key}\"={value}");
+        let e = error_of(EVERYTHING, &[&set]);
+        assert_eq!(key_of(&e), format!("source.properties.\"{key}\""), "{e}");
+        assert!(e.to_string().contains(replaced_by), "{e}");
+        // the same key on the classic protocol
+        let classic = everything(&[&set, "source.properties.\"group.protocol\"=classic"]);
+        assert!(matches!(classic.job.member.as_deref(), Some("m1")));
+    }
+    let e = error_of(EVERYTHING, &["source.properties.\"group.protocol\"=cooperative"]);
+    assert_eq!(key_of(&e), "source.properties.\"group.protocol\"", "{e}");
+    // said explicitly, and with the broker's assignor: every client a run makes takes it
+    everything(&[
+        "source.properties.\"group.protocol\"=consumer",
+        "source.properties.\"group.remote.assignor\"=range",
+    ]);
 }

@@ -37,7 +37,6 @@ bootstrap_servers = "{bootstrap}"
 topics = ["{topic}"]
 format = "string"
 {stop}
-properties = {{ "session.timeout.ms" = "6000" }}
 
 [sink]
 type = "kafka"
@@ -51,6 +50,16 @@ store = "kafka"
 topic = "{state}"
 "#,
         bootstrap = kafka.bootstrap
+    )
+}
+
+/// `text` (a [`group_job`]) on Kafka's classic group protocol, a dead member dropped after 6 s
+/// (under the consumer protocol, the test broker's `group.consumer.session.timeout.ms`).
+pub(crate) fn on_classic_protocol(text: &str) -> String {
+    text.replacen(
+        "\n[sink]",
+        "properties = { \"group.protocol\" = \"classic\", \"session.timeout.ms\" = \"6000\" }\n\n[sink]",
+        1,
     )
 }
 
@@ -169,14 +178,15 @@ fn a_live_tail_scales_from_one_member_to_three_and_back_to_two_with_every_record
         [&m1, &m2].iter().all(|m| assignments(&m.log_text()).last() == Some(&3))
     });
     wait_for_output(&kafka, &out, 3000, &[&m1, &m2]);
-    // the pause: from the first revocation of that rebalance to the last of the new owners'
-    // first records on their assignments
+    // the pause: from the departing member's last line (its final checkpoint committed, it
+    // left the group) to the last of the new owners' first records on their assignments (under
+    // the consumer protocol the two take its partitions with no revocation of their own)
     let logs = [m1.log_text(), m2.log_text()];
-    let revoked = logs
-        .iter()
-        .map(|l| last_time(l, "partitions revoked").expect("a revocation"))
-        .min()
-        .expect("two logs");
+    let revoked = log0
+        .lines()
+        .rev()
+        .find_map(|l| humantime::parse_rfc3339(l.split_whitespace().next()?).ok())
+        .expect("m0's log");
     let first = logs
         .iter()
         .map(|l| last_time(l, "first record written on this assignment").expect("a first record"))
@@ -186,7 +196,7 @@ fn a_live_tail_scales_from_one_member_to_three_and_back_to_two_with_every_record
         .duration_since(revoked)
         .expect("the first record after the revocation");
     println!(
-        "group: rebalance pause, 3 → 2 members over {partitions} partitions (revocation → the new owners' first records): {} ms",
+        "group: rebalance pause, 3 → 2 members over {partitions} partitions (the departing member's last line → the new owners' first records): {} ms",
         pause.as_millis()
     );
     assert!(pause < Duration::from_secs(30), "a rebalance took {pause:?}");
@@ -413,7 +423,7 @@ fn a_member_the_group_dropped_while_it_was_paused_cannot_commit_and_every_record
     let (status, log1) = m1.wait(MINUTE * 4);
     assert_eq!(status.code(), Some(0), "the woken member:\n{log1}");
     assert!(
-        log1.contains("dropped by the group; rejoining"),
+        log1.contains("its checkpoint was refused by the group"),
         "the woken member was not refused:\n{log1}"
     );
     for (who, m) in [("m0", m0), ("m2", m2)] {
@@ -575,13 +585,21 @@ fn a_member_killed_before_its_first_interval_checkpoint_leaves_its_partitions_wh
         .map(|i| TestRecord::to((i % partitions as usize) as i32, format!("before-{i}")))
         .collect();
     kafka.produce(&topic, &before);
-    let text = group_job(&kafka, &name, &topic, &out, &state, "starting_offsets = \"latest\"")
-        // no interval checkpoint during the test: only a first discovery's and a stop's
-        .replace("interval = \"300ms\"", "interval = \"50s\"")
-        .replace(
-            "delivery = \"exactly_once\"",
-            "delivery = \"exactly_once\"\ntransaction_timeout = \"100s\"",
-        );
+    // the classic protocol's case (the others run on the consumer protocol)
+    let text = on_classic_protocol(&group_job(
+        &kafka,
+        &name,
+        &topic,
+        &out,
+        &state,
+        "starting_offsets = \"latest\"",
+    ))
+    // no interval checkpoint during the test: only a first discovery's and a stop's
+    .replace("interval = \"300ms\"", "interval = \"50s\"")
+    .replace(
+        "delivery = \"exactly_once\"",
+        "delivery = \"exactly_once\"\ntransaction_timeout = \"100s\"",
+    );
     let (_d1, m1) = member(&text, "m1");
     wait_until("the first member reads its partitions", MINUTE, || {
         m1.log_text().contains("splits assigned")
@@ -769,4 +787,92 @@ fn a_member_s_reset_state_forgets_the_source_wide_stop_the_job_before_found() {
         before.iter().all(|id| counts[id] == 2),
         "a trade before the close not written twice"
     );
+}
+
+/// A live tail of two partitions, one each for two members; a third joins and is dealt nothing.
+/// Under the consumer protocol (KIP-848) the two are told nothing and run on: neither runs its
+/// job again nor gives anything back, and the records written meanwhile come on. (Under the
+/// classic protocol the join stops both, each then runs again: this test fails there.)
+#[test]
+fn a_member_whose_partitions_do_not_move_runs_on_through_another_member_s_join() {
+    let kafka = TestKafka::get();
+    let partitions = 2;
+    let topic = kafka.create_topic("group-stay", partitions);
+    let out = kafka.create_topic("group-stay-out", 2);
+    let state = kafka.unique_topic("group-stay-state");
+    let name = kafka.unique_topic("group-stay-job");
+    let text = group_job(&kafka, &name, &topic, &out, &state, "");
+    let (_d0, m0) = member(&text, "m0");
+    let (_d1, m1) = member(&text, "m1");
+    wait_until("two members share the partitions", MINUTE, || {
+        [&m0, &m1].iter().all(|m| assignments(&m.log_text()).last() == Some(&1))
+    });
+    produce(&kafka, &topic, partitions, 0, 400);
+    wait_for_output(&kafka, &out, 400, &[&m0, &m1]);
+    // the first to join took both partitions, and gave one up when the second joined
+    let before: Vec<(Vec<usize>, usize)> = [&m0, &m1]
+        .iter()
+        .map(|m| {
+            let log = m.log_text();
+            (assignments(&log), log.matches("partitions revoked").count())
+        })
+        .collect();
+    let (_d2, m2) = member(&text, "m2");
+    wait_for_members(
+        "the third member runs on what it was dealt: nothing",
+        MINUTE,
+        &[&m0, &m1, &m2],
+        || assignments(&m2.log_text()).last() == Some(&0),
+    );
+    produce(&kafka, &topic, partitions, 400, 800);
+    wait_for_output(&kafka, &out, 800, &[&m0, &m1, &m2]);
+    for ((who, m), (runs, revoked)) in [("m0", &m0), ("m1", &m1)].into_iter().zip(before) {
+        let log = m.log_text();
+        assert_eq!(assignments(&log), runs, "{who} ran its job no more:\n{log}");
+        assert_eq!(
+            log.matches("partitions revoked").count(),
+            revoked,
+            "{who} gave nothing back:\n{log}"
+        );
+    }
+    for m in [m0, m1, m2] {
+        m.signal(libc::SIGTERM);
+        let (status, log) = m.wait(MINUTE);
+        assert_eq!(status.code(), Some(0), "a member's stop:\n{log}");
+    }
+    assert_each_once(&output_counts(&kafka, &out), 800, "a third member joined two");
+}
+
+/// A broker that offers only the classic group protocol (as before Kafka 4.0, or with
+/// `group.coordinator.rebalance.protocols = classic`): the member says so once and joins on the
+/// classic protocol, `/status` says which, and the bounded replay is written once.
+#[test]
+fn a_broker_without_the_consumer_protocol_gets_a_classic_member() {
+    let broker = crate::own_broker::OwnBroker::start_with(&[("KAFKA_GROUP_PROTOCOLS", "classic")]);
+    let kafka: TestKafka = broker.kafka();
+    let partitions = 2;
+    let topic = kafka.create_topic("group-classic", partitions);
+    let out = kafka.create_topic("group-classic-out", 2);
+    let state = kafka.unique_topic("group-classic-state");
+    let name = kafka.unique_topic("group-classic-job");
+    produce(&kafka, &topic, partitions, 0, 500);
+    let text = group_job(&kafka, &name, &topic, &out, &state, "stopping_offsets = \"latest\"");
+    let listen = format!("metrics.listen=127.0.0.1:{}", free_port());
+    let (_d, m) = member_with(&text, "m0", &["--set", &listen, "--set", "metrics.linger=\"5s\""]);
+    let addr = listen.trim_start_matches("metrics.listen=").to_string();
+    let mut status = serde_json::Value::Null;
+    wait_for_members("the member's status says its protocol", MINUTE, &[&m], || {
+        status = crate::control::http(&addr, "GET", "/status", "")
+            .and_then(|(_, body)| serde_json::from_str(&body).ok())
+            .unwrap_or_default();
+        status["group"]["protocol"] == "classic"
+    });
+    let (code, log) = m.wait(MINUTE * 2);
+    assert_eq!(code.code(), Some(0), "{log}");
+    assert_eq!(
+        log.matches("does not offer Kafka's consumer group protocol").count(),
+        1,
+        "said once:\n{log}"
+    );
+    assert_each_once(&output_counts(&kafka, &out), 500, "a classic member");
 }

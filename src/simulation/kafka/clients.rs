@@ -566,6 +566,8 @@ struct MemberState {
     /// The metadata as of the last assignment; whether the assignment was lost since.
     fence: Option<(i32, String)>,
     lost: bool,
+    /// When it joined (the consumer protocol tells a member dealt nothing only a while after).
+    joined_at: Option<tokio::time::Instant>,
 }
 
 /// A group membership of a simulated process: its heartbeats are a task of that process (they
@@ -586,6 +588,9 @@ struct SimMembership {
 /// How often a simulated member heartbeats, and looks at its group.
 const HEARTBEAT: Duration = Duration::from_millis(1000);
 const LOOK: Duration = Duration::from_millis(50);
+/// How long after joining a consumer-protocol member dealt nothing is told so (as the native
+/// membership's `NOTHING_DEALT_AFTER`).
+const NOTHING_DEALT_AFTER: Duration = Duration::from_secs(3);
 
 impl SimMembership {
     fn started(mut self) -> Self {
@@ -645,6 +650,7 @@ impl SimMembership {
                     now,
                 );
                 state.id = Some(id.clone());
+                state.joined_at = Some(now);
                 if self.protocol == GroupProtocol::Consumer {
                     // the coordinator computes the targets of the new group epoch before it
                     // answers the next heartbeat (Broker::expire)
@@ -721,6 +727,17 @@ impl SimMembership {
             incremental::Reconciled::Owns(epoch, partitions) => {
                 state.epoch = epoch;
                 if state.owned.as_ref() == Some(&partitions) {
+                    return None;
+                }
+                // as the native membership: nothing dealt is said after a while, not at once
+                // (librdkafka calls no rebalance callback for an empty assignment), and not
+                // again after a revocation of everything
+                if partitions.is_empty()
+                    && (state.owned.is_some()
+                        || state
+                            .joined_at
+                            .is_some_and(|j| now.saturating_duration_since(j) < NOTHING_DEALT_AFTER))
+                {
                     return None;
                 }
                 state.owned = Some(partitions.clone());

@@ -26,6 +26,11 @@ use crate::kafka::TopicPartition;
 /// timeout under both protocols), unless the properties say otherwise.
 const RELEASE_TIMEOUT_MS: &str = "300000";
 
+/// How long after joining a member of the consumer protocol that was dealt nothing is told so:
+/// librdkafka calls no rebalance callback for an empty assignment, and the job's loop runs the
+/// job on an empty one (a bounded job's member then waits for the others, and leaves with them).
+const NOTHING_DEALT_AFTER: Duration = Duration::from_secs(3);
+
 /// The keys librdkafka refuses under the consumer protocol (the broker decides them), with what
 /// replaces each: `validate` names them before a consumer would.
 pub const CONSUMER_PROTOCOL_REFUSES: [(&str, &str); 4] = [
@@ -299,7 +304,21 @@ impl Membership {
                 .spawn(move || {
                     let mut consumer = first;
                     let mut speaks = spec.protocol;
+                    let joined = std::time::Instant::now();
                     while !stop.load(Ordering::SeqCst) {
+                        if speaks == GroupProtocol::Consumer
+                            && !shared.answered.load(Ordering::SeqCst)
+                            && joined.elapsed() >= NOTHING_DEALT_AFTER
+                        {
+                            shared.answered.store(true, Ordering::SeqCst);
+                            *Shared::lock(&shared.fence) = Fence {
+                                assigned: consumer.group_metadata().map(GroupMetadata::new),
+                                member_id: member_id(&consumer),
+                                lost: false,
+                            };
+                            info!("group rebalance: nothing dealt to this member so far");
+                            let _ = shared.changes.send(Change::Assigned(BTreeSet::new()));
+                        }
                         let error = match consumer.poll(Duration::from_millis(100)) {
                             Some(Ok(_)) => {
                                 debug!("a record fetched by the group member itself, dropped");
