@@ -28,7 +28,7 @@ pub(super) fn validate(job: &JobConfig, source: &SourceConfig, sink: &SinkConfig
             ),
         ));
     };
-    protocol(&k.settings.properties)?;
+    crate::client::cluster::native::protocol_of(&k.settings.properties)?;
     if matches!(k.settings.subscription, crate::kafka::Subscription::Pattern(_)) {
         return Err(Error::config(
             "source.topic_pattern",
@@ -85,37 +85,4 @@ pub(super) fn validate(job: &JobConfig, source: &SourceConfig, sink: &SinkConfig
         }
         _ => Ok(()),
     }
-}
-
-/// The group protocol `properties` ask for (`group.protocol`; the consumer protocol, KIP-848,
-/// unless they say "classic"), with the keys the consumer protocol leaves to the broker refused
-/// by name, each with what replaces it.
-pub(crate) fn protocol(
-    properties: &std::collections::BTreeMap<String, String>,
-) -> Result<crate::client::cluster::GroupProtocol> {
-    use crate::client::cluster::{native::CONSUMER_PROTOCOL_REFUSES, GroupProtocol};
-    let protocol = match properties.get("group.protocol") {
-        None => GroupProtocol::Consumer,
-        Some(p) => GroupProtocol::parse(p).ok_or_else(|| {
-            Error::config(
-                "source.properties.\"group.protocol\"",
-                format!("unknown group protocol {p:?}; one of consumer (the default: KIP-848), classic"),
-            )
-        })?,
-    };
-    if protocol == GroupProtocol::Consumer {
-        if let Some((key, instead)) = CONSUMER_PROTOCOL_REFUSES
-            .iter()
-            .find(|(k, _)| properties.contains_key(*k))
-        {
-            return Err(Error::config(
-                format!("source.properties.\"{key}\""),
-                format!(
-                    "not used by Kafka's consumer group protocol, which job.coordination = \"group\" speaks by \
-                     default: {instead}; or set source.properties.\"group.protocol\" = \"classic\""
-                ),
-            ));
-        }
-    }
-    Ok(protocol)
 }

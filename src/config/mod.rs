@@ -5,7 +5,6 @@
 
 mod clients;
 mod group;
-pub(crate) use group::protocol as group_protocol;
 pub mod raw;
 pub mod reference;
 

@@ -19,7 +19,7 @@ pub(crate) fn member_spec<'a>(
             member,
             topics: super::topics(&settings.subscription),
             // checked by validate (crate::config::group::protocol)
-            protocol: crate::config::group_protocol(&settings.properties).unwrap_or_default(),
+            protocol: crate::client::cluster::native::protocol_of(&settings.properties).unwrap_or_default(),
             assignor: settings.properties.get("group.remote.assignor").cloned(),
         },
     )

@@ -26,6 +26,36 @@ use crate::kafka::TopicPartition;
 /// timeout under both protocols), unless the properties say otherwise.
 const RELEASE_TIMEOUT_MS: &str = "300000";
 
+/// The group protocol `properties` ask for (`group.protocol`; the consumer protocol, KIP-848,
+/// unless they say "classic"), with the keys the consumer protocol leaves to the broker refused
+/// by name, each with what replaces it.
+pub fn protocol_of(properties: &std::collections::BTreeMap<String, String>) -> Result<GroupProtocol> {
+    let protocol = match properties.get("group.protocol") {
+        None => GroupProtocol::Consumer,
+        Some(p) => GroupProtocol::parse(p).ok_or_else(|| {
+            crate::error::Error::config(
+                "source.properties.\"group.protocol\"",
+                format!("unknown group protocol {p:?}; one of consumer (the default: KIP-848), classic"),
+            )
+        })?,
+    };
+    if protocol == GroupProtocol::Consumer {
+        if let Some((key, instead)) = CONSUMER_PROTOCOL_REFUSES
+            .iter()
+            .find(|(k, _)| properties.contains_key(*k))
+        {
+            return Err(crate::error::Error::config(
+                format!("source.properties.\"{key}\""),
+                format!(
+                    "not used by Kafka's consumer group protocol, which job.coordination = \"group\" speaks by \
+                     default: {instead}; or set source.properties.\"group.protocol\" = \"classic\""
+                ),
+            ));
+        }
+    }
+    Ok(protocol)
+}
+
 /// How long after joining a member of the consumer protocol that was dealt nothing is told so:
 /// librdkafka calls no rebalance callback for an empty assignment, and the job's loop runs the
 /// job on an empty one (a bounded job's member then waits for the others, and leaves with them).

@@ -1,9 +1,10 @@
 //! The clients of a real cluster, over librdkafka: the [`super::Cluster`] calls as rust-rdkafka
 //! makes them, with librdkafka's logs and refusals kept by a [`TracingContext`].
 
+mod described;
 mod group;
 
-pub use group::{membership_config, CONSUMER_PROTOCOL_REFUSES};
+pub use group::{membership_config, protocol_of};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -353,13 +354,6 @@ impl Consumer for NativeConsumer {
     }
 
     fn group_members(&self, group: &str, timeout: Duration) -> KafkaResult<Vec<(String, String)>> {
-        let list = self.0.fetch_group_list(Some(group), timeout)?;
-        Ok(list
-            .groups()
-            .iter()
-            .filter(|g| g.name() == group)
-            .flat_map(|g| g.members())
-            .map(|m| (m.client_id().to_string(), m.client_host().to_string()))
-            .collect())
+        described::group_members(self.0.client().native_ptr(), group, timeout)
     }
 }
