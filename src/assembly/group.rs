@@ -108,11 +108,11 @@ pub(crate) async fn run_member(
                         continue;
                     }
                 };
-                retry_at = None;
                 match change.flatten() {
                     None => return Ok(()),
                     Some(Change::Refused(reason)) => return Err(Error::runtime("consumer group", reason)),
-                    // nothing runs: what was revoked may go at once
+                    // nothing runs: what was revoked may go at once (a retry still due runs on
+                    // what is left)
                     Some(Change::Revoked(revoked)) => {
                         held.retain(|tp| !revoked.contains(tp));
                         membership.release();
@@ -121,7 +121,10 @@ pub(crate) async fn run_member(
                         waiting |= held.is_empty();
                         continue;
                     }
-                    Some(Change::Assigned(partitions)) => partitions,
+                    Some(Change::Assigned(partitions)) => {
+                        retry_at = None;
+                        partitions
+                    }
                 }
             }
         };
@@ -229,6 +232,10 @@ pub(crate) async fn run_member(
             }
         };
         first.abort();
+        if let Some(reason) = refused {
+            // the group refused the member for good (its final checkpoint may have failed for it)
+            return Err(Error::runtime("consumer group", reason));
+        }
         match outcome {
             // dropped by the group (paused past its session timeout, say): its transaction
             // was refused and aborted (KIP-447), its partitions are another's; the consumer
@@ -237,6 +244,9 @@ pub(crate) async fn run_member(
                 warn!(member = %member, error = %e, "group member: its checkpoint was refused by the group; running again on what the group deals it");
                 if revoked {
                     membership.release();
+                    // holding nothing now: it looks at the job's progress meanwhile (a member
+                    // dealt nothing on rejoining is told nothing under the consumer protocol)
+                    waiting |= held.is_empty();
                 } else {
                     // a revocation (the member was dropped) or an assignment comes first;
                     // else the refusal raced a new member epoch, and it runs again
@@ -247,9 +257,6 @@ pub(crate) async fn run_member(
             }
             Err(e) if dropped_by_group(&e) => return Ok(()),
             outcome => outcome?,
-        }
-        if let Some(reason) = refused {
-            return Err(Error::runtime("consumer group", reason));
         }
         if let Some(failure) = link_failed {
             return Err(Error::runtime("the source-wide stop across the group", failure));

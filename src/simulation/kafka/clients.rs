@@ -566,8 +566,14 @@ struct MemberState {
     /// The metadata as of the last assignment; whether the assignment was lost since.
     fence: Option<(i32, String)>,
     lost: bool,
-    /// When it joined (the consumer protocol tells a member dealt nothing only a while after).
+    /// When it joined (the consumer protocol tells a member dealt nothing only a while after,
+    /// and once: not again after it was dropped and rejoined).
     joined_at: Option<tokio::time::Instant>,
+    told_nothing: bool,
+    /// The member epoch the coordinator answered the last look with: the member takes it at the
+    /// next look, as a heartbeat's answer is in flight a while (a checkpoint meanwhile carries
+    /// the old one, and is refused).
+    answered_epoch: Option<i32>,
 }
 
 /// A group membership of a simulated process: its heartbeats are a task of that process (they
@@ -725,21 +731,28 @@ impl SimMembership {
             }
             incremental::Reconciled::Wait => None,
             incremental::Reconciled::Owns(epoch, partitions) => {
-                state.epoch = epoch;
                 if state.owned.as_ref() == Some(&partitions) {
+                    // the new epoch of a rebalance that leaves it alone reaches it a look later
+                    if let Some(answered) = state.answered_epoch.replace(epoch) {
+                        state.epoch = answered;
+                    }
                     return None;
                 }
+                state.epoch = epoch;
+                state.answered_epoch = Some(epoch);
                 // as the native membership: nothing dealt is said after a while, not at once
                 // (librdkafka calls no rebalance callback for an empty assignment), and not
                 // again after a revocation of everything
                 if partitions.is_empty()
                     && (state.owned.is_some()
+                        || state.told_nothing
                         || state
                             .joined_at
                             .is_some_and(|j| now.saturating_duration_since(j) < NOTHING_DEALT_AFTER))
                 {
                     return None;
                 }
+                state.told_nothing |= partitions.is_empty();
                 state.owned = Some(partitions.clone());
                 state.fence = Some((epoch, id.to_string()));
                 state.lost = false;

@@ -89,8 +89,10 @@ struct Shared {
     /// The member's metadata as of its last assignment, its member id then, and whether the
     /// assignment was lost since (the group dropped the member): see [`GroupMetadataSource`].
     fence: Mutex<Fence>,
-    /// A change came: the broker speaks the protocol asked for.
+    /// A rebalance callback came: the broker speaks the protocol asked for.
     answered: AtomicBool,
+    /// The member was told it was dealt nothing (once: see NOTHING_DEALT_AFTER).
+    told_nothing: AtomicBool,
 }
 
 #[derive(Default)]
@@ -321,6 +323,7 @@ impl Membership {
             held: Mutex::new(BTreeSet::new()),
             fence: Mutex::new(Fence::default()),
             answered: AtomicBool::new(false),
+            told_nothing: AtomicBool::new(false),
         });
         let first = Arc::new(subscribed(config, spec, spec.protocol, &shared)?);
         let current = Arc::new(Mutex::new(Arc::downgrade(&first)));
@@ -338,9 +341,10 @@ impl Membership {
                     while !stop.load(Ordering::SeqCst) {
                         if speaks == GroupProtocol::Consumer
                             && !shared.answered.load(Ordering::SeqCst)
+                            && !shared.told_nothing.load(Ordering::SeqCst)
                             && joined.elapsed() >= NOTHING_DEALT_AFTER
                         {
-                            shared.answered.store(true, Ordering::SeqCst);
+                            shared.told_nothing.store(true, Ordering::SeqCst);
                             *Shared::lock(&shared.fence) = Fence {
                                 assigned: consumer.group_metadata().map(GroupMetadata::new),
                                 member_id: member_id(&consumer),
@@ -369,12 +373,16 @@ impl Membership {
                                         protocol.store(speaks as u8, Ordering::SeqCst);
                                     }
                                     Err(e) => {
+                                        Shared::lock(&shared.held).clear();
                                         let _ = shared.changes.send(Change::Refused(e.to_string()));
                                         return;
                                     }
                                 }
                             }
                             Some(Fatal::Refused(reason)) => {
+                                // the consumer's close (here, or where a checkpoint still holds
+                                // it) then revokes nothing the job would have to answer
+                                Shared::lock(&shared.held).clear();
                                 let _ = shared.changes.send(Change::Refused(reason));
                                 return;
                             }
