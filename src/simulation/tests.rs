@@ -55,12 +55,7 @@ fn explore(seeds: impl Iterator<Item = u64>) -> Totals {
 #[test]
 fn group_members_explore_schedules() {
     if let Some(seed) = env_u64("TIDEGATE_GROUP_SIM_SEED") {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .without_time()
-            .with_ansi(false)
-            .try_init();
+        test_logs();
         let plan = Plan::of(seed);
         eprintln!("group simulation: replaying seed {seed}: {plan:#?}");
         match run(&plan) {
@@ -208,12 +203,7 @@ fn a_survivor_does_not_exit_0_while_a_killed_member_s_partitions_are_unread() {
 #[test]
 fn a_second_process_under_a_member_s_name_is_refused_naming_job_member() {
     use std::time::Duration;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .without_time()
-        .with_ansi(false)
-        .try_init();
+    test_logs();
     let mut plan = survivor_of_a_killed_member();
     plan.members = vec!["m0".into()];
     plan.crash_steps = vec![None];
@@ -322,12 +312,7 @@ fn the_state_of_5000_partitions_is_written_whatever_its_size() {
 fn a_member_whose_assignment_stays_is_not_stopped_when_another_joins() {
     use crate::client::cluster::GroupProtocol;
     use std::time::Duration;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .without_time()
-        .with_ansi(false)
-        .try_init();
+    test_logs();
     for protocol in [GroupProtocol::Consumer, GroupProtocol::Classic] {
         let mut plan = survivor_of_a_killed_member();
         plan.protocol = protocol;
@@ -370,4 +355,14 @@ fn a_survivor_under_the_consumer_protocol_reads_a_killed_member_s_partitions_too
         "every record written: {:?}",
         outcome.output.iter().map(Vec::len).collect::<Vec<_>>()
     );
+}
+
+/// The tests' log lines, filtered by `RUST_LOG`, on the test's own output.
+fn test_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .without_time()
+        .with_ansi(false)
+        .try_init();
 }

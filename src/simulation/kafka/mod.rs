@@ -13,6 +13,7 @@ pub(crate) mod clients;
 mod group;
 mod incremental;
 mod log;
+mod membership;
 mod reader;
 
 use std::collections::{BTreeMap, BTreeSet};
