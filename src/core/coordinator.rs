@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::checkpoint::{Checkpoint, Pending, SourceCheckpoint};
-use super::enumerator::{EnumeratorContext, ReaderCommand, SplitEnumerator};
+use super::enumerator::{EnumeratorContext, ReaderCommand, ReleaseSplits, SplitEnumerator, SplitHandover};
 use super::event_time::EventTimeClock;
 use super::failpoint;
 use super::job_options::JobOptions;
@@ -66,6 +66,9 @@ pub(crate) struct Coordinator<S: Source> {
     pub(crate) instance: Instance,
     /// The readers' event-time clock, whose source-wide stop each checkpoint keeps.
     pub(crate) event_time: Option<Arc<EventTimeClock>>,
+    /// Releases in progress ([`SplitHandover::Release`]): each answered once a checkpoint from the given id on
+    /// is complete (the first one triggered after its readers were told).
+    pub(crate) releasing: Vec<(u64, tokio::sync::oneshot::Sender<bool>)>,
 }
 
 impl<S: Source> Coordinator<S> {
@@ -75,8 +78,10 @@ impl<S: Source> Coordinator<S> {
         mut events: mpsc::UnboundedReceiver<(usize, ReaderEvent<S::Split>)>,
         mut calls: mpsc::UnboundedReceiver<Result<CallResult<S>>>,
         stop: Option<watch::Receiver<bool>>,
+        handovers: Option<mpsc::UnboundedReceiver<SplitHandover>>,
         options: &JobOptions,
     ) -> Result<bool> {
+        let mut handovers = handovers;
         let mut ticker = options.checkpoint_interval.map(|every| {
             let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -108,6 +113,12 @@ impl<S: Source> Coordinator<S> {
                     self.handle_reader_event(reader, event).await?;
                     self.take_back_undeliverable()?;
                 }
+                handover = next_handover(&mut handovers) => match handover {
+                    Some(SplitHandover::Release { splits, done }) => self.release(splits, done)?,
+                    Some(SplitHandover::Take { splits, done }) => self.take(splits, done)?,
+                    // its owner no longer asks
+                    None => handovers = None,
+                },
                 result = calls.recv() => {
                     if let Some(result) = result {
                         self.enumerator.handle_call_result(&mut self.ctx, result)?;
@@ -138,6 +149,55 @@ impl<S: Source> Coordinator<S> {
                 }
             }
         }
+    }
+
+    /// Give splits up mid-run (see [`SplitHandover::Release`]): when the enumerator can, every
+    /// reader still reading is told, on the channel its checkpoint triggers come by, and a
+    /// checkpoint is asked for; the answer waits for it.
+    fn release(&mut self, splits: Vec<SplitId>, done: tokio::sync::oneshot::Sender<bool>) -> Result<()> {
+        if self.stopping || self.final_id.is_some() || !self.enumerator.release_splits(&mut self.ctx, &splits)? {
+            let _ = done.send(false);
+            return Ok(());
+        }
+        info!(
+            splits = splits.len(),
+            "releasing splits while the job runs on; a checkpoint holds where each stopped"
+        );
+        for reader in 0..self.parallelism {
+            if !self.finished_readers.contains_key(&reader) {
+                let event = super::enumerator::SourceEvent(Box::new(ReleaseSplits(splits.clone())));
+                self.ctx.send_event_to_reader(reader, event)?;
+            }
+        }
+        self.ctx.request_checkpoint();
+        self.releasing.push((self.next_checkpoint_id, done));
+        Ok(())
+    }
+
+    /// Take splits in mid-run (see [`SplitHandover::Take`]). Not once a reader has ended (it
+    /// would never read them), nor once the job is stopping.
+    fn take(&mut self, splits: Vec<serde_json::Value>, done: tokio::sync::oneshot::Sender<bool>) -> Result<()> {
+        if self.stopping || self.final_id.is_some() || !self.finished_readers.is_empty() {
+            let _ = done.send(false);
+            return Ok(());
+        }
+        let parsed: std::result::Result<Vec<S::Split>, _> = splits.into_iter().map(serde_json::from_value).collect();
+        let taken = match parsed {
+            Ok(splits) => {
+                let count = splits.len();
+                let taken = self.enumerator.take_splits(&mut self.ctx, splits)?;
+                if taken {
+                    info!(splits = count, "taking splits in while the job runs on");
+                }
+                taken
+            }
+            Err(e) => {
+                warn!(error = %e, "splits to take in do not read as this source's; the job stops instead");
+                false
+            }
+        };
+        let _ = done.send(taken);
+        Ok(())
     }
 
     fn stop_readers(&mut self) {
@@ -172,8 +232,10 @@ impl<S: Source> Coordinator<S> {
                 self.ctx.register_reader(reader);
                 self.enumerator.add_reader(&mut self.ctx, reader)?;
             }
-            ReaderEvent::Request(ReaderRequest::SplitRequest) => {
-                self.enumerator.handle_split_request(&mut self.ctx, reader)?;
+            ReaderEvent::Request(ReaderRequest::SplitRequest { received }) => {
+                if !self.ctx.overtaken(reader, received) {
+                    self.enumerator.handle_split_request(&mut self.ctx, reader)?;
+                }
             }
             ReaderEvent::Request(ReaderRequest::SourceEvent(event)) => {
                 self.enumerator.handle_source_event(&mut self.ctx, reader, event)?;
@@ -471,6 +533,14 @@ impl<S: Source> Coordinator<S> {
             let _ = self.ctx.send(reader, ReaderCommand::CheckpointComplete(id));
         }
         self.enumerator.notify_checkpoint_complete(&mut self.ctx, id)?;
+        // the releases this checkpoint holds
+        let (due, later) = std::mem::take(&mut self.releasing)
+            .into_iter()
+            .partition::<Vec<_>, _>(|(from, _)| *from <= id);
+        self.releasing = later;
+        for (_, done) in due {
+            let _ = done.send(true);
+        }
         self.last_splits = checkpoint.splits;
         if self.final_id == Some(id) {
             let _ = self.sink.send(SinkMessage::End).await;
@@ -480,6 +550,14 @@ impl<S: Source> Coordinator<S> {
             self.maybe_send_barrier().await?;
         }
         Ok(())
+    }
+}
+
+/// The next handover asked for, or never without a channel.
+async fn next_handover(handovers: &mut Option<mpsc::UnboundedReceiver<SplitHandover>>) -> Option<SplitHandover> {
+    match handovers {
+        Some(r) => r.recv().await,
+        None => std::future::pending().await,
     }
 }
 

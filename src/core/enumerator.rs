@@ -27,6 +27,39 @@ impl fmt::Debug for SourceEvent {
 #[derive(Debug)]
 pub struct RemoveSplits(pub Vec<super::split::SplitId>);
 
+/// The event the coordinator sends every reader to give splits up mid-run (a group member's
+/// revoked partitions, see [`SplitHandover`]): each stops being read, and its snapshot
+/// from then on says it was released at the position of the last record emitted. Readers
+/// built on `SourceReaderBase` handle it themselves; one that does not hold a split ignores it.
+#[derive(Debug)]
+pub struct ReleaseSplits(pub Vec<super::split::SplitId>);
+
+/// Splits handed over between processes while the job runs on (a group member's partitions
+/// revoked or assigned, under Kafka's consumer protocol), on one channel so they apply in order.
+pub enum SplitHandover {
+    /// Give splits up: the enumerator says whether it can
+    /// ([`SplitEnumerator::release_splits`]), the readers stop reading them, and the next
+    /// checkpoint holds where each stopped, marked released. `done` hears `true` once that
+    /// checkpoint is complete (committed, with a transactional sink), or `false` at once when
+    /// the job cannot release them in place and must be stopped instead; a job that fails first
+    /// drops it.
+    Release {
+        /// The splits to give up.
+        splits: Vec<super::split::SplitId>,
+        /// Whether they were released in place (see above).
+        done: tokio::sync::oneshot::Sender<bool>,
+    },
+    /// Take splits in, each as its owner before checkpointed it (the source's split, as JSON):
+    /// `done` hears at once whether the enumerator took them
+    /// ([`SplitEnumerator::take_splits`]); `false`: the job must be stopped and run on them.
+    Take {
+        /// The splits, as the source's split type serializes.
+        splits: Vec<serde_json::Value>,
+        /// Whether they were taken in.
+        done: tokio::sync::oneshot::Sender<bool>,
+    },
+}
+
 /// Runs on the coordinator: discovers splits and assigns them to readers.
 ///
 /// Every method runs on the coordinator task and must not block; slow work (metadata requests)
@@ -94,6 +127,28 @@ pub trait SplitEnumerator: Send + 'static {
         Ok(())
     }
 
+    /// Splits to be given up mid-run ([`SplitHandover::Release`]): whether the enumerator can
+    /// (each assigned to a reader, none waiting on it), after which the readers release them.
+    /// An enumerator that cannot returns false, and the job's owner stops the job instead.
+    fn release_splits(
+        &mut self,
+        _ctx: &mut EnumeratorContext<Self::Split, Self::CallResult>,
+        _splits: &[super::split::SplitId],
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Splits to be taken in mid-run ([`SplitHandover::Take`]), where their previous owner's
+    /// checkpoint left them: whether the enumerator took them (and assigns them as it assigns its
+    /// own). One that cannot returns false, and the job's owner stops the job instead.
+    fn take_splits(
+        &mut self,
+        _ctx: &mut EnumeratorContext<Self::Split, Self::CallResult>,
+        _splits: Vec<Self::Split>,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
     /// The job ends.
     fn close(&mut self) -> Result<()> {
         Ok(())
@@ -134,6 +189,8 @@ pub struct EnumeratorContext<S, C> {
     assigned: Option<std::collections::BTreeMap<super::split::SplitId, S>>,
     /// The enumerator asked for a checkpoint as soon as one can start.
     checkpoint_requested: bool,
+    /// The splits sent to each reader (see [`super::reader::ReaderRequest::SplitRequest`]).
+    sent: std::collections::BTreeMap<usize, u64>,
 }
 
 impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
@@ -154,6 +211,7 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
             stats,
             assigned: None,
             checkpoint_requested: false,
+            sent: Default::default(),
         }
     }
 
@@ -253,7 +311,14 @@ impl<S: SourceSplit, C: Send + 'static> EnumeratorContext<S, C> {
         self.stats
             .expected_records
             .fetch_add(expected, std::sync::atomic::Ordering::Relaxed);
+        *self.sent.entry(reader).or_default() += splits.len() as u64;
         self.send(reader, ReaderCommand::AddSplits(splits))
+    }
+
+    /// Whether a reader's request for a split, sent having been given `received` splits, was
+    /// overtaken by splits sent to it since.
+    pub(crate) fn overtaken(&self, reader: usize, received: u64) -> bool {
+        self.sent.get(&reader).is_some_and(|sent| *sent > received)
     }
 
     /// Tell a reader it will get no more splits (bounded sources).

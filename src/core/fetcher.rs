@@ -40,7 +40,7 @@ pub struct FetchStats {
     /// Fetched batches dropped before reaching the queue (all their splits were removed).
     pub batches_dropped: AtomicU64,
     /// Splits this reader finished, by [`FinishReason`] (indexed as [`FinishReason::ALL`]).
-    pub splits_finished: [AtomicU64; 5],
+    pub splits_finished: [AtomicU64; 6],
     /// Its splits as `GET /status` shows them.
     pub splits: super::status::SplitBoard,
     /// Offsets of its finished splits that no record came from (past an end-of-stream record,

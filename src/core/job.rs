@@ -24,7 +24,7 @@ use tracing::{info, info_span, warn, Instrument};
 
 use super::checkpoint::{Checkpoint, JobReport, SourceCheckpoint};
 use super::coordinator::Coordinator;
-use super::enumerator::{EnumeratorContext, SplitEnumerator};
+use super::enumerator::{EnumeratorContext, SplitEnumerator, SplitHandover};
 use super::event_time::EventTimeClock;
 use super::fetcher::FetchStats;
 use super::job_options::JobOptions;
@@ -47,6 +47,7 @@ pub struct Job<S: Source> {
     store: Option<Arc<dyn CheckpointStore>>,
     stats: Arc<JobStats>,
     stop: Option<watch::Receiver<bool>>,
+    handovers: Option<mpsc::UnboundedReceiver<SplitHandover>>,
 }
 
 impl<S: Source> Job<S> {
@@ -58,6 +59,7 @@ impl<S: Source> Job<S> {
             store: None,
             stats: Arc::new(JobStats::default()),
             stop: None,
+            handovers: None,
         }
     }
 
@@ -82,6 +84,12 @@ impl<S: Source> Job<S> {
     /// Stop gracefully when this becomes `true`.
     pub fn with_stop_signal(mut self, stop: watch::Receiver<bool>) -> Self {
         self.stop = Some(stop);
+        self
+    }
+
+    /// Give splits up and take them in mid-run on request (see [`SplitHandover`]).
+    pub fn with_handovers(mut self, handovers: mpsc::UnboundedReceiver<SplitHandover>) -> Self {
+        self.handovers = Some(handovers);
         self
     }
 
@@ -183,6 +191,10 @@ impl<S: Source> Job<S> {
         let parts_count = checkpoints.len();
         let parts = checkpoints.into_iter().map(|c| (c.enumerator, c.splits)).collect();
         let (enumerator, splits) = self.source.reshare(parts, self.options.parallelism)?;
+        // parts whose input had ended say so only while every split they hand on is finished (a
+        // group member's run that released a split mid-run, then finished the rest, did not
+        // read it to its end)
+        let end_of_input = end_of_input && splits.iter().all(|s| s.finished.is_some());
         if store.parts_may_overlap() {
             info!(
                 parts = parts_count,
@@ -386,9 +398,10 @@ impl<S: Source> Job<S> {
             sink_settings,
             instance: self.options.instance,
             event_time,
+            releasing: Vec::new(),
         };
         let outcome = coordinator
-            .run(events_rx, calls_rx, self.stop.clone(), &self.options)
+            .run(events_rx, calls_rx, self.stop.clone(), self.handovers, &self.options)
             .await;
         self.stats.running.store(false, Ordering::Relaxed);
         drop(events_tx);

@@ -226,7 +226,9 @@ pub mod throttle;
 
 pub use checkpoint::{Checkpoint, JobReport};
 pub use emitter::{EofOnRecordEvaluator, ReaderOutput, RecordEmitter, RecordPosition};
-pub use enumerator::{EnumeratorContext, ReaderCommand, RemoveSplits, SourceEvent, SplitEnumerator};
+pub use enumerator::{
+    EnumeratorContext, ReaderCommand, ReleaseSplits, RemoveSplits, SourceEvent, SplitEnumerator, SplitHandover,
+};
 pub use error::{Error, Result, StateError};
 pub use event_time::{EventTimeClock, EventTimeOptions, Release};
 pub use fetcher::{FetchStats, FetcherMode, SplitFetcherManager};

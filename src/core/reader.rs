@@ -22,7 +22,12 @@ pub enum InputStatus {
 #[derive(Debug)]
 pub enum ReaderRequest {
     /// Ask for a split (pull-based sources, like Flink's `sendSplitRequest`).
-    SplitRequest,
+    SplitRequest {
+        /// The splits the reader was given before it asked, every one counted (duplicates too):
+        /// a request that splits assigned meanwhile overtook is stale, and the enumerator does
+        /// not see it (the reader asks again once those are finished).
+        received: u64,
+    },
     /// A custom event.
     SourceEvent(SourceEvent),
 }

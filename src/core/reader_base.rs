@@ -11,7 +11,7 @@ use tracing::debug;
 
 use super::checkpoint::FINAL_SNAPSHOT;
 use super::emitter::{EofOnRecordEvaluator, ReaderOutput, RecordEmitter, RecordPosition};
-use super::enumerator::SourceEvent;
+use super::enumerator::{ReleaseSplits, SourceEvent};
 use super::event_time::EventTimeClock;
 use super::fetcher::{FetchStats, FetcherMode, SplitFetcherManager, SplitReaderFactory};
 use super::held::HeldRecords;
@@ -33,6 +33,10 @@ pub struct ReaderOptions<T> {
     pub queue_capacity: usize,
     /// Pull-based sources ask the enumerator for a split whenever they have none.
     pub request_splits: bool,
+    /// With `request_splits`: ask only once every record of the splits went out (nothing queued
+    /// or held back), so that a request says the reader is idle (a group member's bounded job
+    /// ends when all its readers are; see the Kafka enumerator).
+    pub request_when_drained: bool,
     /// Ends a split at the first record it matches (FLIP-208).
     pub eof: Option<Arc<dyn EofOnRecordEvaluator<T>>>,
     /// Emit the record the evaluator matched, then end the split.
@@ -53,6 +57,7 @@ impl<T> ReaderOptions<T> {
             fetcher_mode: FetcherMode::Single,
             queue_capacity: DEFAULT_CAPACITY,
             request_splits: false,
+            request_when_drained: false,
             eof: None,
             eof_emit_marker: false,
             stats: Arc::new(FetchStats::default()),
@@ -86,6 +91,8 @@ pub struct SourceReaderBase<R: SplitReader, T, E> {
     options: ReaderOptions<T>,
     requests: Vec<ReaderRequest>,
     split_requested: bool,
+    /// The splits it was given (see [`ReaderRequest::SplitRequest`]).
+    received: u64,
     event_handler: Option<SourceEventHandler>,
     checkpoint_listener: Option<CheckpointListener<R::Split>>,
     /// Snapshots of checkpoints not yet complete, for the listener.
@@ -121,6 +128,7 @@ where
             no_more_splits: false,
             requests: Vec::new(),
             split_requested: false,
+            received: 0,
             event_handler: None,
             checkpoint_listener: None,
             snapshots: std::collections::BTreeMap::new(),
@@ -159,7 +167,8 @@ where
         }
         entry.finished = Some(finished);
         self.unfinished -= 1;
-        // what it had left to its stop will never be read: not part of the expected total
+        // what it had left to its stop will never be read (by this job, for a released one):
+        // not part of the expected total
         if let Some(left) = entry.split.remaining() {
             self.options
                 .stats
@@ -178,7 +187,7 @@ where
         if let Some(held) = &mut self.held {
             // evaluated records it still holds go out; it holds no one back any more
             held.clock().remove(id);
-            if finished.reason == FinishReason::Removed {
+            if matches!(finished.reason, FinishReason::Removed | FinishReason::Released) {
                 held.forget(id);
             }
         }
@@ -192,13 +201,53 @@ where
                 true
             });
         }
-        self.maybe_request_split();
+        if !self.options.request_when_drained {
+            self.maybe_request_split();
+        }
+    }
+
+    /// Give a split up mid-run ([`ReleaseSplits`]). With event time it stands before the
+    /// records it still holds back (its position ran ahead of them as they were evaluated), and
+    /// they are dropped: its next owner reads them. A split whose every record went out is
+    /// finished for good, and stays so.
+    fn release_split(&mut self, id: &SplitId) {
+        let released = Finished::new(FinishReason::Released);
+        let held_from = self.held.as_ref().and_then(|h| h.first_position(id));
+        let Some(entry) = self.splits.get_mut(id) else {
+            return;
+        };
+        if let Some(position) = held_from {
+            if !entry.split.rewind_to(position) {
+                tracing::warn!(split_id = %id, "cannot rewind the released split to the records it holds back");
+            }
+        }
+        match (entry.finished, held_from) {
+            (None, _) => self.finish_split(id, released, false),
+            (Some(_), None) => {}
+            // it ended as its last records were evaluated (its fetch is done), and some of them
+            // are still held back
+            (Some(_), Some(_)) => {
+                entry.finished = Some(released);
+                if let Some(held) = &mut self.held {
+                    held.forget(id);
+                }
+                debug!(reader = self.options.index, split_id = %id, "split released");
+            }
+        }
     }
 
     fn maybe_request_split(&mut self) {
-        if self.options.request_splits && !self.no_more_splits && self.unfinished == 0 && !self.split_requested {
+        let drained = || self.queue.is_empty() && self.held.as_ref().is_none_or(HeldRecords::is_empty);
+        if self.options.request_splits
+            && !self.no_more_splits
+            && self.unfinished == 0
+            && !self.split_requested
+            && (!self.options.request_when_drained || drained())
+        {
             self.split_requested = true;
-            self.requests.push(ReaderRequest::SplitRequest);
+            self.requests.push(ReaderRequest::SplitRequest {
+                received: self.received,
+            });
         }
     }
 
@@ -328,7 +377,7 @@ where
             return;
         }
         held.clock().remove(id);
-        if finished.reason == FinishReason::Removed {
+        if matches!(finished.reason, FinishReason::Removed | FinishReason::Released) {
             held.forget(id);
         }
         self.finish_split(id, finished, from_fetcher);
@@ -373,6 +422,11 @@ where
         if self.options.stats.splits.due() {
             self.options.stats.splits.publish(&self.current_snapshot());
         }
+        if self.options.request_when_drained {
+            // its last records may have gone out since its splits finished (and the held ones
+            // are only back in place now)
+            self.maybe_request_split();
+        }
         Ok(status)
     }
 
@@ -394,6 +448,7 @@ where
 
     fn add_splits(&mut self, splits: Vec<R::Split>) -> Result<()> {
         self.split_requested = false;
+        self.received += splits.len() as u64;
         let mut fresh = Vec::with_capacity(splits.len());
         for split in splits {
             let id = split.split_id();
@@ -457,6 +512,17 @@ where
     }
 
     fn handle_source_event(&mut self, event: SourceEvent) -> Result<()> {
+        // given up mid-run: not read from here on; its records still queued are dropped, so its
+        // position is the last record emitted, which the next checkpoint holds
+        let event = match event.0.downcast::<ReleaseSplits>() {
+            Ok(release) => {
+                for id in release.0 {
+                    self.release_split(&id);
+                }
+                return Ok(());
+            }
+            Err(other) => SourceEvent(other),
+        };
         if let Some(handler) = self.event_handler.as_mut() {
             let removed = handler(event);
             for id in removed {

@@ -54,16 +54,20 @@ pub enum FinishReason {
     /// The source-wide stop (`eof_scope = "source"`): its next record is at or after the
     /// timestamp of an end-of-stream record found in some split.
     SourceStop,
+    /// Given up to another process mid-run (a group member's revoked partition): its position
+    /// is where the next owner goes on, so a restore by that owner reads it as unfinished.
+    Released,
 }
 
 impl FinishReason {
     /// Every reason, in a fixed order (the index of each in per-reason counters).
-    pub const ALL: [FinishReason; 5] = [
+    pub const ALL: [FinishReason; 6] = [
         FinishReason::StoppingOffset,
         FinishReason::EofRecord,
         FinishReason::Empty,
         FinishReason::Removed,
         FinishReason::SourceStop,
+        FinishReason::Released,
     ];
 
     /// The reason as the state file and metrics spell it.
@@ -74,6 +78,7 @@ impl FinishReason {
             FinishReason::Empty => "empty",
             FinishReason::Removed => "removed",
             FinishReason::SourceStop => "source_stop",
+            FinishReason::Released => "released",
         }
     }
 }

@@ -49,8 +49,13 @@ pub struct JobStats {
     pub stopped_short: std::sync::atomic::AtomicBool,
     /// A group member's consumer group protocol ("consumer" or "classic"), once it joined.
     pub group_protocol: Mutex<Option<&'static str>>,
-    /// A group member's runs of the job so far: one per change of its own assignment.
+    /// A group member's runs of the job so far: one per change of its own assignment that its
+    /// running job could not take in place.
     pub group_runs: AtomicU64,
+    /// Partitions a group member's running jobs gave up without stopping.
+    pub group_released: AtomicU64,
+    /// Partitions a group member's running jobs took in without stopping.
+    pub group_taken: AtomicU64,
 }
 
 /// How a job ended in this process.

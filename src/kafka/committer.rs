@@ -69,7 +69,12 @@ impl Committer {
             return Ok(());
         };
         let mut tpl = TopicPartitionList::new();
-        for s in splits {
+        // a split released mid-run is another member's now: its position there is newer
+        let held = splits.iter().filter(|s| {
+            s.finished
+                .is_none_or(|f| f.reason != crate::core::FinishReason::Released)
+        });
+        for s in held {
             tpl.add_partition_offset(&s.split.topic, s.split.partition, Offset::Offset(s.split.next_offset))
                 .map_err(|e| crate::error::kafka("building the offsets to commit", e))?;
         }

@@ -369,7 +369,8 @@ pub fn discover(
         let count = partition_counts.entry(t.clone()).or_insert(0);
         *count = (*count).max(p + 1);
     }
-    partitions.retain(|(t, p)| settings.owns(t, *p, parallelism));
+    // (a partition the enumerator holds is its own: a group member's taken in since its run began)
+    partitions.retain(|(t, p)| settings.owns(t, *p, parallelism) || request.known.contains(&(t.clone(), *p)));
     // ids are a check, not a need: a broker without them (or refusing the call) leaves it out,
     // and so does one slow to answer (librdkafka may wait for a controller it does not know):
     // the check must not hold a discovery for the whole request timeout

@@ -122,6 +122,14 @@ pub struct KafkaSourceEnumerator {
     held_for_checkpoint: Option<Option<u64>>,
     /// A group member's job: the partition counts of the job's first discovery.
     initial_partitions: BTreeMap<String, i32>,
+    /// Splits given up to another member mid-run (see [`SplitEnumerator::release_splits`]):
+    /// known still (their readers' snapshots hold where they stopped), read no more.
+    released: std::collections::HashSet<SplitId>,
+    /// A group member's bounded job found its splits (no discovery after the first): it ends
+    /// once every reader asked for a split, having none left (see `end_when_idle`).
+    discovery_over: bool,
+    /// Readers that asked for a split and were given none since.
+    idle: std::collections::BTreeSet<usize>,
 }
 
 impl KafkaSourceEnumerator {
@@ -159,6 +167,9 @@ impl KafkaSourceEnumerator {
             finished_before: Default::default(),
             held_for_checkpoint: None,
             initial_partitions: state.initial_partitions,
+            released: Default::default(),
+            discovery_over: false,
+            idle: Default::default(),
         }
     }
 
@@ -212,6 +223,10 @@ impl KafkaSourceEnumerator {
                         debug!(reader, split_id = %id, split = %k.split.describe(), "assigning split");
                         splits.push(k.split.clone());
                     }
+                }
+                // (a list a gone partition emptied sends nothing: the reader stays idle)
+                if !splits.is_empty() {
+                    self.idle.remove(&reader);
                 }
                 ctx.assign_splits(reader, splits)?;
             }
@@ -279,9 +294,35 @@ impl KafkaSourceEnumerator {
             self.schedule(ctx, delay);
         } else if let Some(p) = interval {
             self.schedule(ctx, p);
+        } else if self.settings.assignment.is_some() {
+            self.discovery_over = true;
         } else {
             self.no_more_splits = true;
         }
+    }
+
+    /// A group member's bounded job: no split will come once discovery is over, nothing waits to
+    /// be assigned, checkpointed or checked, and every reader asked for a split, its own
+    /// finished (or given up). Its readers end only then, so the partitions the group deals the
+    /// member meanwhile are taken in by readers still there (see `take_splits`), and the
+    /// partitions that stay are not stopped for them.
+    fn end_when_idle(&mut self, ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>) -> Result<()> {
+        let waiting = self.restored.is_some()
+            || self.held_for_checkpoint.is_some()
+            || self.pending.values().any(|ids| !ids.is_empty());
+        if self.no_more_splits || !self.discovery_over || waiting {
+            return Ok(());
+        }
+        let readers: Vec<usize> = ctx.registered_readers().iter().copied().collect();
+        if !readers.iter().all(|r| self.idle.contains(r)) {
+            return Ok(());
+        }
+        debug!("group member: every reader finished its splits; no more will come");
+        self.no_more_splits = true;
+        for reader in readers {
+            ctx.signal_no_more_splits(reader)?;
+        }
+        Ok(())
     }
 }
 
@@ -339,6 +380,18 @@ impl SplitEnumerator for KafkaSourceEnumerator {
         self.assign_pending(ctx)
     }
 
+    /// A group member's reader with nothing left to read (its readers ask: see
+    /// `KafkaSource::create_reader`): it may be given splits taken in, and the job ends once
+    /// every reader asked (see `end_when_idle`).
+    fn handle_split_request(
+        &mut self,
+        ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
+        reader: usize,
+    ) -> Result<()> {
+        self.idle.insert(reader);
+        self.end_when_idle(ctx)
+    }
+
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<KafkaEnumeratorState> {
         if let Some(taken @ None) = self.held_for_checkpoint.as_mut() {
             *taken = Some(checkpoint_id);
@@ -363,6 +416,55 @@ impl SplitEnumerator for KafkaSourceEnumerator {
         })
     }
 
+    /// In place only for splits its readers hold, and with nothing waiting on a discovery, a
+    /// checkpoint or a check: before the first discovery every split is still to be found (and
+    /// would be found, released or not), a first discovery's splits held for the checkpoint of
+    /// their starting offsets, or restored ones not yet checked, are in no reader's snapshot. Not
+    /// with a source-wide stop: the members align on it, and a split's end there is judged across
+    /// them.
+    fn release_splits(
+        &mut self,
+        ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
+        splits: &[SplitId],
+    ) -> Result<bool> {
+        let source_wide = ctx.event_time().is_some_and(|clock| clock.options().source_wide_stop);
+        if source_wide || !self.initial_done || self.held_for_checkpoint.is_some() || self.restored.is_some() {
+            return Ok(false);
+        }
+        let in_place = splits.iter().all(|id| self.known.get(id).is_some_and(|k| k.assigned));
+        if in_place {
+            self.released.extend(splits.iter().cloned());
+        }
+        Ok(in_place)
+    }
+
+    /// Taken in as the first discovery's partitions are, once nothing waits on a checkpoint or
+    /// a check, and while no reader was told that no split will come (a bounded job's readers,
+    /// all finished: see `end_when_idle`; one of them may have ended). Not with a
+    /// source-wide stop.
+    fn take_splits(
+        &mut self,
+        ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
+        splits: Vec<KafkaPartitionSplit>,
+    ) -> Result<bool> {
+        let source_wide = ctx.event_time().is_some_and(|clock| clock.options().source_wide_stop);
+        if source_wide
+            || !self.initial_done
+            || self.held_for_checkpoint.is_some()
+            || self.restored.is_some()
+            || self.no_more_splits
+        {
+            return Ok(false);
+        }
+        for split in splits {
+            debug!(split_id = %split.split_id(), split = %split.describe(), "split taken in from another member's checkpoint");
+            self.released.remove(&split.split_id());
+            self.add_pending(split);
+        }
+        self.assign_pending(ctx)?;
+        Ok(true)
+    }
+
     fn notify_checkpoint_complete(
         &mut self,
         ctx: &mut EnumeratorContext<KafkaPartitionSplit, Discovery>,
@@ -375,6 +477,7 @@ impl SplitEnumerator for KafkaSourceEnumerator {
             self.held_for_checkpoint = None;
             info!("group member: the first discovery's starting offsets are checkpointed; reading");
             self.assign_pending(ctx)?;
+            self.end_when_idle(ctx)?;
         }
         Ok(())
     }
@@ -392,7 +495,8 @@ impl SplitEnumerator for KafkaSourceEnumerator {
                 self.failures = 0;
                 self.handle_discovery(ctx, d)?;
                 self.schedule_next(ctx);
-                self.assign_pending(ctx)
+                self.assign_pending(ctx)?;
+                self.end_when_idle(ctx)
             }
             Err(e) if !self.initial_done => Err(e),
             Err(e) => {

@@ -2,17 +2,18 @@
 //! instances, and the partition-discovery enumerator, split readers, record emitter and offset
 //! committer it creates.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::batch_queue::BatchLimit;
-use super::enumerator::{KafkaEnumeratorState, KafkaSourceEnumerator};
+use super::enumerator::{KafkaEnumeratorState, KafkaSourceEnumerator, KnownSplit};
 use super::settings::KafkaSourceSettings;
 use super::split::KafkaPartitionSplit;
 use super::split_reader::{KafkaPartitionSplitReader, PartitionReader};
 use super::{caught_up, committer, emitter};
 use crate::core::{
     Boundedness, EofOnRecordEvaluator, EventTimeOptions, FetcherMode, ReaderContext, ReaderOptions, RemoveSplits,
-    Source, SourceReaderBase,
+    Source, SourceReaderBase, SourceSplit, SplitId, SplitSnapshot,
 };
 use crate::error::Result;
 use crate::format::{DecodeErrorPolicy, DecoderFactory};
@@ -137,10 +138,13 @@ impl Source for KafkaSource {
             ..Default::default()
         };
         // parts come oldest first: where two hold a split (a group member's checkpoint from
-        // before another member took the split over), the newer one's stands
-        let mut known = std::collections::BTreeMap::new();
-        let mut splits = std::collections::BTreeMap::new();
-        for (part, snapshots) in parts {
+        // before another member took the split over), the one whose run restored it most often
+        // stands, then the one that did not release it, then the newer (see members::merged)
+        type Holder = (u32, bool, usize);
+        let mut chosen: BTreeMap<SplitId, Holder> = BTreeMap::new();
+        let mut known = BTreeMap::new();
+        let mut splits = BTreeMap::new();
+        for (index, (part, snapshots)) in parts.into_iter().enumerate() {
             if group {
                 state.initial_discovery_done |= part.initial_discovery_done;
                 // the job's first discovery: the fewest partitions any member's first saw
@@ -153,28 +157,49 @@ impl Source for KafkaSource {
             }
             // the newest part's settings (a group member's parts include old runs)
             state.settings = part.settings.or(state.settings);
-            let (held, snapshots): (Vec<_>, Vec<_>) = (
-                part.splits.into_iter().filter(|k| owns(&k.split)).collect(),
-                snapshots.into_iter().filter(|s| owns(&s.split)).collect(),
-            );
-            let ids: std::collections::BTreeSet<Arc<str>> = held
-                .iter()
-                .map(|k| crate::core::SourceSplit::split_id(&k.split))
-                .chain(snapshots.iter().map(|s| crate::core::SourceSplit::split_id(&s.split)))
+            let mut held: BTreeMap<SplitId, KnownSplit> = part
+                .splits
+                .into_iter()
+                .filter(|k| owns(&k.split))
+                .map(|k| (k.split.split_id(), k))
                 .collect();
-            for id in &ids {
-                known.remove(id);
-                splits.remove(id);
+            let mut snapshots: BTreeMap<SplitId, SplitSnapshot<KafkaPartitionSplit>> = snapshots
+                .into_iter()
+                .filter(|s| owns(&s.split))
+                .map(|s| (s.split.split_id(), s))
+                .collect();
+            let ids: std::collections::BTreeSet<SplitId> = held.keys().chain(snapshots.keys()).cloned().collect();
+            for id in ids {
+                let (k, snap) = (held.remove(&id), snapshots.remove(&id));
+                let handovers = k
+                    .iter()
+                    .map(|k| k.split.handovers)
+                    .chain(snap.iter().map(|s| s.split.handovers))
+                    .max();
+                let released = snap.as_ref().is_some_and(is_released);
+                let candidate = (handovers.unwrap_or(0), !released, index);
+                if chosen.get(&id).is_some_and(|best| *best > candidate) {
+                    continue;
+                }
+                chosen.insert(id.clone(), candidate);
+                known.remove(&id);
+                splits.remove(&id);
+                known.extend(k.map(|k| (id.clone(), k)));
+                splits.extend(snap.map(|s| (id.clone(), s)));
             }
-            known.extend(
-                held.into_iter()
-                    .map(|k| (crate::core::SourceSplit::split_id(&k.split), k)),
-            );
-            splits.extend(
-                snapshots
-                    .into_iter()
-                    .map(|s| (crate::core::SourceSplit::split_id(&s.split), s)),
-            );
+        }
+        if group {
+            // this run restores them: one handover more; a released split goes on from where
+            // its run stopped reading it
+            for k in known.values_mut() {
+                k.split.handovers += 1;
+            }
+            for s in splits.values_mut() {
+                s.split.handovers += 1;
+                if is_released(s) {
+                    s.finished = None;
+                }
+            }
         }
         state.splits = known.into_values().collect();
         Ok((state, splits.into_values().collect()))
@@ -187,6 +212,10 @@ impl Source for KafkaSource {
         options.queue_capacity = self.queue_capacity;
         options.eof = self.eof.clone();
         options.eof_emit_marker = self.eof_emit_marker;
+        // a group member's readers say when they have nothing left: its bounded job ends only
+        // once all of them have, and may be handed partitions until then
+        options.request_splits = self.settings.assignment.is_some();
+        options.request_when_drained = true;
         options.stats = context.fetch_stats;
         let confirm = caught_up::needed(context.event_time.as_deref());
         options.event_time = context.event_time;
@@ -229,6 +258,13 @@ impl Source for KafkaSource {
         }
         Ok(reader)
     }
+}
+
+/// Whether a run gave the split up mid-run (it went on at another member).
+fn is_released(snapshot: &SplitSnapshot<KafkaPartitionSplit>) -> bool {
+    snapshot
+        .finished
+        .is_some_and(|f| f.reason == crate::core::FinishReason::Released)
 }
 
 impl KafkaSource {

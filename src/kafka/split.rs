@@ -24,6 +24,16 @@ pub struct KafkaPartitionSplit {
     /// the same name has another. `None` when the broker gave none (or in older state files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic_id: Option<String>,
+    /// A group-coordinated job: how many times a run of it restored the split (from another
+    /// member's checkpoint, or its own run's before). Of the checkpoints that hold a split, a
+    /// restore takes the one with the most, so a run that released the split and checkpoints on
+    /// never stands over the newer owner's (see `members::merged`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub handovers: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl KafkaPartitionSplit {
@@ -35,6 +45,7 @@ impl KafkaPartitionSplit {
             next_offset,
             stop_offset,
             topic_id: None,
+            handovers: 0,
         }
     }
 

@@ -472,3 +472,45 @@ fn a_group_member_starts_unread_first_partitions_at_the_starting_offsets_and_add
     let expected: std::collections::BTreeMap<i32, i64> = (0..6).map(|p| (p, if p < 4 { 100 } else { 0 })).collect();
     assert_eq!(starts, expected);
 }
+
+/// A group member's revoked splits are released in place only once its enumerator assigned them
+/// to readers: before the first discovery (which would find every split of the assignment,
+/// released or not) and for a split it never had, it says no, and the member stops its job
+/// instead. (A real broker's member, dealt partitions away while its job was still starting,
+/// wrote them twice when this said yes.)
+#[test]
+fn splits_are_released_in_place_only_once_the_enumerator_assigned_them() {
+    use super::discovery::{admin_consumer, discover, DiscoveryRequest};
+    use crate::core::{EnumeratorContext, Source, SplitEnumerator, SplitId};
+
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("mock-release", 2, 1).expect("topic");
+    let servers = cluster.bootstrap_servers();
+    let source = KafkaSource::builder()
+        .bootstrap_servers(&servers)
+        .topics(["mock-release"])
+        .build()
+        .unwrap();
+    let mut enumerator = source.create_enumerator().unwrap();
+    let (mut ctx, _readers) = EnumeratorContext::detached(1);
+    let id: SplitId = Arc::from("mock-release-0");
+    assert!(
+        !enumerator.release_splits(&mut ctx, std::slice::from_ref(&id)).unwrap(),
+        "released before the first discovery"
+    );
+    ctx.register_reader(0);
+    enumerator.add_reader(&mut ctx, 0).unwrap();
+    let consumer = admin_consumer(&source.settings).unwrap();
+    let found = discover(&source.settings, consumer.as_ref(), &DiscoveryRequest::default(), 1).unwrap();
+    enumerator.handle_call_result(&mut ctx, Ok(found)).unwrap();
+    assert!(
+        enumerator.release_splits(&mut ctx, &[id]).unwrap(),
+        "a split assigned to a reader is released in place"
+    );
+    assert!(
+        !enumerator
+            .release_splits(&mut ctx, &[Arc::from("mock-release-9")])
+            .unwrap(),
+        "released a split it never had"
+    );
+}

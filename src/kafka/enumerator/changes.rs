@@ -258,8 +258,10 @@ impl KafkaSourceEnumerator {
                 ));
             }
         };
-        let fresh = KafkaPartitionSplit::new(split.topic.clone(), split.partition, start, log.stop)
+        let mut fresh = KafkaPartitionSplit::new(split.topic.clone(), split.partition, start, log.stop)
             .with_topic_id(now_id.cloned());
+        // (a group job's restore takes the entry that counts the most handovers)
+        fresh.handovers = split.handovers;
         warn!(split_id = %split.split_id(), reason = why, was = %split.describe(), now = %fresh.describe(),
               offset_reset = %self.settings.offset_reset,
               "the split's offsets belong to another log than its partition's: source.offset_reset starts it again in this one, \
@@ -279,6 +281,8 @@ impl KafkaSourceEnumerator {
             .known
             .values()
             .filter(|k| !k.removed && !self.finished_before.contains(&k.split.split_id()))
+            // given up to another member: its new owner deals with the new topic
+            .filter(|k| !self.released.contains(&k.split.split_id()))
             .filter(|k| {
                 let (then, now) = (&k.split.topic_id, d.topic_ids.get(&k.split.topic));
                 then.as_ref().is_some_and(|then| now.is_some_and(|now| now != then))
