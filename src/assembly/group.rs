@@ -10,20 +10,20 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
 
 use super::build::sink_of;
 use super::runtime;
-use super::session::Session;
+use super::session::{Session, Steering};
 use crate::checkpoint_store::StoreConfig;
 use crate::client::cluster::{self, Change, GroupMembership};
 use crate::config::Config;
 use crate::connector::registry::SourceConfig;
 use crate::coordination::{event_time, group_id, progress, twins};
-use crate::core::sim;
+use crate::core::{sim, SplitHandover};
 use crate::error::{Error, Result};
-use crate::kafka::TopicPartition;
+use crate::kafka::{KafkaPartitionSplit, TopicPartition};
 
 /// Run a group-coordinated job: join the group, and run the job on each assignment until a
 /// revocation (stop with a final checkpoint, release, wait for the next), a signal, or the end
@@ -62,10 +62,26 @@ pub(crate) async fn run_member(
     // the link's last values go out after)
     let mut link: Option<event_time::EventTimeLink> = None;
     let servers = &source.settings.bootstrap_servers;
-    let (spec, group) = crate::coordination::clients::member_spec(source, group_id(&config.job.name), member.clone());
-    twins::none_running(source, &group_id(&config.job.name), &member).await?;
+    let (spec, group) = crate::coordination::clients::member_spec(
+        source,
+        group_id(&config.job.name),
+        member.clone(),
+        config.job.static_member,
+    );
+    // a static member's twin is refused by the broker (its place is not released), and its own
+    // previous process, stopped a moment ago, is still listed: it must not wait that out
+    if !config.job.static_member {
+        twins::none_running(source, &group_id(&config.job.name), &member).await?;
+    }
     if !reset_state {
         progress::state_topic_still_there(source, &config.checkpoint.store, &group_id(&config.job.name)).await?;
+    }
+    // read the state topic before joining, up to its committed end (an open transaction there is
+    // waited for by the first run, as ever): partitions dealt to this member then move with a
+    // read continued from here (`checkpoint_store::scan`), not one of the whole topic (seconds,
+    // with other jobs' records in it) while they wait unread
+    if let StoreConfig::Kafka(store) = &config.checkpoint.store {
+        crate::checkpoint_store::kafka::read_ahead(store).await?;
     }
     let mut membership: Box<dyn GroupMembership> = cluster::of(servers).join_group(&spec, &group)?;
     let mut reset = reset_state;
@@ -184,22 +200,56 @@ pub(crate) async fn run_member(
         let (mut revoked, mut refused) = (false, None);
         let (mut stopping, mut signalled) = (false, false);
         let mut link_failed = None;
+        // what the running job reads; a revocation it is releasing in place, with its answer
+        let mut running = assigned.clone();
+        let mut releasing: Option<(BTreeSet<TopicPartition>, oneshot::Receiver<bool>)> = None;
+        // an assignment that grew, being taken in: the whole new assignment, and the answer
+        let mut taking: Option<(BTreeSet<TopicPartition>, Taking)> = None;
+        let (handovers, handover_requests) = mpsc::unbounded_channel();
         let first = crate::core::spawn(first_record(Arc::clone(session.stats()), assigned_at));
-        let job = session.run_job(&run, opened.store, sink, stop, no_progress, resuming);
+        let job = session.run_job(
+            &run,
+            opened.store,
+            sink,
+            Steering {
+                stop,
+                handovers: Some(handover_requests),
+            },
+            no_progress,
+            resuming,
+        );
         tokio::pin!(job);
         let outcome = loop {
             tokio::select! {
                 outcome = &mut job => break outcome,
-                change = membership.next(), if !stopping => {
-                    // this member's own assignment changed: stop with a final checkpoint, and
-                    // run again on what it holds after (a member whose assignment stays is not
-                    // told anything, and runs on)
+                change = membership.next(), if !stopping && releasing.is_none() && taking.is_none() => {
+                    // this member's own assignment changed: the job gives the revoked partitions
+                    // up, or takes the new ones in, and runs on; where it cannot, it stops with a
+                    // final checkpoint and runs again on what the member holds then (a member
+                    // whose assignment stays is not told anything, and runs on)
                     match change {
-                        Some(Change::Assigned(partitions)) if partitions == assigned => continue,
+                        Some(Change::Assigned(partitions)) if partitions == running => continue,
+                        Some(Change::Assigned(partitions)) if partitions.is_superset(&running) => {
+                            let added: BTreeSet<TopicPartition> = partitions.difference(&running).cloned().collect();
+                            let answer = take_in(config.checkpoint.store.clone(), added, handovers.clone());
+                            taking = Some((partitions, Box::pin(answer)));
+                            continue;
+                        }
                         Some(Change::Assigned(partitions)) => {
-                            info!(member = %member, before = assigned.len(), now = partitions.len(), "group member: its assignment grew; stopping the job with a final checkpoint to run it on the new one");
+                            info!(member = %member, before = running.len(), now = partitions.len(), "group member: its assignment grew; stopping the job with a final checkpoint to run it on the new one");
                             held = partitions.clone();
                             next = Some(partitions);
+                        }
+                        Some(Change::Revoked(taken)) if running.iter().any(|tp| !taken.contains(tp)) => {
+                            let (done, answer) = oneshot::channel();
+                            let splits = taken.iter().map(|(t, p)| Arc::from(KafkaPartitionSplit::id_of(t, *p))).collect();
+                            if handovers.send(SplitHandover::Release { splits, done }).is_ok() {
+                                releasing = Some((taken, answer));
+                                continue;
+                            }
+                            revoked = true;
+                            held.retain(|tp| !taken.contains(tp));
+                            next = Some(held.clone());
                         }
                         Some(Change::Revoked(taken)) => {
                             revoked = true;
@@ -211,6 +261,53 @@ pub(crate) async fn run_member(
                         Some(Change::Refused(reason)) => refused = Some(reason),
                         None => {}
                     }
+                    stopping = true;
+                    let _ = stop_tx.send(true);
+                }
+                // the job's answer to a release: its checkpoint holds where each revoked
+                // partition stopped (the partitions may go, and the job runs on), or it cannot
+                // release them in place (it stops with a final checkpoint instead)
+                answer = async {
+                    match releasing.as_mut() {
+                        Some((_, answer)) => answer.await,
+                        None => std::future::pending().await,
+                    }
+                }, if releasing.is_some() => {
+                    let Some((taken, _)) = releasing.take() else { continue };
+                    held.retain(|tp| !taken.contains(tp));
+                    if answer == Ok(true) {
+                        running.retain(|tp| !taken.contains(tp));
+                        session.stats().group_released.fetch_add(taken.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                        info!(member = %member, released = taken.len(), still = running.len(), "group member: revoked partitions released at a checkpoint; the job runs on with the rest");
+                        membership.release();
+                        continue;
+                    }
+                    info!(member = %member, "group member: the job cannot release the revoked partitions in place; stopping it with a final checkpoint");
+                    revoked = true;
+                    next = Some(held.clone());
+                    stopping = true;
+                    let _ = stop_tx.send(true);
+                }
+                // the job's answer to partitions to take in: each restored where its previous
+                // owner's checkpoint left it, and read on by the running job; or it cannot (it
+                // stops with a final checkpoint, and runs again on the whole)
+                taken = async {
+                    match taking.as_mut() {
+                        Some((_, answer)) => answer.await,
+                        None => std::future::pending().await,
+                    }
+                }, if taking.is_some() => {
+                    let Some((partitions, _)) = taking.take() else { continue };
+                    held = partitions.clone();
+                    if taken {
+                        let took = partitions.len() - running.len();
+                        session.stats().group_taken.fetch_add(took as u64, std::sync::atomic::Ordering::Relaxed);
+                        info!(member = %member, took, now = partitions.len(), "group member: its assignment grew; the job took the new partitions in and runs on");
+                        running = partitions;
+                        continue;
+                    }
+                    info!(member = %member, before = running.len(), now = partitions.len(), "group member: its assignment grew; stopping the job with a final checkpoint to run it on the new one");
+                    next = Some(partitions);
                     stopping = true;
                     let _ = stop_tx.send(true);
                 }
@@ -232,6 +329,20 @@ pub(crate) async fn run_member(
             }
         };
         first.abort();
+        if let Some((partitions, _)) = taking.take() {
+            // the job ended while taking partitions in: run again on the whole
+            held = partitions.clone();
+            next.get_or_insert(partitions);
+        }
+        if let Some((taken, _)) = releasing.take() {
+            // the job ended while releasing: its final checkpoint (if it took one) holds every
+            // partition where it stopped, as after any revocation
+            revoked = true;
+            held.retain(|tp| !taken.contains(tp));
+            if !held.is_empty() && next.is_none() {
+                next = Some(held.clone());
+            }
+        }
         if let Some(reason) = refused {
             // the group refused the member for good (its final checkpoint may have failed for it)
             return Err(Error::runtime("consumer group", reason));
@@ -288,6 +399,36 @@ pub(crate) async fn run_member(
         }
         waiting = true;
     }
+}
+
+/// A take in progress: whether the running job took the partitions in.
+type Taking = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
+
+/// Take `added` into the running job (see [`SplitHandover::Take`]): each where the members'
+/// checkpoints left it, read from the store while the job runs on. False when the job cannot,
+/// or a partition is in no checkpoint, or the store cannot be read (the job then stops and
+/// runs again on the whole assignment, which reads it again and says why).
+async fn take_in(
+    store: StoreConfig,
+    added: BTreeSet<TopicPartition>,
+    handovers: mpsc::UnboundedSender<SplitHandover>,
+) -> bool {
+    let StoreConfig::Kafka(store) = store else {
+        return false;
+    };
+    let splits = match crate::coordination::handover::splits_taken_in(&store, &added).await {
+        Ok(Some(splits)) => splits,
+        Ok(None) => return false,
+        Err(e) => {
+            warn!(error = %e, "group member: reading where the partitions it was dealt stand failed");
+            return false;
+        }
+    };
+    let (done, answer) = oneshot::channel();
+    if handovers.send(SplitHandover::Take { splits, done }).is_err() {
+        return false;
+    }
+    answer.await.unwrap_or(false)
 }
 
 /// How long a member whose checkpoint the group refused waits for the revocation that says it

@@ -107,7 +107,16 @@ async fn run_config(
 ) -> Result<()> {
     let session = Session::start(config).await?;
     let stop = session.stop.clone();
-    let result = session.run_job(config, store, sink, stop, no_progress, resuming).await;
+    let result = session
+        .run_job(
+            config,
+            store,
+            sink,
+            session::Steering { stop, handovers: None },
+            no_progress,
+            resuming,
+        )
+        .await;
     session.linger(&result).await;
     result
 }

@@ -5,13 +5,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
 use super::build::source_context;
 use crate::config::{Config, LogFormat};
 use crate::connector::{JobFuture, SourceVisitor};
-use crate::core::{CheckpointStore, Job, JobEnd, JobOptions, JobReport, JobStats, Sink, Source, SourceSplit};
+use crate::core::{
+    CheckpointStore, Job, JobEnd, JobOptions, JobReport, JobStats, Sink, Source, SourceSplit, SplitHandover,
+};
 use crate::error::Result;
 use crate::metrics::Metrics;
 use crate::progress::Progress;
@@ -115,10 +117,11 @@ impl Session {
         config: &Config,
         store: Option<Arc<dyn CheckpointStore>>,
         sink: Box<dyn Sink<Record>>,
-        stop: watch::Receiver<bool>,
+        steering: Steering,
         no_progress: bool,
         resuming: bool,
     ) -> Result<()> {
+        let Steering { stop, handovers } = steering;
         let mut options = JobOptions::new(config.job.name.clone(), config.job.parallelism);
         options.checkpoint_interval = Some(config.checkpoint.interval);
         options.max_duration = config.job.max_duration;
@@ -135,6 +138,7 @@ impl Session {
             store,
             stats: Arc::clone(&self.stats),
             stop,
+            handovers,
             no_progress,
             log_format: config.log.format,
         };
@@ -146,6 +150,13 @@ impl Session {
     }
 }
 
+/// What steers a job from outside while it runs: its stop signal, and a group member's
+/// partitions given up or taken in (see [`SplitHandover`]).
+pub(crate) struct Steering {
+    pub(crate) stop: watch::Receiver<bool>,
+    pub(crate) handovers: Option<mpsc::UnboundedReceiver<SplitHandover>>,
+}
+
 /// Runs the configured source's job (the visitor the registry hands the built source to).
 struct RunJob {
     sink: Box<dyn Sink<Record>>,
@@ -153,6 +164,7 @@ struct RunJob {
     store: Option<Arc<dyn CheckpointStore>>,
     stats: Arc<JobStats>,
     stop: watch::Receiver<bool>,
+    handovers: Option<mpsc::UnboundedReceiver<SplitHandover>>,
     no_progress: bool,
     log_format: LogFormat,
 }
@@ -194,6 +206,7 @@ impl RunJob {
             store,
             stats,
             stop,
+            handovers,
             no_progress,
             log_format,
         } = self;
@@ -204,6 +217,9 @@ impl RunJob {
             .with_stop_signal(stop);
         if let Some(store) = store {
             job = job.with_store(store);
+        }
+        if let Some(handovers) = handovers {
+            job = job.with_handovers(handovers);
         }
         let (progress, progress_task) = Progress::start(Arc::clone(&stats), bounded, !no_progress);
         let result = job.run(sink).await;

@@ -73,9 +73,9 @@ pub fn member_owner(job: &str, member: &str) -> String {
 }
 
 /// The owner name of one run of member `member` (its job on one assignment): `<job>@<member>~<run>`.
-/// A split is restored from the newest checkpoint that holds it, so a run never writes over the
-/// checkpoints of the runs before it: the last one to hold a split keeps it until a newer run
-/// holds it.
+/// A split is restored from the newest checkpoint that holds it (of those that count the most
+/// handovers of it), so a run never writes over the checkpoints of the runs before it: the last
+/// one to hold a split keeps it until a newer run holds it.
 pub fn member_run_owner(job: &str, member: &str, run: &str) -> String {
     format!("{job}@{member}~{run}")
 }

@@ -75,6 +75,18 @@ static CONTINUED: std::sync::Mutex<BTreeMap<ReadOf, Continued>> = std::sync::Mut
 /// [`Continued`]): each step on a blocking thread (in place under a simulation, where the waits
 /// between steps are virtual).
 pub(super) async fn scan_async(c: &KafkaStoreConfig) -> Result<Scan> {
+    read_async(c, false).await
+}
+
+/// Read the topic ahead of the reads to come (a group member's, before it joins the group), up
+/// to its committed end now, without waiting for an open transaction: the next read continues
+/// from there (see [`Continued`]).
+pub(super) async fn read_ahead(c: &KafkaStoreConfig) -> Result<()> {
+    read_async(c, true).await.map(|_| ())
+}
+
+/// [`scan_async`], or [`read_ahead`] with `to_stable`.
+async fn read_async(c: &KafkaStoreConfig, to_stable: bool) -> Result<Scan> {
     let key = (
         sim::instance(),
         sim::current_process(),
@@ -90,6 +102,7 @@ pub(super) async fn scan_async(c: &KafkaStoreConfig) -> Result<Scan> {
         .cloned();
     let config = c.clone();
     let mut scanner = crate::core::unblock(move || Scanner::start(&config, continued)).await??;
+    scanner.to_stable = to_stable;
     loop {
         let (back, found) = crate::core::unblock(move || {
             let found = scanner.step(if sim::active() { Duration::ZERO } else { STEP });
@@ -127,6 +140,9 @@ pub(super) struct Scanner {
     waiting: bool,
     /// Where the consumer stands.
     position: i64,
+    /// Stop at the committed end (the last stable offset) rather than wait for an open
+    /// transaction there to end.
+    to_stable: bool,
 }
 
 impl Scanner {
@@ -155,6 +171,7 @@ impl Scanner {
             started: sim::now(),
             waiting: false,
             position: from,
+            to_stable: false,
         };
         if high > from {
             let consumer = reader(c, &c.owner, "read_committed")?;
@@ -215,6 +232,9 @@ impl Scanner {
             if self.waiting {
                 info!(topic = %c.topic, offset = self.high, waited_ms = sim::now().saturating_duration_since(self.started).as_millis() as u64, "checkpoint topic read to its end");
             }
+            return Ok(Some(std::mem::take(&mut self.found)));
+        }
+        if at_end && self.to_stable {
             return Ok(Some(std::mem::take(&mut self.found)));
         }
         if at_end && !self.waiting {

@@ -68,12 +68,29 @@ impl GroupFence {
         // that holds any split carries the fence: an older position of it must not win)
         let mut offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
         let listed = [&value["enumerator"]["splits"], &value["splits"]];
+        // a partition released mid-run is another member's now: its position there is newer,
+        // and the fence must not undo it
+        let released: std::collections::BTreeSet<(&str, i64)> = value["splits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["finished"]["reason"] == "released")
+            .filter_map(|s| Some((s["split"]["topic"].as_str()?, s["split"]["partition"].as_i64()?)))
+            .collect();
+        let kept = |s: &&serde_json::Value| {
+            let id = (
+                s["split"]["topic"].as_str().unwrap_or_default(),
+                s["split"]["partition"].as_i64().unwrap_or(-1),
+            );
+            !released.contains(&id)
+        };
         // a partition gone from the cluster has no offset to commit
         for s in listed
             .into_iter()
             .filter_map(|l| l.as_array())
             .flatten()
             .filter(|s| s["removed"] != true)
+            .filter(kept)
         {
             let split = &s["split"];
             let (Some(topic), Some(partition), Some(offset)) = (

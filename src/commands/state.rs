@@ -253,7 +253,9 @@ fn set(args: SetArgs) -> Result<()> {
                 return Err(Error::State {
                     path: location.into(),
                     source: crate::error::StateError::Locked(PathBuf::from(format!(
-                        "consumer group {group}, whose members run: {}",
+                        "consumer group {group}, whose members run: {} (a static member, one whose job.member is \
+                         set, stays in the group for the broker's session timeout after it stops: try again \
+                         once that has passed)",
                         members.join(", ")
                     ))),
                 });

@@ -38,7 +38,7 @@ pub fn group(group: &str, location: &str, runs: &[(String, Value)], merged: &Val
         merged["stop_timestamp"] = stop.into();
     }
     out.push_str(&format!(
-        "\nwhat the next run restores (each split from the newest run that holds it):\n{}\n",
+        "\nwhat the next run restores (each split from the run that restored it most often, then the newest):\n{}\n",
         headline(&merged)
     ));
     out.push_str(&body(&merged));

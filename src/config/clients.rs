@@ -20,7 +20,12 @@ pub(super) fn probes(
     if let SourceConfig::Kafka(k) = source {
         probes.extend(crate::kafka::probes(k)?);
         if let (Some(member), StoreConfig::Kafka(store)) = (&job.member, store) {
-            probes.extend(crate::coordination::clients::probes(k, store, member));
+            probes.extend(crate::coordination::clients::probes(
+                k,
+                store,
+                member,
+                job.static_member,
+            ));
         }
     }
     if let SinkConfig::Kafka(k) = sink {

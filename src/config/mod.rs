@@ -354,6 +354,7 @@ fn validate_job(path: &Path, raw: RawJob) -> Result<JobConfig> {
             }
         }
     };
+    let static_member = raw.member.is_some();
     let member = match raw.coordination.as_deref().unwrap_or("static") {
         "static" => {
             if raw.member.is_some() {
@@ -381,6 +382,7 @@ fn validate_job(path: &Path, raw: RawJob) -> Result<JobConfig> {
         }
     };
     Ok(JobConfig {
+        static_member: static_member && member.is_some(),
         member,
         name,
         parallelism: positive("job.parallelism", raw.parallelism)?,

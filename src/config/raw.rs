@@ -65,7 +65,10 @@ pub struct RawJob {
     /// checkpoint.store = "kafka" and a Kafka sink: see docs/scaling.md).
     pub coordination: Option<String>,
     /// With coordination = "group": this process's name in the group, unique among the job's
-    /// processes (its state records' keys and transactional ids). Default: the host name.
+    /// processes (its state records' keys and transactional ids). Set, it makes the process a
+    /// static member (`group.instance.id`): stopped and started again within the broker's
+    /// session timeout, it is dealt its partitions back with no rebalance (docs/scaling.md).
+    /// Default: the host name (a dynamic member).
     pub member: Option<String>,
 }
 

@@ -373,7 +373,8 @@ fn a_group_coordinated_job_names_what_does_not_fit_it() {
     let sets: Vec<String> = group.iter().map(|s| s.to_string()).collect();
     let config = load(&write(&dir, BASE), &sets).expect("a group member's config");
     assert_eq!(config.job.member.as_deref(), Some("m0"));
-    // without job.member, the host name (a pod's name on Kubernetes)
+    assert!(config.job.static_member, "a member named in the config is a static one");
+    // without job.member, the host name (a pod's name on Kubernetes): a dynamic member
     let was = std::env::var("HOSTNAME").ok();
     std::env::set_var("HOSTNAME", "tidegate-events-tail-7d4b9-x2k8q");
     let sets: Vec<String> = ["job.coordination=group", "checkpoint.store=kafka"]
@@ -384,10 +385,9 @@ fn a_group_coordinated_job_names_what_does_not_fit_it() {
         Some(h) => std::env::set_var("HOSTNAME", h),
         None => std::env::remove_var("HOSTNAME"),
     }
-    assert_eq!(
-        loaded.expect("a member named by its host").job.member.as_deref(),
-        Some("tidegate-events-tail-7d4b9-x2k8q")
-    );
+    let loaded = loaded.expect("a member named by its host");
+    assert_eq!(loaded.job.member.as_deref(), Some("tidegate-events-tail-7d4b9-x2k8q"));
+    assert!(!loaded.job.static_member, "a member named by its host is a dynamic one");
 }
 
 /// A Kafka source without a stop says so, and how to bound it (`validate` and the start log):

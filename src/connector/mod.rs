@@ -39,6 +39,9 @@ pub struct JobConfig {
     /// `job.coordination = "group"`: this process's member name (`job.member`); `None`: static
     /// instances (`job.instance`).
     pub member: Option<String>,
+    /// `job.member` was set (not the host name): the member joins as a static member
+    /// (`group.instance.id`), and a restart within its session keeps its partitions.
+    pub static_member: bool,
 }
 
 /// What a source is built with, besides its own config.

@@ -2,11 +2,13 @@
 //! joins with), and all of them for `validate` to create once.
 
 /// A member's consumer in the job's group `group` (its client is `job.member`'s), subscribed to
-/// the source's topics: the source's cluster and properties, with the group's settings.
+/// the source's topics: the source's cluster and properties, with the group's settings; a
+/// static member (`group.instance.id`) when `job.member` was set.
 pub(crate) fn member_spec<'a>(
     source: &'a crate::kafka::config::KafkaSourceConfig,
     group: String,
     member: String,
+    static_member: bool,
 ) -> (
     crate::client::cluster::ClientSpec<'a>,
     crate::client::cluster::GroupSpec,
@@ -16,6 +18,7 @@ pub(crate) fn member_spec<'a>(
         crate::client::cluster::ClientSpec::new(&settings.bootstrap_servers, &settings.properties, "group"),
         crate::client::cluster::GroupSpec {
             group,
+            instance: static_member.then(|| member.clone()),
             member,
             topics: super::topics(&settings.subscription),
             // checked by validate (crate::config::group::protocol)
@@ -32,11 +35,12 @@ pub(crate) fn probes(
     source: &crate::kafka::config::KafkaSourceConfig,
     store: &crate::checkpoint_store::KafkaStoreConfig,
     member: &str,
+    static_member: bool,
 ) -> Vec<crate::client::probe::Probe> {
     use crate::client::probe::Probe;
     let settings = &source.settings;
     let group = super::group_id(&store.job);
-    let (spec, membership) = member_spec(source, group.clone(), member.to_string());
+    let (spec, membership) = member_spec(source, group.clone(), member.to_string(), static_member);
     let mut probes = vec![
         Probe::member("source", &spec, &membership),
         Probe::consumer("source", &super::twins::members_spec(settings)),

@@ -8,6 +8,7 @@
 
 pub(crate) mod clients;
 pub(crate) mod event_time;
+pub(crate) mod handover;
 pub(crate) mod progress;
 mod published;
 pub(crate) mod twins;

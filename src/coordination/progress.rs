@@ -1,6 +1,6 @@
 //! Whether a group-coordinated job's input is finished, whoever read it: every partition of its
-//! subscription, as of the job's first discovery, finished in the newest checkpoint that holds it
-//! (as a restore takes each split from the newest run that holds it). A member whose own
+//! subscription, as of the job's first discovery, finished in the checkpoint a restore takes it
+//! from (see `checkpoint_store::kafka::members::merged`). A member whose own
 //! assignment is done asks this before it exits: until the answer is yes, another member's
 //! partitions are still to be read (by it, once the group deals them again, if their member died).
 
@@ -116,29 +116,29 @@ pub(crate) async fn state_topic_still_there(
     })
 }
 
-/// Whether each split the checkpoints hold is finished, by the newest that holds it
+/// Whether each split the checkpoints hold is finished, where a restore takes it from
 /// (`checkpoints` oldest first): its readers' snapshots say, and a split its enumerator has not
 /// handed to a reader is not.
 fn finished_splits(checkpoints: &[Value]) -> BTreeMap<TopicPartition, bool> {
+    // each split where a restore would take it (a split a run released goes on unfinished)
+    let Some(cp) = crate::checkpoint_store::kafka::members::merged(checkpoints) else {
+        return BTreeMap::new();
+    };
     let mut finished = BTreeMap::new();
-    for cp in checkpoints {
-        let mut this: BTreeMap<TopicPartition, bool> = BTreeMap::new();
-        for known in cp["enumerator"]["splits"].as_array().into_iter().flatten() {
-            if let Some(tp) = topic_partition(&known["split"]) {
-                if known["removed"] == true {
-                    // gone from the cluster: nothing left to read
-                    this.insert(tp, true);
-                } else if known["assigned"] == false {
-                    this.insert(tp, false);
-                }
+    for known in cp["enumerator"]["splits"].as_array().into_iter().flatten() {
+        if let Some(tp) = topic_partition(&known["split"]) {
+            if known["removed"] == true {
+                // gone from the cluster: nothing left to read
+                finished.insert(tp, true);
+            } else if known["assigned"] == false {
+                finished.insert(tp, false);
             }
         }
-        for snapshot in cp["splits"].as_array().into_iter().flatten() {
-            if let Some(tp) = topic_partition(&snapshot["split"]) {
-                this.insert(tp, !snapshot["finished"].is_null());
-            }
+    }
+    for snapshot in cp["splits"].as_array().into_iter().flatten() {
+        if let Some(tp) = topic_partition(&snapshot["split"]) {
+            finished.insert(tp, !snapshot["finished"].is_null());
         }
-        finished.extend(this);
     }
     finished
 }

@@ -168,6 +168,8 @@ impl StatusBoard {
             "group": s.group_protocol.lock().unwrap_or_else(|p| p.into_inner()).map(|protocol| json!({
                 "protocol": protocol,
                 "runs": s.group_runs.load(Ordering::Relaxed),
+                "released": s.group_released.load(Ordering::Relaxed),
+                "taken": s.group_taken.load(Ordering::Relaxed),
             })),
             "control": self.settings(),
             "splits": splits,

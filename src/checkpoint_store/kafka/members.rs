@@ -121,10 +121,8 @@ impl KafkaCheckpointStore {
             // the restore reports it
             Err(_) => return false,
         };
-        let runs: Vec<(String, BTreeSet<String>)> = heads
-            .iter()
-            .map(|(_, owner, value)| (owner.clone(), mentions(value)))
-            .collect();
+        let runs: Vec<(String, serde_json::Value)> =
+            heads.into_iter().map(|(_, owner, value)| (owner, value)).collect();
         let gone = superseded(&runs);
         if gone.is_empty() {
             return false;
@@ -223,32 +221,35 @@ pub async fn group_checkpoints(config: &KafkaStoreConfig) -> Result<Vec<serde_js
 }
 
 /// Member runs' last checkpoints (oldest first) as one, as a restore of every partition would
-/// take them: each split from the newest run that holds it (its readers' snapshot, or its
-/// enumerator's when no reader had it), the newest run's other fields, and the fewest
-/// partitions any run's first discovery saw. `None` without a run.
+/// take them: each split from the run whose entry stands ([`holders`]: its readers' snapshot, or
+/// its enumerator's when no reader had it; a split a run released goes on unfinished), the
+/// newest run's other fields, and the fewest partitions any run's first discovery saw. `None`
+/// without a run.
 pub fn merged(runs: &[serde_json::Value]) -> Option<serde_json::Value> {
     use serde_json::Value;
     let mut newest = runs.last()?.clone();
-    let id = |s: &Value| {
-        Some(format!(
-            "{}:{}",
-            s["split"]["topic"].as_str()?,
-            s["split"]["partition"].as_i64()?
-        ))
-    };
-    let (mut known, mut splits) = (std::collections::BTreeMap::new(), std::collections::BTreeMap::new());
+    let (mut known, mut splits) = (Vec::new(), Vec::new());
+    for (id, run) in holders(runs) {
+        let run = &runs[run];
+        let of = |list: &Value| {
+            list.as_array()
+                .into_iter()
+                .flatten()
+                .find(|s| split_name(s).as_deref() == Some(id.as_str()))
+                .cloned()
+        };
+        known.extend(of(&run["enumerator"]["splits"]));
+        if let Some(mut snapshot) = of(&run["splits"]) {
+            if is_released(&snapshot) {
+                if let Some(fields) = snapshot.as_object_mut() {
+                    fields.remove("finished");
+                }
+            }
+            splits.push(snapshot);
+        }
+    }
     let mut first: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
     for run in runs {
-        let held: Vec<Value> = run["enumerator"]["splits"].as_array().cloned().unwrap_or_default();
-        let snapshots: Vec<Value> = run["splits"].as_array().cloned().unwrap_or_default();
-        for s in held.iter().chain(&snapshots) {
-            if let Some(id) = id(s) {
-                known.remove(&id);
-                splits.remove(&id);
-            }
-        }
-        known.extend(held.into_iter().filter_map(|s| Some((id(&s)?, s))));
-        splits.extend(snapshots.into_iter().filter_map(|s| Some((id(&s)?, s))));
         for (topic, count) in run["enumerator"]["initial_partitions"]
             .as_object()
             .into_iter()
@@ -260,9 +261,9 @@ pub fn merged(runs: &[serde_json::Value]) -> Option<serde_json::Value> {
             }
         }
     }
-    newest["splits"] = Value::Array(splits.into_values().collect());
+    newest["splits"] = Value::Array(splits);
     if let Some(e) = newest["enumerator"].as_object_mut() {
-        e.insert("splits".into(), Value::Array(known.into_values().collect()));
+        e.insert("splits".into(), Value::Array(known));
         if !first.is_empty() {
             e.insert("initial_partitions".into(), serde_json::json!(first));
         }
@@ -270,37 +271,58 @@ pub fn merged(runs: &[serde_json::Value]) -> Option<serde_json::Value> {
     Some(newest)
 }
 
-/// The splits (`topic:partition`) a group member's checkpoint holds: its readers' and its
-/// enumerator's (a Kafka source's state).
-fn mentions(checkpoint: &serde_json::Value) -> BTreeSet<String> {
-    let listed = [&checkpoint["enumerator"]["splits"], &checkpoint["splits"]];
-    listed
-        .into_iter()
-        .filter_map(|l| l.as_array())
-        .flatten()
-        .filter_map(|s| {
-            Some(format!(
-                "{}:{}",
-                s["split"]["topic"].as_str()?,
-                s["split"]["partition"].as_i64()?
-            ))
-        })
-        .collect()
+/// For each split (`topic:partition`) the runs' last checkpoints (oldest first) mention, the
+/// index of the run whose entry a restore takes: the one whose run restored the split most
+/// often (`handovers`), then one that did not release it, then the newest. A run that gave a
+/// split up goes on checkpointing it as released, and its checkpoints may be newer than those
+/// of the member that took it over, whose restore counted one handover more (the Kafka
+/// source's `reshare` takes them alike).
+pub fn holders(runs: &[serde_json::Value]) -> std::collections::BTreeMap<String, usize> {
+    let mut best: std::collections::BTreeMap<String, (u64, bool, usize)> = std::collections::BTreeMap::new();
+    for (index, run) in runs.iter().enumerate() {
+        let mut entries: std::collections::BTreeMap<String, (u64, bool)> = std::collections::BTreeMap::new();
+        let listed = [&run["enumerator"]["splits"], &run["splits"]];
+        for s in listed.into_iter().filter_map(|l| l.as_array()).flatten() {
+            let Some(name) = split_name(s) else { continue };
+            let entry = entries.entry(name).or_insert((0, false));
+            entry.0 = entry.0.max(s["split"]["handovers"].as_u64().unwrap_or(0));
+            entry.1 |= is_released(s);
+        }
+        for (name, (handovers, released)) in entries {
+            let candidate = (handovers, !released, index);
+            let stands = best.get(&name).is_none_or(|b| *b <= candidate);
+            if stands {
+                best.insert(name, candidate);
+            }
+        }
+    }
+    best.into_iter().map(|(name, (_, _, index))| (name, index)).collect()
 }
 
-/// Of `runs` (oldest first, each with the splits its last checkpoint holds), those whose every
-/// split a newer run holds: a restore takes each split from the newest run that holds it, so
-/// these give none. The newest run always stays.
-fn superseded(runs: &[(String, BTreeSet<String>)]) -> Vec<String> {
-    let mut newer: BTreeSet<&String> = BTreeSet::new();
-    let mut gone = Vec::new();
-    for (i, (owner, splits)) in runs.iter().enumerate().rev() {
-        if i + 1 < runs.len() && splits.iter().all(|s| newer.contains(s)) {
-            gone.push(owner.clone());
-        }
-        newer.extend(splits);
-    }
-    gone
+/// `topic:partition` of a split entry of a checkpoint.
+fn split_name(entry: &serde_json::Value) -> Option<String> {
+    Some(format!(
+        "{}:{}",
+        entry["split"]["topic"].as_str()?,
+        entry["split"]["partition"].as_i64()?
+    ))
+}
+
+/// Whether a reader's snapshot says its run gave the split up mid-run.
+fn is_released(entry: &serde_json::Value) -> bool {
+    entry["finished"]["reason"] == "released"
+}
+
+/// Of `runs` (oldest first: owner, last checkpoint), those whose entry stands for no split
+/// ([`holders`]): a restore takes none of theirs. The newest run always stays.
+fn superseded(runs: &[(String, serde_json::Value)]) -> Vec<String> {
+    let values: Vec<serde_json::Value> = runs.iter().map(|(_, v)| v.clone()).collect();
+    let standing: BTreeSet<usize> = holders(&values).into_values().collect();
+    runs.iter()
+        .enumerate()
+        .filter(|(i, _)| i + 1 < runs.len() && !standing.contains(i))
+        .map(|(_, (owner, _))| owner.clone())
+        .collect()
 }
 
 /// The member name of the runs `tidegate state set` writes into a group's job.
@@ -324,8 +346,18 @@ pub fn write_run(config: &KafkaStoreConfig, checkpoint: serde_json::Value) -> Re
 mod tests {
     use super::*;
 
-    fn run(owner: &str, splits: &[&str]) -> (String, BTreeSet<String>) {
-        (owner.to_string(), splits.iter().map(|s| s.to_string()).collect())
+    fn run(owner: &str, splits: &[&str]) -> (String, serde_json::Value) {
+        let entries: Vec<serde_json::Value> = splits
+            .iter()
+            .map(|s| {
+                let (topic, partition) = s.split_once(':').unwrap();
+                serde_json::json!({"split": {"topic": topic, "partition": partition.parse::<i64>().unwrap(), "next_offset": 0}})
+            })
+            .collect();
+        (
+            owner.to_string(),
+            serde_json::json!({"enumerator": {"splits": []}, "splits": entries}),
+        )
     }
 
     #[test]
@@ -345,6 +377,66 @@ mod tests {
         // a split only an old run holds keeps that run
         let runs = [run("j@a~1", &["t:0", "t:9"]), run("j@a~2", &["t:0"])];
         assert!(superseded(&runs).is_empty());
+    }
+
+    /// A run that released a split mid-run checkpoints on, newer than the member that took the
+    /// split over: the taker's entry (one handover more) stands, and the releasing run goes
+    /// only when it stands for nothing else.
+    #[test]
+    fn a_split_stands_where_it_was_restored_most_often_not_in_the_newer_run_that_released_it() {
+        let entry = |p: i64, next: i64, handovers: u64, released: bool| {
+            let mut e = serde_json::json!({"split": {"topic": "t", "partition": p, "next_offset": next, "handovers": handovers}});
+            if released {
+                e["finished"] = serde_json::json!({"reason": "released"});
+            }
+            e
+        };
+        let checkpoint =
+            |splits: Vec<serde_json::Value>| serde_json::json!({"enumerator": {"splits": []}, "splits": splits});
+        // a~1 gave t:1 up at 50 (b~1 restored it: one handover more, read on to 70), and
+        // checkpointed after b~1 did; t:2 was released by a~1 and taken by nobody yet
+        let runs = [
+            ("j@b~1".to_string(), checkpoint(vec![entry(1, 70, 1, false)])),
+            (
+                "j@a~1".to_string(),
+                checkpoint(vec![
+                    entry(0, 30, 0, false),
+                    entry(1, 50, 0, true),
+                    entry(2, 9, 0, true),
+                ]),
+            ),
+        ];
+        let values: Vec<serde_json::Value> = runs.iter().map(|(_, v)| v.clone()).collect();
+        let m = merged(&values).unwrap();
+        assert_eq!(
+            m["splits"],
+            serde_json::json!([entry(0, 30, 0, false), entry(1, 70, 1, false), entry(2, 9, 0, false)]),
+            "t:1 from b~1, where it went on; t:2 from a~1, unfinished"
+        );
+        assert!(superseded(&runs).is_empty(), "b~1 stands for t:1");
+        // b~1 released t:1 at 90 too, before a~1's last checkpoint: b~1's entry still stands
+        let runs = [
+            ("j@b~1".to_string(), checkpoint(vec![entry(1, 90, 1, true)])),
+            runs[1].clone(),
+        ];
+        let values: Vec<serde_json::Value> = runs.iter().map(|(_, v)| v.clone()).collect();
+        assert_eq!(merged(&values).unwrap()["splits"][1]["split"]["next_offset"], 90);
+        // a restore of t:1 by a~2 (two handovers): a~1 and b~1 stand for nothing of it
+        let runs = [
+            runs[0].clone(),
+            runs[1].clone(),
+            (
+                "j@a~2".to_string(),
+                checkpoint(vec![
+                    entry(0, 31, 1, false),
+                    entry(1, 95, 2, false),
+                    entry(2, 9, 1, false),
+                ]),
+            ),
+        ];
+        let mut gone = superseded(&runs);
+        gone.sort();
+        assert_eq!(gone, ["j@a~1", "j@b~1"]);
     }
 
     #[test]
@@ -379,6 +471,7 @@ mod tests {
             "enumerator": {"splits": [{"split": {"topic": "t", "partition": 4, "next_offset": 7}, "assigned": false}]},
             "splits": [{"split": {"topic": "t", "partition": 1, "next_offset": 3}}],
         });
-        assert_eq!(mentions(&value), ["t:1", "t:4"].map(String::from).into_iter().collect());
+        let held: Vec<String> = holders(&[value]).into_keys().collect();
+        assert_eq!(held, ["t:1", "t:4"]);
     }
 }

@@ -260,7 +260,7 @@ impl CheckpointStore for KafkaCheckpointStore {
 /// The job's last checkpoint, read without taking over its transactional id (`state show`,
 /// `plan`: a running job is not fenced); `None` when the topic or the instance's records are
 /// missing. A group member's job: every member run's last checkpoint merged into one, each split
-/// from the newest run that holds it (as a restore takes it), whichever member wrote it.
+/// from the run a restore takes it from (see [`members::merged`]), whichever member wrote it.
 pub fn read_only(config: &KafkaStoreConfig) -> Result<Option<serde_json::Value>> {
     if config.member.is_some() {
         let runs = read_runs(config)?;
@@ -315,4 +315,14 @@ pub(crate) fn probes(config: &KafkaStoreConfig) -> Vec<crate::client::probe::Pro
         ));
     }
     probes
+}
+
+/// Read a group job's state topic ahead of its member's first run, up to its committed end now
+/// (nothing when the topic does not exist): that run's read continues from there.
+pub async fn read_ahead(config: &KafkaStoreConfig) -> Result<()> {
+    let probe = config.clone();
+    if !crate::core::unblock(move || topic_exists(&probe)).await?? {
+        return Ok(());
+    }
+    super::scan::read_ahead(config).await
 }

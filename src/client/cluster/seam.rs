@@ -399,6 +399,9 @@ pub struct GroupSpec {
     pub group: String,
     /// This member's name (`job.member`), for its client id.
     pub member: String,
+    /// Join as a static member of this name (`group.instance.id`: `job.member` when it is set):
+    /// a restart within the session keeps the member's partitions.
+    pub instance: Option<String>,
     /// The topics it subscribes to.
     pub topics: Vec<String>,
     /// The protocol it asks for (`source.properties."group.protocol"`, else the consumer one).

@@ -242,6 +242,9 @@ pub fn membership_config(config: &ClientConfig, spec: &GroupSpec, protocol: Grou
             config.set("partition.assignment.strategy", "roundrobin");
         }
     }
+    if let Some(instance) = &spec.instance {
+        config.set("group.instance.id", instance);
+    }
     // the group is the job's; nothing is committed by this consumer
     config
         .set("group.id", &spec.group)
@@ -286,9 +289,17 @@ fn subscribed(
 enum Fatal {
     /// The broker does not offer the consumer protocol: join again on the classic one.
     NoConsumerProtocol,
+    /// A static member's place is held by a member that did not leave (consumer protocol): its
+    /// previous process, killed within its session, or a twin still running.
+    Unreleased,
     /// The membership is over, for this reason.
     Refused(String),
 }
+
+/// How long a static member whose place is held waits for it before it gives up: the broker's
+/// longest session by default (`group.consumer.max.session.timeout.ms`; a killed previous
+/// process's session ends by then), and a heartbeat's round trip.
+const UNRELEASED_WAIT: Duration = Duration::from_secs(60 + 3);
 
 fn fatal(error: &KafkaError, spec: &GroupSpec, protocol: GroupProtocol, answered: bool) -> Option<Fatal> {
     let KafkaError::MessageConsumptionFatal(code) = error else {
@@ -298,10 +309,13 @@ fn fatal(error: &KafkaError, spec: &GroupSpec, protocol: GroupProtocol, answered
         RDKafkaErrorCode::UnsupportedVersion if protocol == GroupProtocol::Consumer && !answered => {
             Fatal::NoConsumerProtocol
         }
-        RDKafkaErrorCode::UnreleasedInstanceId | RDKafkaErrorCode::FencedInstanceId => Fatal::Refused(format!(
-            "another process runs as member {} of group {} ({error}); the newer member is refused: stop the other, \
-             or give this one another job.member",
-            spec.member, spec.group
+        RDKafkaErrorCode::UnreleasedInstanceId => Fatal::Unreleased,
+        // classic protocol: a newer process joined under this member's name
+        RDKafkaErrorCode::FencedInstanceId => Fatal::Refused(format!(
+            "another process joined consumer group {} as static member {} (group.instance.id, from job.member), \
+             and the broker fenced this one ({error}): two processes of one name share their place and their \
+             transactional ids; give each a job.member of its own",
+            spec.group, spec.member
         )),
         _ => Fatal::Refused(format!(
             "the consumer group {} refused this member: {error}",
@@ -337,7 +351,9 @@ impl Membership {
                 .spawn(move || {
                     let mut consumer = first;
                     let mut speaks = spec.protocol;
-                    let joined = std::time::Instant::now();
+                    let mut joined = std::time::Instant::now();
+                    // since when this static member's place has been refused it (see UNRELEASED_WAIT)
+                    let mut unreleased_since: Option<std::time::Instant> = None;
                     while !stop.load(Ordering::SeqCst) {
                         if speaks == GroupProtocol::Consumer
                             && !shared.answered.load(Ordering::SeqCst)
@@ -361,25 +377,61 @@ impl Membership {
                             Some(Err(e)) => e,
                             None => continue,
                         };
-                        match fatal(&error, &spec, speaks, shared.answered.load(Ordering::SeqCst)) {
-                            None => warn!(error = %error, "consumer group"),
+                        let rejoin = match fatal(&error, &spec, speaks, shared.answered.load(Ordering::SeqCst)) {
+                            None => {
+                                warn!(error = %error, "consumer group");
+                                continue;
+                            }
                             Some(Fatal::NoConsumerProtocol) => {
                                 warn!(group = %spec.group, "the broker does not offer Kafka's consumer group protocol (KIP-848; its group.coordinator.rebalance.protocols); this member speaks the classic protocol, whose rebalances stop every member");
                                 speaks = GroupProtocol::Classic;
-                                match subscribed(&config, &spec, speaks, &shared) {
-                                    Ok(c) => {
-                                        consumer = Arc::new(c);
-                                        *Shared::lock(&current) = Arc::downgrade(&consumer);
-                                        protocol.store(speaks as u8, Ordering::SeqCst);
-                                    }
-                                    Err(e) => {
-                                        Shared::lock(&shared.held).clear();
-                                        let _ = shared.changes.send(Change::Refused(e.to_string()));
-                                        return;
-                                    }
-                                }
+                                Ok(())
                             }
-                            Some(Fatal::Refused(reason)) => {
+                            // refused at its join (never dealt anything): wait for the place
+                            Some(Fatal::Unreleased)
+                                if !shared.answered.load(Ordering::SeqCst)
+                                    && unreleased_since.is_none_or(|since| since.elapsed() < UNRELEASED_WAIT) =>
+                            {
+                                if unreleased_since.is_none() {
+                                    info!(group = %spec.group, member = %spec.member, "this static member's place in the group is still held (its previous process killed within its session, or another process of its name): joining again each second, for up to a session timeout");
+                                    unreleased_since = Some(std::time::Instant::now());
+                                }
+                                let retry_at = std::time::Instant::now() + Duration::from_secs(1);
+                                while std::time::Instant::now() < retry_at && !stop.load(Ordering::SeqCst) {
+                                    std::thread::sleep(Duration::from_millis(50));
+                                }
+                                if stop.load(Ordering::SeqCst) {
+                                    continue;
+                                }
+                                Ok(())
+                            }
+                            // a member fenced while it ran rejoins as a new one, which the broker
+                            // refuses under a static member's name until its session ends
+                            Some(Fatal::Unreleased) if shared.answered.load(Ordering::SeqCst) => Err(format!(
+                                "the broker dropped static member {} of consumer group {} and refuses it back until \
+                                 its session ends (group.instance.id, from job.member); started again, it waits for \
+                                 its place",
+                                spec.member, spec.group
+                            )),
+                            Some(Fatal::Unreleased) => Err(format!(
+                                "another process holds static member {} of consumer group {} (group.instance.id, from \
+                                 job.member), and did not release it within the broker's longest session (its \
+                                 group.consumer.max.session.timeout.ms, 60 s by default): two processes of one name \
+                                 share their place and their transactional ids; stop the other, or give this one a \
+                                 job.member of its own",
+                                spec.member, spec.group
+                            )),
+                            Some(Fatal::Refused(reason)) => Err(reason),
+                        };
+                        // librdkafka's consumer is done with after a fatal error: join with a new one
+                        match rejoin.and_then(|()| subscribed(&config, &spec, speaks, &shared).map_err(|e| e.to_string())) {
+                            Ok(c) => {
+                                consumer = Arc::new(c);
+                                *Shared::lock(&current) = Arc::downgrade(&consumer);
+                                protocol.store(speaks as u8, Ordering::SeqCst);
+                                joined = std::time::Instant::now();
+                            }
+                            Err(reason) => {
                                 // the consumer's close (here, or where a checkpoint still holds
                                 // it) then revokes nothing the job would have to answer
                                 Shared::lock(&shared.held).clear();
@@ -389,9 +441,14 @@ impl Membership {
                         }
                     }
                     // leave the group at once, so the others rebalance without waiting for the
-                    // session to time out (a revocation now has nothing to wait for)
+                    // session to time out (a revocation now has nothing to wait for); a static
+                    // member keeps its place for its session: under the consumer protocol its
+                    // leave says so (epoch -2), under the classic one it sends none (its
+                    // consumer's close does not, and an unsubscribe would)
                     Shared::lock(&shared.held).clear();
-                    consumer.unsubscribe();
+                    if spec.instance.is_none() || speaks == GroupProtocol::Consumer {
+                        consumer.unsubscribe();
+                    }
                     let _ = consumer.poll(Duration::from_millis(100));
                 })
                 .map_err(|e| Error::io("starting the consumer group's thread", e))?
