@@ -64,6 +64,9 @@ pub(crate) struct MemberRun {
     pub(crate) exit: Exit,
     /// How many times it ran the job (once per change of its own assignment).
     pub(crate) runs: u64,
+    /// Partitions its running jobs gave up, and took in, without stopping.
+    pub(crate) released: u64,
+    pub(crate) taken: u64,
 }
 
 /// What one schedule went through.
@@ -197,6 +200,17 @@ async fn drive(
         if events.peek().is_none() && ended {
             break;
         }
+        // a live tail whose output holds the whole input: every member still running is asked
+        // to stop (one that never gets there hangs, and the check says so)
+        if plan.live
+            && events.peek().is_none()
+            && check::unfinished(expected, &check::output(expected, &kafka.broker())).is_empty()
+        {
+            for r in running.iter_mut().filter(|r| !r.signalled) {
+                r.signalled = true;
+                let _ = r.stop.send(true);
+            }
+        }
         let next_event = events.peek().map(|e| began + e.at);
         tokio::select! {
             biased;
@@ -265,6 +279,8 @@ async fn drive(
             pid: r.pid,
             exit,
             runs: r.stats.group_runs.load(std::sync::atomic::Ordering::Relaxed),
+            released: r.stats.group_released.load(std::sync::atomic::Ordering::Relaxed),
+            taken: r.stats.group_taken.load(std::sync::atomic::Ordering::Relaxed),
         });
     }
     members

@@ -69,6 +69,11 @@ pub(crate) struct Plan {
     /// their partitions' event time to each other).
     pub(crate) eof: Option<(usize, u64, bool)>,
     pub(crate) events: Vec<Event>,
+    /// A live tail (no stopping offsets, no end-of-stream record): the job never ends by itself,
+    /// and every member still running is asked to stop once the output holds the whole input.
+    /// Members take dealt partitions in while their jobs run on only in such a job (a bounded
+    /// one's readers may have ended).
+    pub(crate) live: bool,
     pub(crate) compaction_every: Option<Duration>,
     pub(crate) faults: Faults,
     pub(crate) schedule: Schedule,
@@ -112,7 +117,7 @@ impl Plan {
             })
             .collect();
         let session_timeout = Duration::from_millis(rng.range(3_000, 20_000));
-        let max_rate = rng.chance(500).then(|| rng.range(20, 400));
+        let mut max_rate = rng.chance(500).then(|| rng.range(20, 400));
         let eof = {
             let with_records: Vec<usize> = (0..partitions).filter(|p| records_of(*p) > 0).collect();
             (rng.chance(300) && !with_records.is_empty()).then(|| {
@@ -204,7 +209,36 @@ impl Plan {
         } else {
             GroupProtocol::Consumer
         };
+        let live = rng.chance(333);
+        // drawn last too: a member that joins while the others read, so that running jobs hand
+        // partitions over (the joins drawn above mostly come after short inputs are done)
+        if rng.chance(500) {
+            // the input read over 6 to 15 s: the join (and the leave) come while it is read
+            let total: u64 = records.iter().sum();
+            max_rate = Some((total / rng.range(6, 15)).max(5));
+            let at = Duration::from_millis(rng.range(200, 4_000));
+            let name = format!("m{joined}");
+            events.push(Event {
+                at,
+                action: Action::Start {
+                    name: name.clone(),
+                    crash_at: None,
+                },
+            });
+            // and leaves again (killed, or stopped), dealing back what it took over
+            if rng.chance(500) {
+                let later = at + Duration::from_millis(rng.range(1_000, 8_000));
+                let action = if rng.chance(500) {
+                    Action::Kill(name)
+                } else {
+                    Action::Stop(name)
+                };
+                events.push(Event { at: later, action });
+            }
+            events.sort_by_key(|e| e.at);
+        }
         Plan {
+            live,
             protocol,
             seed,
             records,
@@ -218,7 +252,7 @@ impl Plan {
             checkpoint_interval: Duration::from_millis(rng.range(50, 1_000)),
             session_timeout,
             max_rate,
-            eof,
+            eof: eof.filter(|_| !live),
             events,
             compaction_every,
             faults,
@@ -248,7 +282,7 @@ type = "kafka"
 bootstrap_servers = "{SERVERS}"
 topics = ["{input}"]
 format = "string"
-stopping_offsets = "latest"
+{bounds}
 {rate}
 {eof}
 {properties}
@@ -266,6 +300,11 @@ store = "kafka"
 "#,
             parallelism = self.parallelism,
             input = self.input,
+            bounds = if self.live {
+                "starting_offsets = \"earliest\""
+            } else {
+                "stopping_offsets = \"latest\""
+            },
             // the consumer protocol's session timeout is the broker's (seed_input)
             properties = match self.protocol {
                 GroupProtocol::Consumer => String::new(),
@@ -294,8 +333,11 @@ store = "kafka"
                 continue;
             }
             let set = format!("job.member={name}");
-            let config = crate::config::load_text(Path::new("simulation.toml"), &text, &[set])
+            let mut config = crate::config::load_text(Path::new("simulation.toml"), &text, &[set])
                 .map_err(|e| format!("the simulated job's config: {e:#}"))?;
+            // named as on hosts of these names: dynamic members (the simulated coordinator has
+            // no static membership)
+            config.job.static_member = false;
             configs.insert(name.clone(), config);
         }
         Ok(Configs(configs))

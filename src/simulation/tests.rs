@@ -20,6 +20,9 @@ struct Totals {
     /// The first words of each failure a member ended with, counted.
     errors: std::collections::BTreeMap<String, u64>,
     records: u64,
+    /// Partitions handed over without stopping a job: released, taken in.
+    released: u64,
+    taken: u64,
     failures: Vec<(u64, String)>,
 }
 
@@ -33,6 +36,8 @@ fn explore(seeds: impl Iterator<Item = u64>) -> Totals {
                 totals.records += outcome.output.iter().map(|p| p.len() as u64).sum::<u64>();
                 for m in &outcome.members {
                     totals.members += 1;
+                    totals.released += m.released;
+                    totals.taken += m.taken;
                     match &m.exit {
                         super::Exit::Killed => totals.killed += 1,
                         super::Exit::Returned { signalled: true, .. } => totals.stopped += 1,
@@ -86,6 +91,10 @@ fn group_members_explore_schedules() {
         totals.failed,
         totals.records
     );
+    eprintln!(
+        "group simulation: partitions handed over while the jobs ran on: {} released, {} taken in",
+        totals.released, totals.taken
+    );
     for (words, n) in &totals.errors {
         eprintln!("group simulation:   {n} failed with: {words} …");
     }
@@ -136,12 +145,30 @@ fn in_parallel(seeds: &[u64]) -> Totals {
         totals.stopped += p.stopped;
         totals.failed += p.failed;
         totals.records += p.records;
+        totals.released += p.released;
+        totals.taken += p.taken;
         for (k, v) in p.errors {
             *totals.errors.entry(k).or_default() += v;
         }
         totals.failures.extend(p.failures);
     }
     totals
+}
+
+/// `plan` with one member, m0, neither crashed, paused nor disrupted (the others it starts come
+/// from its events).
+fn only_m0(plan: &mut Plan) {
+    plan.members = vec!["m0".into()];
+    plan.crash_steps = vec![None];
+    plan.pause_steps = vec![None];
+    plan.point_disruptions = vec![None];
+}
+
+/// Every member's runs of its job, and `name`'s (0 if it never ran).
+fn runs_of(outcome: &super::Outcome, name: &str) -> (Vec<(String, u64)>, u64) {
+    let runs: Vec<(String, u64)> = outcome.members.iter().map(|m| (m.name.clone(), m.runs)).collect();
+    let of = runs.iter().find(|(n, _)| n == name).map_or(0, |(_, r)| *r);
+    (runs, of)
 }
 
 /// The schedule of the survivor-exit loss (written out, so that a change of how seeds are drawn
@@ -170,6 +197,7 @@ pub(super) fn survivor_of_a_killed_member() -> Plan {
             at: Duration::from_secs(1),
             action: super::Action::Kill("m1".into()),
         }],
+        live: false,
         compaction_every: None,
         faults: Default::default(),
         schedule: crate::core::sim::Schedule {
@@ -205,10 +233,7 @@ fn a_second_process_under_a_member_s_name_is_refused_naming_job_member() {
     use std::time::Duration;
     test_logs();
     let mut plan = survivor_of_a_killed_member();
-    plan.members = vec!["m0".into()];
-    plan.crash_steps = vec![None];
-    plan.pause_steps = vec![None];
-    plan.point_disruptions = vec![None];
+    only_m0(&mut plan);
     plan.session_timeout = Duration::from_secs(10);
     // 24 s of input: the first is still at it when the second has waited out a session
     plan.max_rate = Some(10);
@@ -241,10 +266,7 @@ fn a_second_process_under_a_member_s_name_is_refused_naming_job_member() {
 fn a_deleted_state_topic_is_not_recreated_empty_while_the_group_holds_positions() {
     use std::time::Duration;
     let mut plan = survivor_of_a_killed_member();
-    plan.members = vec!["m0".into()];
-    plan.crash_steps = vec![None];
-    plan.pause_steps = vec![None];
-    plan.point_disruptions = vec![None];
+    only_m0(&mut plan);
     plan.max_rate = Some(40);
     let at = |ms| Duration::from_millis(ms);
     plan.events = vec![
@@ -284,10 +306,7 @@ fn the_state_of_5000_partitions_is_written_whatever_its_size() {
     );
     assert_eq!(plan.input.len(), 100);
     plan.records = (0..5000).map(|p| u64::from(p % 3 == 0)).collect();
-    plan.members = vec!["m0".into()];
-    plan.crash_steps = vec![None];
-    plan.pause_steps = vec![None];
-    plan.point_disruptions = vec![None];
+    only_m0(&mut plan);
     plan.max_rate = None;
     plan.events = Vec::new();
     let outcome = run(&plan).unwrap_or_else(|e| panic!("{e}"));
@@ -326,8 +345,7 @@ fn a_member_whose_assignment_stays_is_not_stopped_when_another_joins() {
             },
         }];
         let outcome = run(&plan).unwrap_or_else(|e| panic!("{protocol:?}: {e}"));
-        let runs: Vec<(String, u64)> = outcome.members.iter().map(|m| (m.name.clone(), m.runs)).collect();
-        let first = runs.iter().find(|(name, _)| name == "m0").map_or(0, |(_, r)| *r);
+        let (runs, first) = runs_of(&outcome, "m0");
         match protocol {
             GroupProtocol::Consumer => assert_eq!(
                 first, 1,
@@ -343,6 +361,144 @@ fn a_member_whose_assignment_stays_is_not_stopped_when_another_joins() {
             "{protocol:?}: every record written"
         );
     }
+}
+
+/// Four partitions, read by one member; a second joins and is dealt two of them. Under the
+/// consumer protocol the first releases those two at a checkpoint and runs on with the other
+/// two, one run; under the classic one the join stops it. Every record once either way (the
+/// simulation checks the order and the count of each partition's output).
+#[test]
+fn a_member_that_gives_partitions_up_runs_on_with_the_rest() {
+    use crate::client::cluster::GroupProtocol;
+    use std::time::Duration;
+    test_logs();
+    for protocol in [GroupProtocol::Consumer, GroupProtocol::Classic] {
+        let mut plan = survivor_of_a_killed_member();
+        plan.protocol = protocol;
+        only_m0(&mut plan);
+        // the partitions it keeps are the longer: the other member finishes first, and waits
+        // in the group until they are done (leaving, it would deal its own back to the first)
+        plan.records = vec![160, 160, 80, 80];
+        plan.max_rate = Some(40);
+        plan.events = vec![super::plan::Event {
+            at: Duration::from_secs(2),
+            action: super::Action::Start {
+                name: "m1".into(),
+                crash_at: None,
+            },
+        }];
+        let outcome = run(&plan).unwrap_or_else(|e| panic!("{protocol:?}: {e}"));
+        let (runs, first) = runs_of(&outcome, "m0");
+        match protocol {
+            GroupProtocol::Consumer => {
+                assert_eq!(
+                    first, 1,
+                    "under the consumer protocol the member that gives partitions up runs on: {runs:?}"
+                );
+                let released: u64 = outcome
+                    .members
+                    .iter()
+                    .filter(|m| m.name == "m0")
+                    .map(|m| m.released)
+                    .sum();
+                assert_eq!(released, 2, "m0 released two partitions in place");
+            }
+            GroupProtocol::Classic => assert!(
+                first >= 2,
+                "under the classic protocol a join stops every member: {runs:?}"
+            ),
+        }
+        assert_eq!(
+            outcome.output.iter().map(Vec::len).collect::<Vec<_>>(),
+            [160, 160, 80, 80],
+            "{protocol:?}: every record written"
+        );
+    }
+}
+
+/// Four partitions, two members; one is killed, and once its session ends the survivor is
+/// dealt its two partitions while it still reads its own. Under the consumer protocol it takes
+/// them in where the killed member's last checkpoint left them and runs on, one run, as a live
+/// tail and as a bounded replay (whose readers wait, their own partitions done, until every one
+/// is); under the classic one the rebalance stops it. Every record once either way (a live tail's
+/// survivor is then asked to stop).
+#[test]
+fn a_member_dealt_a_killed_member_s_partitions_takes_them_in_and_runs_on() {
+    use crate::client::cluster::GroupProtocol;
+    use std::time::Duration;
+    test_logs();
+    for (protocol, live) in [
+        (GroupProtocol::Consumer, true),
+        (GroupProtocol::Consumer, false),
+        (GroupProtocol::Classic, true),
+    ] {
+        let mut plan = survivor_of_a_killed_member();
+        plan.protocol = protocol;
+        // m0 reads its own two partitions for longer than the dead member's session
+        plan.records = vec![600; 4];
+        plan.max_rate = Some(40);
+        plan.session_timeout = Duration::from_secs(3);
+        plan.live = live;
+        let outcome = run(&plan).unwrap_or_else(|e| panic!("{protocol:?}, live {live}: {e}"));
+        let (runs, survivor) = runs_of(&outcome, "m0");
+        match protocol {
+            GroupProtocol::Consumer => {
+                assert_eq!(
+                    survivor, 1,
+                    "under the consumer protocol the survivor takes the partitions in and runs on (live {live}): {runs:?}"
+                );
+                let taken: u64 = outcome.members.iter().filter(|m| m.name == "m0").map(|m| m.taken).sum();
+                assert_eq!(taken, 2, "m0 took two partitions in (live {live})");
+            }
+            GroupProtocol::Classic => assert!(
+                survivor >= 2,
+                "under the classic protocol the rebalance stops it: {runs:?}"
+            ),
+        }
+        assert_eq!(
+            outcome.output.iter().map(Vec::len).collect::<Vec<_>>(),
+            [600; 4],
+            "{protocol:?}, live {live}: every record written"
+        );
+    }
+}
+
+/// One member reads four partitions; a second joins and takes two of them, which the first
+/// releases in place and checkpoints on as released, its checkpoints newer than the second's.
+/// The second is killed; the first, dealt them back, runs its bounded job again. Its restore
+/// must take the two from the killed member's checkpoint (one handover more), not from its own
+/// newer run that released them: that would write again what the killed member wrote.
+#[test]
+fn a_partition_taken_over_is_restored_from_its_new_owner_not_from_the_newer_run_that_released_it() {
+    use std::time::Duration;
+    test_logs();
+    let mut plan = survivor_of_a_killed_member();
+    plan.protocol = crate::client::cluster::GroupProtocol::Consumer;
+    only_m0(&mut plan);
+    plan.records = vec![300; 4];
+    plan.max_rate = Some(40);
+    plan.session_timeout = Duration::from_secs(3);
+    plan.events = vec![
+        super::plan::Event {
+            at: Duration::from_secs(2),
+            action: super::Action::Start {
+                name: "m1".into(),
+                crash_at: None,
+            },
+        },
+        super::plan::Event {
+            at: Duration::from_secs(8),
+            action: super::Action::Kill("m1".into()),
+        },
+    ];
+    let outcome = run(&plan).unwrap_or_else(|e| panic!("{e}"));
+    let released: u64 = outcome.members.iter().map(|m| m.released).sum();
+    assert_eq!(released, 2, "m0 released two partitions in place");
+    assert_eq!(
+        outcome.output.iter().map(Vec::len).collect::<Vec<_>>(),
+        [300; 4],
+        "every record written once"
+    );
 }
 
 #[test]

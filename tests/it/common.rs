@@ -309,6 +309,25 @@ impl TestKafka {
         }
     }
 
+    /// The high watermarks of every partition once no transaction in it is open: its writers
+    /// ended, and the markers of their last transactions are written (a producer's commit
+    /// returns before they are). Waited for at most 30 s.
+    pub fn settled_ends(&self, topic: &str) -> BTreeMap<i32, i64> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let high = self.high_watermarks(topic);
+            if self.end_offsets(topic) == high {
+                return high;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{topic} still has an open transaction: high watermarks {high:?}, last stable offsets {:?}",
+                self.end_offsets(topic)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Where [`TestKafka::read_all`] reads each partition to: its high watermark, so that a
     /// transaction still settling (committed by its producer, its markers not yet written) is
     /// waited for rather than cut off at the last stable offset.

@@ -77,6 +77,11 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(config: &Path, extra: &[&str]) -> Daemon {
+        Daemon::start_with_env(config, extra, &[])
+    }
+
+    /// [`Daemon::start`] with `env` set in the daemon's environment.
+    pub fn start_with_env(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         // Logs go under the target directory, never beside the config: some tests run the examples in config/.
         let logs = Path::new(env!("CARGO_TARGET_TMPDIR")).join("daemon-logs");
         std::fs::create_dir_all(&logs).expect("log directory");
@@ -99,6 +104,7 @@ impl Daemon {
                 "RUST_LOG",
                 std::env::var("TIDEGATE_TEST_DAEMON_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()

@@ -252,7 +252,8 @@ fn seeded_trading_day(kafka: &TestKafka, dir: &JobDir) -> (String, std::collecti
             "--set",
             &state("seed.state"),
         ],
-        MINUTE,
+        // seconds alone; a loaded machine's Docker broker took a minute once
+        MINUTE * 3,
     );
     assert_eq!(code, 0, "{log}");
     // every partition ends with the market-close record

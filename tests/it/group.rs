@@ -73,7 +73,8 @@ fn committed_counts(kafka: &TestKafka, topic: &str) -> BTreeMap<String, usize> {
     counts
 }
 
-/// A member `name` of the job, in its own empty directory.
+/// A member `name` of the job, in its own empty directory: named as on a host of that name
+/// (`HOSTNAME`), so a dynamic member, whose partitions move when it stops.
 fn member(text: &str, name: &str) -> (JobDir, Daemon) {
     member_with(text, name, &[])
 }
@@ -81,11 +82,13 @@ fn member(text: &str, name: &str) -> (JobDir, Daemon) {
 /// [`member`] with more arguments.
 fn member_with(text: &str, name: &str, extra: &[&str]) -> (JobDir, Daemon) {
     let dir = JobDir::new();
-    let set = format!("job.member={name}");
-    let mut args = vec!["--set", set.as_str()];
-    args.extend_from_slice(extra);
-    let daemon = Daemon::start(&dir.config(text), &args);
+    let daemon = Daemon::start_with_env(&dir.config(text), extra, &[("HOSTNAME", name)]);
     (dir, daemon)
+}
+
+/// A static member `name` (`job.member` set: `group.instance.id`), in its own empty directory.
+fn static_member(text: &str, name: &str) -> (JobDir, Daemon) {
+    member_with(text, name, &["--set", &format!("job.member={name}")])
 }
 
 /// Wait until `topic` holds `n` distinct values; `daemons`' logs are shown if it does not.
@@ -135,6 +138,25 @@ fn dealt(log: &str) -> Vec<usize> {
 }
 
 /// How many assignments a member's log shows it running its job on, and the last one's size.
+/// How many partitions the member's job reads now, by its log: its last run's assignment, less
+/// what it gave up since, with what it took in since.
+fn holding(log: &str) -> Option<usize> {
+    let value =
+        |line: &str, key: &str| -> Option<usize> { line.split(key).nth(1)?.split_whitespace().next()?.parse().ok() };
+    log.lines().rev().find_map(|l| {
+        if l.contains("running the job on its assignment") {
+            value(l, "partitions=")
+        } else if l.contains("revoked partitions released at a checkpoint") {
+            value(l, "still=")
+        } else if l.contains("the job took the new partitions in and runs on") {
+            value(l, "now=")
+        } else {
+            None
+        }
+    })
+}
+
+/// The partitions of each run of the member's job, by its log.
 fn assignments(log: &str) -> Vec<usize> {
     log.lines()
         .filter(|l| l.contains("running the job on its assignment"))
@@ -161,9 +183,7 @@ fn a_live_tail_scales_from_one_member_to_three_and_back_to_two_with_every_record
     let (_d1, m1) = member(&text, "m1");
     let (_d2, m2) = member(&text, "m2");
     wait_until("three members share the partitions", MINUTE, || {
-        [&m0, &m1, &m2]
-            .iter()
-            .all(|m| assignments(&m.log_text()).last() == Some(&2))
+        [&m0, &m1, &m2].iter().all(|m| holding(&m.log_text()) == Some(2))
     });
     produce(&kafka, &topic, partitions, 1000, 2000);
     wait_for_output(&kafka, &out, 2000, &[&m0, &m1, &m2]);
@@ -175,12 +195,13 @@ fn a_live_tail_scales_from_one_member_to_three_and_back_to_two_with_every_record
     let (status, log0) = m0.wait(MINUTE);
     assert_eq!(status.code(), Some(0), "m0's stop:\n{log0}");
     wait_until("two members share the partitions", MINUTE, || {
-        [&m1, &m2].iter().all(|m| assignments(&m.log_text()).last() == Some(&3))
+        [&m1, &m2].iter().all(|m| holding(&m.log_text()) == Some(3))
     });
     wait_for_output(&kafka, &out, 3000, &[&m1, &m2]);
     // the pause: from the departing member's last line (its final checkpoint committed, it
-    // left the group) to the last of the new owners' first records on their assignments (under
-    // the consumer protocol the two take its partitions with no revocation of their own)
+    // left the group) to the last of the new owners' first records on their assignments, or
+    // (under the consumer protocol, where the two take its partitions in while their jobs run
+    // on) to the last of their takes
     let logs = [m1.log_text(), m2.log_text()];
     let revoked = log0
         .lines()
@@ -189,7 +210,11 @@ fn a_live_tail_scales_from_one_member_to_three_and_back_to_two_with_every_record
         .expect("m0's log");
     let first = logs
         .iter()
-        .map(|l| last_time(l, "first record written on this assignment").expect("a first record"))
+        .map(|l| {
+            let taken = last_time(l, "the job took the new partitions in");
+            let first = last_time(l, "first record written on this assignment");
+            taken.max(first).expect("a first record or a take")
+        })
         .max()
         .expect("two logs");
     let pause = first
@@ -200,6 +225,14 @@ fn a_live_tail_scales_from_one_member_to_three_and_back_to_two_with_every_record
         pause.as_millis()
     );
     assert!(pause < Duration::from_secs(30), "a rebalance took {pause:?}");
+    // a live tail's members take the departing member's partitions in while their jobs run on
+    assert!(
+        logs.iter()
+            .any(|l| l.contains("the job took the new partitions in and runs on")),
+        "a member took m0's partitions in:\n{}\n{}",
+        logs[0],
+        logs[1]
+    );
     for m in [m1, m2] {
         m.signal(libc::SIGTERM);
         let (status, log) = m.wait(MINUTE);
@@ -313,7 +346,7 @@ fn a_bounded_replay_whose_member_dies_is_finished_by_the_survivor() {
     let (_d0, m0) = member(&text, "m0");
     let (_d1, m1) = member(&text, "m1");
     wait_until("two members share the partitions", MINUTE, || {
-        [&m0, &m1].iter().all(|m| assignments(&m.log_text()).last() == Some(&2))
+        [&m0, &m1].iter().all(|m| holding(&m.log_text()) == Some(2))
     });
     wait_until("a part of the replay written", MINUTE, || {
         committed_counts(&kafka, &out).len() >= n / 8
@@ -327,11 +360,71 @@ fn a_bounded_replay_whose_member_dies_is_finished_by_the_survivor() {
     // were finished) or the group dealt it the four while it still read its own (a CI run saw
     // the second; the simulation's named schedule takes the first)
     assert_eq!(
-        assignments(&log).last(),
-        Some(&4),
+        holding(&log),
+        Some(4),
         "the survivor took the dead member's partitions:\n{log}"
     );
     assert_each_once(&output_counts(&kafka, &out), n, "two members, one killed for good");
+}
+
+/// A bounded replay of four partitions by two members, slow enough that the survivor of a
+/// killed member still reads its own two when the dead one's session and open transaction have
+/// ended: it takes the dead member's two in while its job runs on (no run after the kill: its
+/// own partitions are not stopped), and exits 0 once every record is written, each once.
+#[test]
+fn a_bounded_replay_s_survivor_takes_a_dead_member_s_partitions_in_without_stopping() {
+    let kafka = TestKafka::get();
+    let (partitions, n) = (4, 48000);
+    let topic = kafka.create_topic("group-bounded-take", partitions);
+    let out = kafka.create_topic("group-bounded-take-out", partitions);
+    let state = kafka.unique_topic("group-bounded-take-state");
+    let name = kafka.unique_topic("group-bounded-take-job");
+    produce(&kafka, &topic, partitions, 0, n);
+    // each member's 24,000 records take 24 s. The take waits for the test broker's session
+    // (6 s) and for the dead member's open transaction, which holds the state topic (its
+    // checkpoints are in the sink's transactions) until the broker aborts it: 2 s here, and up to
+    // 10 s more (the broker's transaction.abort.timed.out.transaction.cleanup.interval.ms)
+    let text = group_job(
+        &kafka,
+        &name,
+        &topic,
+        &out,
+        &state,
+        "stopping_offsets = \"latest\"\nmax_rate = 1000",
+    )
+    .replace(
+        "delivery = \"exactly_once\"",
+        "delivery = \"exactly_once\"\ntransaction_timeout = \"2s\"",
+    );
+    let (_d0, m0) = member(&text, "m0");
+    let (_d1, m1) = member(&text, "m1");
+    wait_for_members("two members share the partitions", MINUTE, &[&m0, &m1], || {
+        [&m0, &m1].iter().all(|m| holding(&m.log_text()) == Some(2))
+    });
+    wait_until("a part of the replay written", MINUTE, || {
+        committed_counts(&kafka, &out).len() >= n / 32
+    });
+    // (the first to join ran on all four a moment, before the second's join)
+    let runs = assignments(&m0.log_text());
+    let killed = m1.kill9();
+    assert!(!assignments(&killed).is_empty(), "{killed}");
+    let (status, log) = m0.wait(MINUTE * 3);
+    assert_eq!(status.code(), Some(0), "the survivor:\n{log}");
+    assert_eq!(assignments(&log), runs, "the survivor's job ran on, not again:\n{log}");
+    assert!(
+        log.contains("the job took the new partitions in and runs on"),
+        "the survivor took the dead member's two in:\n{log}"
+    );
+    assert_eq!(
+        holding(&log),
+        Some(4),
+        "the survivor read four partitions at the end:\n{log}"
+    );
+    assert_each_once(
+        &output_counts(&kafka, &out),
+        n,
+        "a bounded replay's survivor took partitions in",
+    );
 }
 
 /// Three members of `text`'s job share its 6 partitions; once they do, `started` runs; once
@@ -351,11 +444,7 @@ fn three_members_one_killed_and_started_again<T>(
         "three members share the partitions",
         MINUTE * 3,
         &[&m0, &m1, &m2],
-        || {
-            [&m0, &m1, &m2]
-                .iter()
-                .all(|m| assignments(&m.log_text()).last() == Some(&2))
-        },
+        || [&m0, &m1, &m2].iter().all(|m| holding(&m.log_text()) == Some(2)),
     );
     let value = started();
     wait_for_members("a part of the replay written", MINUTE * 2, &[&m0, &m1, &m2], || {
@@ -401,9 +490,7 @@ fn a_member_the_group_dropped_while_it_was_paused_cannot_commit_and_every_record
     let (_d1, m1) = member(&text, "m1");
     let (_d2, m2) = member(&text, "m2");
     wait_until("three members share the partitions", MINUTE, || {
-        [&m0, &m1, &m2]
-            .iter()
-            .all(|m| assignments(&m.log_text()).last() == Some(&2))
+        [&m0, &m1, &m2].iter().all(|m| holding(&m.log_text()) == Some(2))
     });
     wait_until("a part of the replay written", MINUTE, || {
         committed_counts(&kafka, &out).len() >= n / 6
@@ -541,7 +628,7 @@ fn the_kubernetes_deployment_s_live_tail_scales_two_three_one_with_every_record_
     wait_until("three pods share the partitions", MINUTE, || {
         [&pod_a, &pod_b, &pod_c]
             .iter()
-            .all(|m| assignments(&m.log_text()).last() == Some(&2))
+            .all(|m| holding(&m.log_text()) == Some(2))
     });
     produce_json(&kafka, &topic, partitions, 600, 1200);
     wait_for_output(&kafka, &out, 1200, &[&pod_a, &pod_b, &pod_c]);
@@ -553,7 +640,7 @@ fn the_kubernetes_deployment_s_live_tail_scales_two_three_one_with_every_record_
         assert_eq!(status.code(), Some(0), "a pod scaled away:\n{log}");
     }
     wait_until("one pod holds every partition", MINUTE, || {
-        assignments(&pod_c.log_text()).last() == Some(&6)
+        holding(&pod_c.log_text()) == Some(6)
     });
     produce_json(&kafka, &topic, partitions, 1200, 1800);
     wait_for_output(&kafka, &out, 1800, &[&pod_c]);
@@ -636,14 +723,15 @@ fn a_member_killed_before_its_first_interval_checkpoint_leaves_its_partitions_wh
 
 #[test]
 fn job_max_duration_counts_from_a_member_s_start_across_its_runs() {
-    // a member's rebalance starts a new run of its job; max_duration still ends the process
-    // when it has run that long, not that long after its last run began
+    // a member's rebalance starts a new run of its job (on the classic protocol: on the
+    // consumer one the job gives the partition up and runs on); max_duration still ends the
+    // process when it has run that long, not that long after its last run began
     let kafka = TestKafka::get();
     let topic = kafka.create_topic("group-duration", 2);
     let out = kafka.create_topic("group-duration-out", 1);
     let state = kafka.unique_topic("group-duration-state");
     let name = kafka.unique_topic("group-duration-job");
-    let text = group_job(&kafka, &name, &topic, &out, &state, "").replace(
+    let text = on_classic_protocol(&group_job(&kafka, &name, &topic, &out, &state, "")).replace(
         "coordination = \"group\"",
         "coordination = \"group\"\nmax_duration = \"20s\"",
     );
@@ -805,7 +893,7 @@ fn a_member_whose_partitions_do_not_move_runs_on_through_another_member_s_join()
     let (_d0, m0) = member(&text, "m0");
     let (_d1, m1) = member(&text, "m1");
     wait_until("two members share the partitions", MINUTE, || {
-        [&m0, &m1].iter().all(|m| assignments(&m.log_text()).last() == Some(&1))
+        [&m0, &m1].iter().all(|m| holding(&m.log_text()) == Some(1))
     });
     produce(&kafka, &topic, partitions, 0, 400);
     wait_for_output(&kafka, &out, 400, &[&m0, &m1]);
@@ -822,7 +910,7 @@ fn a_member_whose_partitions_do_not_move_runs_on_through_another_member_s_join()
         "the third member runs on what it was dealt: nothing",
         MINUTE,
         &[&m0, &m1, &m2],
-        || assignments(&m2.log_text()).last() == Some(&0),
+        || holding(&m2.log_text()) == Some(0),
     );
     produce(&kafka, &topic, partitions, 400, 800);
     wait_for_output(&kafka, &out, 800, &[&m0, &m1, &m2]);
@@ -841,6 +929,128 @@ fn a_member_whose_partitions_do_not_move_runs_on_through_another_member_s_join()
         assert_eq!(status.code(), Some(0), "a member's stop:\n{log}");
     }
     assert_each_once(&output_counts(&kafka, &out), 800, "a third member joined two");
+}
+
+/// A live tail of four partitions, read by one member; a second joins and is dealt two of them.
+/// Under the consumer protocol the first releases those two at a checkpoint and its job runs on
+/// with the other two: one run, the records written meanwhile come on, each once. (Under the
+/// classic protocol the join stops its job, and it runs again: this test fails there.)
+#[test]
+fn a_member_that_gives_partitions_up_runs_on_with_the_rest() {
+    let kafka = TestKafka::get();
+    let partitions = 4;
+    let topic = kafka.create_topic("group-give", partitions);
+    let out = kafka.create_topic("group-give-out", 2);
+    let state = kafka.unique_topic("group-give-state");
+    let name = kafka.unique_topic("group-give-job");
+    let text = group_job(&kafka, &name, &topic, &out, &state, "");
+    let (_d0, m0) = member(&text, "m0");
+    wait_for_members("the first member reads every partition", MINUTE, &[&m0], || {
+        holding(&m0.log_text()) == Some(4)
+    });
+    produce(&kafka, &topic, partitions, 0, 400);
+    wait_for_output(&kafka, &out, 400, &[&m0]);
+    let (_d1, m1) = member(&text, "m1");
+    wait_for_members("the second member reads two partitions", MINUTE, &[&m0, &m1], || {
+        holding(&m1.log_text()) == Some(2)
+    });
+    produce(&kafka, &topic, partitions, 400, 800);
+    wait_for_output(&kafka, &out, 800, &[&m0, &m1]);
+    let log = m0.log_text();
+    assert_eq!(assignments(&log), [4], "m0 ran its job once:\n{log}");
+    assert_eq!(
+        log.matches("revoked partitions released at a checkpoint").count(),
+        1,
+        "m0 released two partitions in place:\n{log}"
+    );
+    for m in [m0, m1] {
+        m.signal(libc::SIGTERM);
+        let (status, log) = m.wait(MINUTE);
+        assert_eq!(status.code(), Some(0), "a member's stop:\n{log}");
+    }
+    assert_each_once(&output_counts(&kafka, &out), 800, "a member gave two partitions up");
+}
+
+/// Two static members (`job.member` set: `group.instance.id`) share a live tail of four
+/// partitions. One is stopped and started again within its session: it is dealt its two
+/// partitions back, and the other is dealt nothing in between (a dynamic member's stop would
+/// have moved them to it). Then it is killed and started again at once: its place is held until
+/// its session ends, which the new process waits out, joining again; every record once.
+#[test]
+fn a_static_member_restarted_within_its_session_keeps_its_partitions() {
+    let kafka = TestKafka::get();
+    let partitions = 4;
+    let topic = kafka.create_topic("group-static", partitions);
+    let out = kafka.create_topic("group-static-out", 2);
+    let state = kafka.unique_topic("group-static-state");
+    let name = kafka.unique_topic("group-static-job");
+    let text = group_job(&kafka, &name, &topic, &out, &state, "");
+    let (_d0, s0) = static_member(&text, "s0");
+    let (_d1, s1) = static_member(&text, "s1");
+    wait_for_members("two static members share the partitions", MINUTE, &[&s0, &s1], || {
+        [&s0, &s1].iter().all(|m| holding(&m.log_text()) == Some(2))
+    });
+    produce(&kafka, &topic, partitions, 0, 400);
+    wait_for_output(&kafka, &out, 400, &[&s0, &s1]);
+    let (dealt_before, revoked_before) = {
+        let log = s0.log_text();
+        (dealt(&log), log.matches("partitions revoked").count())
+    };
+
+    s1.signal(libc::SIGTERM);
+    let (status, log) = s1.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "the static member's stop:\n{log}");
+    let (_d1, s1) = static_member(&text, "s1");
+    wait_for_members(
+        "the restarted member holds its two partitions",
+        MINUTE,
+        &[&s0, &s1],
+        || holding(&s1.log_text()) == Some(2),
+    );
+    assert_eq!(
+        dealt(&s1.log_text()),
+        [2],
+        "the restarted member was dealt its partitions at once"
+    );
+    produce(&kafka, &topic, partitions, 400, 800);
+    wait_for_output(&kafka, &out, 800, &[&s0, &s1]);
+    let log = s0.log_text();
+    assert_eq!(
+        dealt(&log),
+        dealt_before,
+        "s0 was dealt nothing while s1 restarted:\n{log}"
+    );
+    assert_eq!(
+        log.matches("partitions revoked").count(),
+        revoked_before,
+        "s0 gave nothing up:\n{log}"
+    );
+
+    let _ = s1.kill9();
+    let (_d1, s1) = static_member(&text, "s1");
+    wait_for_members(
+        "the member started after a kill is dealt partitions again",
+        MINUTE,
+        &[&s0, &s1],
+        || holding(&s1.log_text()).is_some_and(|n| n > 0),
+    );
+    let log = s1.log_text();
+    assert!(
+        log.contains("static member's place in the group is still held"),
+        "the new process waited for the killed one's place:\n{log}"
+    );
+    produce(&kafka, &topic, partitions, 800, 1200);
+    wait_for_output(&kafka, &out, 1200, &[&s0, &s1]);
+    for m in [s0, s1] {
+        m.signal(libc::SIGTERM);
+        let (status, log) = m.wait(MINUTE);
+        assert_eq!(status.code(), Some(0), "a member's stop:\n{log}");
+    }
+    assert_each_once(
+        &output_counts(&kafka, &out),
+        1200,
+        "a static member restarted and killed",
+    );
 }
 
 /// A broker that offers only the classic group protocol (as before Kafka 4.0, or with
