@@ -193,6 +193,40 @@ def summary_chart(plt, report, source, path):
     return path
 
 
+def rebalance_chart(plt, report, source, path):
+    """The rebalance part: the group's records/s in each second under each protocol, the scaling
+    actions marked."""
+    runs = {p: r for p, r in report.get("rebalance", {}).items() if r.get("per_second", {}).get("counts")}
+    if not runs:
+        return None
+    fig, ax = plt.subplots(figsize=(11, 4.4), layout="constrained")
+    styles = {"consumer": ("#2171b5", "-"), "classic": ("#a63603", "--")}
+    for protocol, r in sorted(runs.items()):
+        counts = r["per_second"]["counts"]
+        c, style = styles.get(protocol, ("#969696", ":"))
+        ax.plot(range(len(counts)), counts, style, color=c, linewidth=1.2, label=f"{protocol} protocol")
+    actions = next(iter(runs.values()))["per_second"]["actions"]
+    for name, at in actions:
+        ax.axvline(at, color="#737373", linewidth=0.8, linestyle=":")
+        ax.annotate(name, (at, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                    textcoords="offset points", fontsize=8, color="#525252")
+    ax.set_xlabel("seconds from the first member's start")
+    ax.set_ylabel("records written per second (the group)")
+    # the steady rate, and a dip below it, are what the chart is for: a catch-up's burst after a
+    # pause (the backlog written at once) runs off the top
+    steady = sorted(c for r in runs.values() for c in r["per_second"]["counts"] if c)
+    top = 2.0 * steady[len(steady) // 2] if steady else None
+    ax.set_ylim(bottom=0, top=top)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    any_run = next(iter(runs.values()))
+    fig.suptitle(f"rebalance: a live tail of 12 partitions scaled 1 → 2 → 3 → 2 → 1 members, the state topic holding "
+                 f"{any_run.get('state_topic_other_records', 0):,} records of other jobs\n{source} "
+                 f"(bursts after a pause, the backlog written at once, run off the top)", fontsize=9)
+    save(fig, path)
+    return path
+
+
 def save(fig, path):
     # reproducible SVG: no date, fixed ids, text as text
     fig.savefig(path, format="svg", metadata={"Date": None})
@@ -225,6 +259,7 @@ def plot(paths, out_dir):
                        fmt=lambda x: f"{x:.0f}"),
             scaling_chart(plt, report, source, os.path.join(where, f"{stem}-scaling.svg")),
             summary_chart(plt, report, source, os.path.join(where, f"{stem}-summary.svg")),
+            rebalance_chart(plt, report, source, os.path.join(where, f"{stem}-rebalance.svg")),
         ]
         plt.close("all")
         for m in made:

@@ -45,9 +45,10 @@ def fill_state_topic(kcat, bootstrap, topic, records, tmp, admin_create):
                     "-X", "linger.ms=50", "-X", "batch.num.messages=10000", "-l", path], check=True)
 
 
-def start(cmd, log_path):
+def start(cmd, log_path, env=None):
     out = open(log_path, "w")
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=out, start_new_session=True), out
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=out, start_new_session=True,
+                            env=None if env is None else {**os.environ, **env}), out
 
 
 def stop(proc, out, timeout=90):
@@ -95,6 +96,21 @@ def write_times(kcat, bootstrap, topic):
         p, t = line.split()
         times.setdefault(int(p), []).append(int(t) / 1000.0)
     return {p: sorted(ts) for p, ts in times.items()}
+
+
+def per_second_of(times, actions):
+    """The group's records written in each second of the run (from the first action's second on),
+    and each action's time in seconds from there: the chart's series."""
+    if not actions:
+        return {"counts": [], "actions": []}
+    origin = int(actions[0][1])
+    counts = {}
+    for ts in times.values():
+        for t in ts:
+            counts[int(t) - origin] = counts.get(int(t) - origin, 0) + 1
+    last = max(counts, default=0)
+    return {"counts": [counts.get(s, 0) for s in range(0, last + 1)],
+            "actions": [[name, round(at - origin, 2)] for name, at in actions]}
 
 
 def windows_of(times, actions, step, cadence):
@@ -197,8 +213,10 @@ interval = "1s"
             name = action[1:]
             if action[0] == "+":
                 logs = os.path.join(tmp, f"{name}-{protocol}.log")
-                procs[name] = start([tidegate, "run", "--config", job, "--no-progress", "--set",
-                                     f"job.member={name}"], logs) + (logs,)
+                # named as on a host of that name: a dynamic member, whose partitions move as it
+                # stops (job.member set would make it a static one, keeping them for its session)
+                procs[name] = start([tidegate, "run", "--config", job, "--no-progress"], logs,
+                                    env={"HOSTNAME": name}) + (logs,)
                 members.append(name)
             else:
                 proc, out, _ = procs[name]
@@ -218,9 +236,15 @@ interval = "1s"
         text = open(path).read()
         runs = runs_of(text)
         report["members"][name] = {"runs_start_ms": [r["start_ms"] for r in runs], "pauses_s": pauses_of(text),
-                                   "runs": text.count("running the job on its assignment")}
+                                   "runs": text.count("running the job on its assignment"),
+                                   # partitions handed over while the job ran on (its log says so
+                                   # once per handover)
+                                   "released_in_place": text.count("revoked partitions released at a checkpoint"),
+                                   "taken_in_place": text.count("the job took the new partitions in and runs on")}
     # the first action starts the only member: its window is the job's start, not a rebalance
-    report["rebalances"] = windows_of(write_times(kcat, bootstrap, sink), actions[1:], step, cadence)
+    times = write_times(kcat, bootstrap, sink)
+    report["rebalances"] = windows_of(times, actions[1:], step, cadence)
+    report["per_second"] = per_second_of(times, actions)
     firsts = [m["runs_start_ms"][0] for m in report["members"].values() if m["runs_start_ms"]]
     laters = [ms for m in report["members"].values() for ms in m["runs_start_ms"][1:]]
     report["first_run_start_ms"] = firsts
@@ -229,7 +253,8 @@ interval = "1s"
     print(f"\nrebalance ({protocol} protocol): a live tail of 12 partitions at {rate}/s, 1 -> 2 -> 3 -> 2 -> 1 "
           f"members, the state topic holding {other:,} records of other jobs")
     for name, m in report["members"].items():
-        print(f"  {name}: {m['runs']} runs, restore-and-start per run (ms) {m['runs_start_ms']}, "
+        print(f"  {name}: {m['runs']} runs, {m['released_in_place']} releases and {m['taken_in_place']} takes "
+              f"in place, restore-and-start per run (ms) {m['runs_start_ms']}, "
               f"pauses (s) {[round(p, 2) for p in m['pauses_s']]}")
     for w in report["rebalances"]:
         print(f"  {w['action']}: {w['partitions_stopped']} of {len(w['gaps_s'])} partitions went over "
@@ -237,6 +262,11 @@ interval = "1s"
               f"lowest {w['lowest_per_s']} records/s against a median {w['median_per_s']}")
     if firsts and laters:
         print(f"  a member's first run {max(firsts)} ms at most; its later runs {max(laters)} ms at most")
-    if not laters:
+    # the scenario must have rebalanced: the classic protocol runs every member's job again; the
+    # consumer one hands partitions over while the jobs run on
+    in_place = sum(m["released_in_place"] + m["taken_in_place"] for m in report["members"].values())
+    if protocol == "classic" and not laters:
         raise RuntimeError(f"no member ran twice: {report}")
+    if protocol == "consumer" and not in_place and not laters:
+        raise RuntimeError(f"no member handed partitions over or ran twice: {report}")
     return report
