@@ -137,7 +137,6 @@ fn dealt(log: &str) -> Vec<usize> {
         .collect()
 }
 
-/// How many assignments a member's log shows it running its job on, and the last one's size.
 /// How many partitions the member's job reads now, by its log: its last run's assignment, less
 /// what it gave up since, with what it took in since.
 fn holding(log: &str) -> Option<usize> {
@@ -1051,6 +1050,48 @@ fn a_static_member_restarted_within_its_session_keeps_its_partitions() {
         1200,
         "a static member restarted and killed",
     );
+}
+
+/// A second process started under a running static member's name (its twin, sharing its
+/// `group.instance.id` and its transactional ids): the broker refuses it its place, which it
+/// waits for up to the broker's longest session (6 s on the test broker) and 3 s more, then it
+/// exits 1 naming `job.member`, having fenced nothing: the member it shadows writes on, every
+/// record once.
+#[test]
+fn a_static_member_s_twin_is_refused_naming_job_member_and_the_member_runs_on() {
+    let kafka = TestKafka::get();
+    let partitions = 2;
+    let topic = kafka.create_topic("group-twin", partitions);
+    let out = kafka.create_topic("group-twin-out", 1);
+    let state = kafka.unique_topic("group-twin-state");
+    let name = kafka.unique_topic("group-twin-job");
+    let text = group_job(&kafka, &name, &topic, &out, &state, "");
+    let (_d0, t0) = static_member(&text, "t0");
+    wait_for_members("the static member holds the partitions", MINUTE, &[&t0], || {
+        holding(&t0.log_text()) == Some(2)
+    });
+    produce(&kafka, &topic, partitions, 0, 200);
+    wait_for_output(&kafka, &out, 200, &[&t0]);
+
+    let (_twin_dir, twin) = static_member(&text, "t0");
+    let (status, log) = twin.wait(MINUTE);
+    assert_eq!(status.code(), Some(1), "the twin's exit:\n{log}");
+    assert!(
+        log.contains("another process holds static member t0") && log.contains("job.member"),
+        "the twin's error names the member and job.member:\n{log}"
+    );
+    assert!(
+        log.contains("wait_s=9"),
+        "the twin waited the broker's longest session (6 s) and 3 s:\n{log}"
+    );
+    assert!(dealt(&log).is_empty(), "the twin was dealt nothing:\n{log}");
+
+    produce(&kafka, &topic, partitions, 200, 400);
+    wait_for_output(&kafka, &out, 400, &[&t0]);
+    t0.signal(libc::SIGTERM);
+    let (status, log) = t0.wait(MINUTE);
+    assert_eq!(status.code(), Some(0), "the static member's stop:\n{log}");
+    assert_each_once(&output_counts(&kafka, &out), 400, "a static member and its twin");
 }
 
 /// A broker that offers only the classic group protocol (as before Kafka 4.0, or with

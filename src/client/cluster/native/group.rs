@@ -297,9 +297,54 @@ enum Fatal {
 }
 
 /// How long a static member whose place is held waits for it before it gives up: the broker's
-/// longest session by default (`group.consumer.max.session.timeout.ms`; a killed previous
-/// process's session ends by then), and a heartbeat's round trip.
-const UNRELEASED_WAIT: Duration = Duration::from_secs(60 + 3);
+/// longest session (its `group.consumer.max.session.timeout.ms`: a killed previous process's
+/// session has ended by then), and a heartbeat's round trip. Asked of the broker at the first
+/// refusal (`admin`: the cluster's client config); its default, 60 s, where it does not say.
+fn unreleased_wait(admin: &ClientConfig) -> Duration {
+    const ROUND_TRIP: Duration = Duration::from_secs(3);
+    let longest = longest_session(admin).unwrap_or_else(|e| {
+        debug!(error = %e, "the broker's group.consumer.max.session.timeout.ms is unknown; taking its default, 60 s");
+        Duration::from_secs(60)
+    });
+    longest + ROUND_TRIP
+}
+
+/// A broker's `group.consumer.max.session.timeout.ms`.
+fn longest_session(admin: &ClientConfig) -> std::result::Result<Duration, String> {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    const KEY: &str = "group.consumer.max.session.timeout.ms";
+    let timeout = Duration::from_secs(5);
+    let client: AdminClient<TracingContext> = admin
+        .create_with_context(TracingContext::new("group"))
+        .map_err(|e| e.to_string())?;
+    let metadata = client
+        .inner()
+        .fetch_metadata(None, timeout)
+        .map_err(|e| e.to_string())?;
+    let broker = metadata.brokers().first().ok_or("the cluster listed no broker")?.id();
+    // rust-rdkafka's admin calls are futures; this thread has no runtime of its own
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let options = AdminOptions::new().request_timeout(Some(timeout));
+    let described = runtime
+        .block_on(client.describe_configs([&ResourceSpecifier::Broker(broker)], &options))
+        .map_err(|e| e.to_string())?;
+    let resource = described
+        .into_iter()
+        .next()
+        .ok_or("no answer")?
+        .map_err(|code| code.to_string())?;
+    let value = resource
+        .get(KEY)
+        .and_then(|entry| entry.value.clone())
+        .ok_or_else(|| format!("broker {broker} did not list {KEY}"))?;
+    value
+        .parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|e| format!("{KEY} = {value:?}: {e}"))
+}
 
 fn fatal(error: &KafkaError, spec: &GroupSpec, protocol: GroupProtocol, answered: bool) -> Option<Fatal> {
     let KafkaError::MessageConsumptionFatal(code) = error else {
@@ -328,7 +373,7 @@ impl Membership {
     /// Join `spec.group` with a consumer of `config` (the source's cluster and properties),
     /// subscribed to `spec.topics`, on `spec.protocol`; where the broker does not offer the
     /// consumer protocol, on the classic one (said once in the log).
-    pub(super) fn join(config: &ClientConfig, spec: &GroupSpec) -> Result<Membership> {
+    pub(super) fn join(config: &ClientConfig, admin: &ClientConfig, spec: &GroupSpec) -> Result<Membership> {
         let (changes_tx, changes) = mpsc::unbounded_channel();
         let (released_tx, released_rx) = std_mpsc::channel();
         let shared = Arc::new(Shared {
@@ -344,7 +389,7 @@ impl Membership {
         let protocol = Arc::new(AtomicU8::new(spec.protocol as u8));
         let leaving = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (config, spec, shared) = (config.clone(), spec.clone(), Arc::clone(&shared));
+            let (config, admin, spec, shared) = (config.clone(), admin.clone(), spec.clone(), Arc::clone(&shared));
             let (current, protocol, stop) = (Arc::clone(&current), Arc::clone(&protocol), Arc::clone(&leaving));
             std::thread::Builder::new()
                 .name("tidegate-group".into())
@@ -352,8 +397,9 @@ impl Membership {
                     let mut consumer = first;
                     let mut speaks = spec.protocol;
                     let mut joined = std::time::Instant::now();
-                    // since when this static member's place has been refused it (see UNRELEASED_WAIT)
-                    let mut unreleased_since: Option<std::time::Instant> = None;
+                    // until when this static member waits for its place, refused it since (see
+                    // unreleased_wait)
+                    let mut unreleased_until: Option<std::time::Instant> = None;
                     while !stop.load(Ordering::SeqCst) {
                         if speaks == GroupProtocol::Consumer
                             && !shared.answered.load(Ordering::SeqCst)
@@ -390,11 +436,12 @@ impl Membership {
                             // refused at its join (never dealt anything): wait for the place
                             Some(Fatal::Unreleased)
                                 if !shared.answered.load(Ordering::SeqCst)
-                                    && unreleased_since.is_none_or(|since| since.elapsed() < UNRELEASED_WAIT) =>
+                                    && unreleased_until.is_none_or(|until| std::time::Instant::now() < until) =>
                             {
-                                if unreleased_since.is_none() {
-                                    info!(group = %spec.group, member = %spec.member, "this static member's place in the group is still held (its previous process killed within its session, or another process of its name): joining again each second, for up to a session timeout");
-                                    unreleased_since = Some(std::time::Instant::now());
+                                if unreleased_until.is_none() {
+                                    let wait = unreleased_wait(&admin);
+                                    info!(group = %spec.group, member = %spec.member, wait_s = wait.as_secs(), "this static member's place in the group is still held (its previous process killed within its session, or another process of its name): joining again each second, for up to the broker's longest session");
+                                    unreleased_until = Some(std::time::Instant::now() + wait);
                                 }
                                 let retry_at = std::time::Instant::now() + Duration::from_secs(1);
                                 while std::time::Instant::now() < retry_at && !stop.load(Ordering::SeqCst) {
@@ -416,7 +463,7 @@ impl Membership {
                             Some(Fatal::Unreleased) => Err(format!(
                                 "another process holds static member {} of consumer group {} (group.instance.id, from \
                                  job.member), and did not release it within the broker's longest session (its \
-                                 group.consumer.max.session.timeout.ms, 60 s by default): two processes of one name \
+                                 group.consumer.max.session.timeout.ms): two processes of one name \
                                  share their place and their transactional ids; stop the other, or give this one a \
                                  job.member of its own",
                                 spec.member, spec.group

@@ -100,7 +100,8 @@ impl Cluster for Native {
     }
 
     fn join_group(&self, spec: &ClientSpec<'_>, group: &GroupSpec) -> Result<Box<dyn GroupMembership>> {
-        group::Membership::join(&spec.consumer_config(), group).map(|m| Box::new(m) as Box<dyn GroupMembership>)
+        group::Membership::join(&spec.consumer_config(), &spec.client_config(), group)
+            .map(|m| Box::new(m) as Box<dyn GroupMembership>)
     }
 }
 
