@@ -93,6 +93,8 @@ struct Shared {
     answered: AtomicBool,
     /// The member was told it was dealt nothing (once: see NOTHING_DEALT_AFTER).
     told_nothing: AtomicBool,
+    /// The member leaves the group: its consumer unsubscribes and closes.
+    leaving: AtomicBool,
 }
 
 #[derive(Default)]
@@ -164,6 +166,16 @@ impl ConsumerContext for GroupContext {
         };
         let shared = &self.shared;
         shared.answered.store(true, Ordering::SeqCst);
+        // an assignment served while the consumer leaves (in its close, under the consumer
+        // protocol) goes to no job: and librdkafka's group metadata, asked for in its close,
+        // would never answer (the member hung there, seen once in a broker test)
+        if shared.leaving.load(Ordering::SeqCst) || consumer.closed() {
+            debug!(
+                added = tpl.count(),
+                "group rebalance: partitions assigned as the member leaves; ignored"
+            );
+            return;
+        }
         // this consumer only holds the partitions: the job's readers fetch them
         if let Err(e) = consumer.pause(tpl) {
             warn!(error = %e, "pausing the group member's own fetches failed; what it fetches is dropped");
@@ -383,6 +395,7 @@ impl Membership {
             fence: Mutex::new(Fence::default()),
             answered: AtomicBool::new(false),
             told_nothing: AtomicBool::new(false),
+            leaving: AtomicBool::new(false),
         });
         let first = Arc::new(subscribed(config, spec, spec.protocol, &shared)?);
         let current = Arc::new(Mutex::new(Arc::downgrade(&first)));
@@ -492,6 +505,7 @@ impl Membership {
                     // member keeps its place for its session: under the consumer protocol its
                     // leave says so (epoch -2), under the classic one it sends none (its
                     // consumer's close does not, and an unsubscribe would)
+                    shared.leaving.store(true, Ordering::SeqCst);
                     Shared::lock(&shared.held).clear();
                     if spec.instance.is_none() || speaks == GroupProtocol::Consumer {
                         consumer.unsubscribe();
