@@ -334,6 +334,9 @@ fn a_bounded_replay_whose_member_dies_is_finished_by_the_survivor() {
     let state = kafka.unique_topic("group-survivor-state");
     let name = kafka.unique_topic("group-survivor-job");
     produce(&kafka, &topic, partitions, 0, n);
+    // the dead member's open transaction holds an output partition until the broker aborts it
+    // (10 s here, and up to 10 s more: the broker's cleanup interval); with the default 60 s, the
+    // read of the output could time out first, the survivor done in 15 s
     let text = group_job(
         &kafka,
         &name,
@@ -341,6 +344,10 @@ fn a_bounded_replay_whose_member_dies_is_finished_by_the_survivor() {
         &out,
         &state,
         "stopping_offsets = \"latest\"\nmax_rate = 1000",
+    )
+    .replace(
+        "delivery = \"exactly_once\"",
+        "delivery = \"exactly_once\"\ntransaction_timeout = \"10s\"",
     );
     let (_d0, m0) = member(&text, "m0");
     let (_d1, m1) = member(&text, "m1");
