@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
 
 use super::build::sink_of;
+use super::prepared::PreparedStore;
 use super::runtime;
 use super::session::{Session, Steering};
 use crate::checkpoint_store::StoreConfig;
@@ -95,11 +96,19 @@ pub(crate) async fn run_member(
     // a run refused by the group with no revocation after it: run again on what it holds then
     // (under the consumer protocol, a checkpoint that raced a heartbeat's new member epoch)
     let mut retry_at: Option<tokio::time::Instant> = None;
+    // the next run's store, opened while the member waits for its assignment; and whether the
+    // group has dealt this member anything yet (a static member's store waits for that: a twin
+    // of its name, refused its place by the broker, must not take its transactional ids over)
+    let mut prepared: Option<PreparedStore> = None;
+    let mut dealt = false;
     loop {
         note_protocol(session, membership.as_ref());
         let assigned = match next.take() {
             Some(assigned) => assigned,
             None => {
+                if prepared.is_none() && (dealt || !config.job.static_member) {
+                    prepared = Some(PreparedStore::start(run_store(&config.checkpoint.store)));
+                }
                 let change = tokio::select! {
                     // a signal or the deadline before an assignment that came with it
                     biased;
@@ -124,7 +133,9 @@ pub(crate) async fn run_member(
                         continue;
                     }
                 };
-                match change.flatten() {
+                let change = change.flatten();
+                dealt |= matches!(change, Some(Change::Assigned(_)));
+                match change {
                     None => return Ok(()),
                     Some(Change::Refused(reason)) => return Err(Error::runtime("consumer group", reason)),
                     // nothing runs: what was revoked may go at once (a retry still due runs on
@@ -154,10 +165,17 @@ pub(crate) async fn run_member(
             // a source-wide stop aligns with the other members' splits too
             k.event_time.peers = k.event_time.source_wide_stop;
         }
-        if let StoreConfig::Kafka(k) = &mut run.checkpoint.store {
-            **k = (**k).clone().for_run(&run_id());
-        }
-        let opened = crate::checkpoint_store::open_member(&run.checkpoint.store).await?;
+        let opened = match prepared.take() {
+            Some(prepared) => {
+                let (store, opened) = prepared.open().await?;
+                run.checkpoint.store = store;
+                opened
+            }
+            None => {
+                run.checkpoint.store = run_store(&config.checkpoint.store);
+                crate::checkpoint_store::open_member(&run.checkpoint.store).await?
+            }
+        };
         opened.fence_with_group(membership.metadata());
         // --reset-state: the first run starts the whole job over (every member's records and
         // every static instance's get tombstones; members still running keep theirs: stop
@@ -467,6 +485,16 @@ async fn until(deadline: Option<tokio::time::Instant>) {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
     }
+}
+
+/// The store of one run of this member's job: its records under keys of their own (see
+/// `KafkaStoreConfig::for_run`).
+fn run_store(store: &StoreConfig) -> StoreConfig {
+    let mut store = store.clone();
+    if let StoreConfig::Kafka(k) = &mut store {
+        **k = (**k).clone().for_run(&run_id());
+    }
+    store
 }
 
 /// A name for one run of this member's job, unique among its runs: the time it began, in

@@ -6,6 +6,7 @@
 pub mod build;
 pub mod group;
 pub mod logging;
+mod prepared;
 pub mod runtime;
 pub mod session;
 

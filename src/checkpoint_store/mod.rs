@@ -55,6 +55,15 @@ impl OpenStore {
         }
     }
 
+    /// A Kafka store's [`kafka::KafkaCheckpointStore::read_on`] (a group member's store, opened
+    /// ahead of its assignment); nothing for a state file.
+    pub async fn read_on(&self) -> Result<()> {
+        match &self.kafka {
+            Some(k) => k.read_on().await,
+            None => Ok(()),
+        }
+    }
+
     /// `--reset-state`: the state file moved aside by `move_aside`; the Kafka store's records of
     /// this job replaced by tombstones, in one transaction.
     pub fn reset(&self, move_aside: impl FnOnce() -> Result<()>) -> Result<()> {

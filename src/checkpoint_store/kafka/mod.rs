@@ -115,10 +115,17 @@ impl KafkaCheckpointStore {
         store.read_untorn().await?;
         let removing = Arc::clone(&store);
         if crate::core::unblock(move || removing.remove_superseded_runs()).await? {
-            *store.scanned.lock().unwrap_or_else(|p| p.into_inner()) = Some(scan_async(&store.config).await?);
-            store.read_untorn().await?;
+            store.read_on().await?;
         }
         Ok(store)
+    }
+
+    /// Read the topic again, on from where the last read ended (see [`scan_async`]): a member's
+    /// store opened ahead of its assignment then holds what was checkpointed since, the last
+    /// checkpoints of the partitions' previous owners among them.
+    pub async fn read_on(&self) -> Result<()> {
+        *self.scanned.lock().unwrap_or_else(|p| p.into_inner()) = Some(scan_async(&self.config).await?);
+        self.read_untorn().await
     }
 }
 
