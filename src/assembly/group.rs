@@ -1,11 +1,12 @@
 //! A group-coordinated job's life in one process (`job.coordination = "group"`): the member
-//! joins the job's consumer group and runs the job on its assignment, and again each time its
-//! own assignment changes: a revocation stops the job with a final checkpoint before the revoked
-//! partitions are released, each partition restored from the newest checkpoint of the Kafka
-//! store that holds it, whichever member wrote it. Under the consumer protocol (KIP-848) a
-//! rebalance that leaves a member's assignment alone does not touch its job; under the classic,
-//! eager one every rebalance stops every member. A bounded job's member leaves once the whole
-//! input is finished.
+//! joins the job's consumer group and runs the job on its assignment, each partition restored
+//! from the newest checkpoint of the Kafka store that holds it, whichever member wrote it. Under
+//! the consumer protocol (KIP-848) the running job gives revoked partitions up at a checkpoint
+//! and takes new ones in, and a rebalance that leaves a member's assignment alone does not touch
+//! it; under the classic, eager one every rebalance stops every member's job with a final
+//! checkpoint, and it runs again on the next assignment. While the member waits for one, its next
+//! run's store opens (`prepared`). A bounded job's member leaves once the whole input is
+//! finished.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use crate::checkpoint_store::kafka::{group_checkpoints, members};
+use crate::checkpoint_store::kafka::{group_checkpoints_of_open_store, members};
 use crate::checkpoint_store::KafkaStoreConfig;
 use crate::error::Result;
 use crate::kafka::TopicPartition;
@@ -20,7 +20,7 @@ pub(crate) async fn splits_taken_in(
     store: &KafkaStoreConfig,
     added: &BTreeSet<TopicPartition>,
 ) -> Result<Option<Vec<Value>>> {
-    let runs = group_checkpoints(store).await?;
+    let runs = group_checkpoints_of_open_store(store).await?;
     let Some(merged) = members::merged(&runs) else {
         return Ok(None);
     };
