@@ -98,8 +98,9 @@ pub(crate) async fn run_member(
     // (under the consumer protocol, a checkpoint that raced a heartbeat's new member epoch)
     let mut retry_at: Option<tokio::time::Instant> = None;
     // the next run's store, opened while the member waits for its assignment; and whether the
-    // group has dealt this member anything yet (a static member's store waits for that: a twin
-    // of its name, refused its place by the broker, must not take its transactional ids over)
+    // group has dealt this member partitions yet (a static member's store waits for that: a twin
+    // of its name, refused its place by the broker, must not take its transactional ids over,
+    // and an empty assignment may be only librdkafka's silence: see NOTHING_DEALT_AFTER)
     let mut prepared: Option<PreparedStore> = None;
     let mut dealt = false;
     loop {
@@ -135,7 +136,7 @@ pub(crate) async fn run_member(
                     }
                 };
                 let change = change.flatten();
-                dealt |= matches!(change, Some(Change::Assigned(_)));
+                dealt |= matches!(&change, Some(Change::Assigned(p)) if !p.is_empty());
                 match change {
                     None => return Ok(()),
                     Some(Change::Refused(reason)) => return Err(Error::runtime("consumer group", reason)),

@@ -4,8 +4,18 @@
 //! broker). Once the assignment comes, the store reads on from there, so that it holds the last
 //! checkpoints of the partitions' previous owners, written before they let the partitions go.
 
+use std::time::Duration;
+
+use tracing::warn;
+
 use crate::checkpoint_store::{open_member, OpenStore, StoreConfig};
-use crate::error::{Error, Result};
+use crate::core::sim;
+use crate::error::Result;
+
+/// How long a store opened ahead may wait for its run: older, it is opened again (a member dealt
+/// nothing for long: its producers' transactional ids could have expired on the broker, its
+/// `transactional.id.expiration.ms`, 7 days by default).
+const KEEP_FOR: Duration = Duration::from_secs(3600);
 
 /// A run's store, opening (or open) ahead of the run; dropped, its opening is abandoned (as a
 /// process stopped while it opened its store would abandon it).
@@ -13,6 +23,7 @@ pub(super) struct PreparedStore {
     /// The run's store (its records under keys of their own: see `KafkaStoreConfig::for_run`).
     store: StoreConfig,
     opening: Option<tokio::task::JoinHandle<Result<OpenStore>>>,
+    started: tokio::time::Instant,
 }
 
 impl PreparedStore {
@@ -25,16 +36,31 @@ impl PreparedStore {
         PreparedStore {
             store,
             opening: Some(opening),
+            started: sim::now(),
         }
     }
 
-    /// The run's store and its config, the topic read to its end now.
+    /// The run's store and its config, the topic read to its end now. Where the opening ahead
+    /// failed (the cluster out of reach a moment, say), or is older than [`KEEP_FOR`], the store
+    /// opens now, as it would have without it.
     pub(super) async fn open(mut self) -> Result<(StoreConfig, OpenStore)> {
-        let opened = match self.opening.take() {
-            Some(opening) => opening
-                .await
-                .map_err(|e| Error::runtime("opening the checkpoint store ahead of the run", e))??,
-            None => open_member(&self.store).await?,
+        let ahead = match self.opening.take() {
+            Some(opening) => match opening.await {
+                Ok(Ok(opened)) => Some(opened),
+                Ok(Err(e)) => {
+                    warn!(error = %e, "opening the checkpoint store ahead of the run failed; opening it now");
+                    None
+                }
+                Err(e) => {
+                    warn!(error = %e, "opening the checkpoint store ahead of the run ended; opening it now");
+                    None
+                }
+            },
+            None => None,
+        };
+        let opened = match ahead {
+            Some(opened) if sim::now().saturating_duration_since(self.started) < KEEP_FOR => opened,
+            _ => open_member(&self.store).await?,
         };
         opened.read_on().await?;
         Ok((self.store.clone(), opened))
