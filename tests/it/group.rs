@@ -320,25 +320,25 @@ pub(crate) fn a_member_killed_mid_replay_and_started_again(kafka: &TestKafka, to
     assert!(merged.iter().all(|s| !s["finished"].is_null()), "{merged:?}");
 }
 
-/// A bounded replay of 4 partitions by two members, one killed (`kill -9`) mid-replay and never
-/// started again: the survivor finishes the two partitions it was dealt, stays in the group until
-/// the dead member's session expires, takes its partitions over from its last checkpoint, and
-/// exits 0 once every record is written, each once. (It used to exit 0 with the dead member's
-/// partitions unread: 120,000 of 240,000 records.)
-#[test]
-fn a_bounded_replay_whose_member_dies_is_finished_by_the_survivor() {
-    let kafka = TestKafka::get();
-    let (partitions, n) = (4, 8000);
-    let topic = kafka.create_topic("group-survivor", partitions);
-    let out = kafka.create_topic("group-survivor-out", partitions);
-    let state = kafka.unique_topic("group-survivor-state");
-    let name = kafka.unique_topic("group-survivor-job");
-    produce(&kafka, &topic, partitions, 0, n);
-    // the dead member's open transaction holds an output partition until the broker aborts it
-    // (10 s here, and up to 10 s more: the broker's cleanup interval); with the default 60 s, the
-    // read of the output could time out first, the survivor done in 15 s
+/// A bounded replay of `n` records over four partitions (topics named from `prefix`) by two
+/// members, m0 and m1, each at most 1,000 records a second, their sink's transactions timing out
+/// after `transaction_timeout`: started, and under way once each member holds two partitions and
+/// `n / written_before` records are written. The output topic and the two members.
+fn two_members_replaying(
+    kafka: &TestKafka,
+    prefix: &str,
+    n: usize,
+    transaction_timeout: &str,
+    written_before: usize,
+) -> (String, (JobDir, Daemon), (JobDir, Daemon)) {
+    let partitions = 4;
+    let topic = kafka.create_topic(prefix, partitions);
+    let out = kafka.create_topic(&format!("{prefix}-out"), partitions);
+    let state = kafka.unique_topic(&format!("{prefix}-state"));
+    let name = kafka.unique_topic(&format!("{prefix}-job"));
+    produce(kafka, &topic, partitions, 0, n);
     let text = group_job(
-        &kafka,
+        kafka,
         &name,
         &topic,
         &out,
@@ -347,16 +347,32 @@ fn a_bounded_replay_whose_member_dies_is_finished_by_the_survivor() {
     )
     .replace(
         "delivery = \"exactly_once\"",
-        "delivery = \"exactly_once\"\ntransaction_timeout = \"10s\"",
+        &format!("delivery = \"exactly_once\"\ntransaction_timeout = \"{transaction_timeout}\""),
     );
-    let (_d0, m0) = member(&text, "m0");
-    let (_d1, m1) = member(&text, "m1");
-    wait_until("two members share the partitions", MINUTE, || {
+    let (d0, m0) = member(&text, "m0");
+    let (d1, m1) = member(&text, "m1");
+    wait_for_members("two members share the partitions", MINUTE, &[&m0, &m1], || {
         [&m0, &m1].iter().all(|m| holding(&m.log_text()) == Some(2))
     });
     wait_until("a part of the replay written", MINUTE, || {
-        committed_counts(&kafka, &out).len() >= n / 8
+        committed_counts(kafka, &out).len() >= n / written_before
     });
+    (out, (d0, m0), (d1, m1))
+}
+
+/// A bounded replay of 4 partitions by two members, one killed (`kill -9`) mid-replay and never
+/// started again: the survivor finishes the two partitions it was dealt, stays in the group until
+/// the dead member's session expires, takes its partitions over from its last checkpoint, and
+/// exits 0 once every record is written, each once. (It used to exit 0 with the dead member's
+/// partitions unread: 120,000 of 240,000 records.)
+#[test]
+fn a_bounded_replay_whose_member_dies_is_finished_by_the_survivor() {
+    let kafka = TestKafka::get();
+    let n = 8000;
+    // the dead member's open transaction holds an output partition until the broker aborts it
+    // (10 s here, and up to 10 s more: the broker's cleanup interval); with the default 60 s, the
+    // read of the output could time out first, the survivor done in 15 s
+    let (out, (_d0, m0), (_d1, m1)) = two_members_replaying(&kafka, "group-survivor", n, "10s", 8);
     let killed = m1.kill9();
     assert!(!assignments(&killed).is_empty(), "{killed}");
     let (status, log) = m0.wait(MINUTE * 3);
@@ -380,36 +396,12 @@ fn a_bounded_replay_whose_member_dies_is_finished_by_the_survivor() {
 #[test]
 fn a_bounded_replay_s_survivor_takes_a_dead_member_s_partitions_in_without_stopping() {
     let kafka = TestKafka::get();
-    let (partitions, n) = (4, 48000);
-    let topic = kafka.create_topic("group-bounded-take", partitions);
-    let out = kafka.create_topic("group-bounded-take-out", partitions);
-    let state = kafka.unique_topic("group-bounded-take-state");
-    let name = kafka.unique_topic("group-bounded-take-job");
-    produce(&kafka, &topic, partitions, 0, n);
+    let n = 48000;
     // each member's 24,000 records take 24 s. The take waits for the test broker's session
     // (6 s) and for the dead member's open transaction, which holds the state topic (its
     // checkpoints are in the sink's transactions) until the broker aborts it: 2 s here, and up to
     // 10 s more (the broker's transaction.abort.timed.out.transaction.cleanup.interval.ms)
-    let text = group_job(
-        &kafka,
-        &name,
-        &topic,
-        &out,
-        &state,
-        "stopping_offsets = \"latest\"\nmax_rate = 1000",
-    )
-    .replace(
-        "delivery = \"exactly_once\"",
-        "delivery = \"exactly_once\"\ntransaction_timeout = \"2s\"",
-    );
-    let (_d0, m0) = member(&text, "m0");
-    let (_d1, m1) = member(&text, "m1");
-    wait_for_members("two members share the partitions", MINUTE, &[&m0, &m1], || {
-        [&m0, &m1].iter().all(|m| holding(&m.log_text()) == Some(2))
-    });
-    wait_until("a part of the replay written", MINUTE, || {
-        committed_counts(&kafka, &out).len() >= n / 32
-    });
+    let (out, (_d0, m0), (_d1, m1)) = two_members_replaying(&kafka, "group-bounded-take", n, "2s", 32);
     // (the first to join ran on all four a moment, before the second's join)
     let runs = assignments(&m0.log_text());
     let killed = m1.kill9();
