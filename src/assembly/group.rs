@@ -15,14 +15,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
 
 use super::build::sink_of;
-use super::prepared::PreparedStore;
+use super::prepared::{run_store, PreparedStore};
 use super::runtime;
 use super::session::{Session, Steering};
 use crate::checkpoint_store::StoreConfig;
 use crate::client::cluster::{self, Change, GroupMembership};
 use crate::config::Config;
 use crate::connector::registry::SourceConfig;
-use crate::coordination::{event_time, group_id, progress, twins};
+use crate::coordination::{event_time, group_id, handover, progress, twins};
 use crate::core::{sim, SplitHandover};
 use crate::error::{Error, Result};
 use crate::kafka::{KafkaPartitionSplit, TopicPartition};
@@ -251,7 +251,7 @@ pub(crate) async fn run_member(
                         Some(Change::Assigned(partitions)) if partitions == running => continue,
                         Some(Change::Assigned(partitions)) if partitions.is_superset(&running) => {
                             let added: BTreeSet<TopicPartition> = partitions.difference(&running).cloned().collect();
-                            let answer = take_in(config.checkpoint.store.clone(), added, handovers.clone());
+                            let answer = handover::take_in(config.checkpoint.store.clone(), added, handovers.clone());
                             taking = Some((partitions, Box::pin(answer)));
                             continue;
                         }
@@ -424,33 +424,6 @@ pub(crate) async fn run_member(
 /// A take in progress: whether the running job took the partitions in.
 type Taking = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
 
-/// Take `added` into the running job (see [`SplitHandover::Take`]): each where the members'
-/// checkpoints left it, read from the store while the job runs on. False when the job cannot,
-/// or a partition is in no checkpoint, or the store cannot be read (the job then stops and
-/// runs again on the whole assignment, which reads it again and says why).
-async fn take_in(
-    store: StoreConfig,
-    added: BTreeSet<TopicPartition>,
-    handovers: mpsc::UnboundedSender<SplitHandover>,
-) -> bool {
-    let StoreConfig::Kafka(store) = store else {
-        return false;
-    };
-    let splits = match crate::coordination::handover::splits_taken_in(&store, &added).await {
-        Ok(Some(splits)) => splits,
-        Ok(None) => return false,
-        Err(e) => {
-            warn!(error = %e, "group member: reading where the partitions it was dealt stand failed");
-            return false;
-        }
-    };
-    let (done, answer) = oneshot::channel();
-    if handovers.send(SplitHandover::Take { splits, done }).is_err() {
-        return false;
-    }
-    answer.await.unwrap_or(false)
-}
-
 /// How long a member whose checkpoint the group refused waits for the revocation that says it
 /// was dropped before it runs again on what it holds.
 const REFUSED_RETRY: std::time::Duration = std::time::Duration::from_secs(3);
@@ -487,32 +460,6 @@ async fn until(deadline: Option<tokio::time::Instant>) {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
     }
-}
-
-/// The store of one run of this member's job: its records under keys of their own (see
-/// `KafkaStoreConfig::for_run`).
-fn run_store(store: &StoreConfig) -> StoreConfig {
-    let mut store = store.clone();
-    if let StoreConfig::Kafka(k) = &mut store {
-        **k = (**k).clone().for_run(&run_id());
-    }
-    store
-}
-
-/// A name for one run of this member's job, unique among its runs: the time it began, in
-/// milliseconds (hexadecimal), one later than the run before at least.
-fn run_id() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    if let Some(n) = sim::unique() {
-        // the same for every run of a seed
-        return format!("{:x}", sim::wall_millis().max(0) as u64 * 1000 + n);
-    }
-    let now = sim::wall_millis().max(0) as u64;
-    // one thread (the group loop) asks
-    let id = now.max(LAST.load(Ordering::SeqCst) + 1);
-    LAST.store(id, Ordering::SeqCst);
-    format!("{id:x}")
 }
 
 /// Log the first record written on an assignment, and how long after the assignment came (its

@@ -5,9 +5,12 @@
 use std::collections::BTreeSet;
 
 use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tracing::warn;
 
 use crate::checkpoint_store::kafka::{group_checkpoints_of_open_store, members};
-use crate::checkpoint_store::KafkaStoreConfig;
+use crate::checkpoint_store::{KafkaStoreConfig, StoreConfig};
+use crate::core::SplitHandover;
 use crate::error::Result;
 use crate::kafka::TopicPartition;
 
@@ -48,4 +51,31 @@ pub(crate) async fn splits_taken_in(
         splits.push(split);
     }
     Ok(Some(splits))
+}
+
+/// Take `added` into the running job (see [`SplitHandover::Take`]): each where the members'
+/// checkpoints left it, read from the store while the job runs on. False when the job cannot,
+/// or a partition is in no checkpoint, or the store cannot be read (the job then stops and
+/// runs again on the whole assignment, which reads it again and says why).
+pub(crate) async fn take_in(
+    store: StoreConfig,
+    added: BTreeSet<TopicPartition>,
+    handovers: mpsc::UnboundedSender<SplitHandover>,
+) -> bool {
+    let StoreConfig::Kafka(store) = store else {
+        return false;
+    };
+    let splits = match splits_taken_in(&store, &added).await {
+        Ok(Some(splits)) => splits,
+        Ok(None) => return false,
+        Err(e) => {
+            warn!(error = %e, "group member: reading where the partitions it was dealt stand failed");
+            return false;
+        }
+    };
+    let (done, answer) = oneshot::channel();
+    if handovers.send(SplitHandover::Take { splits, done }).is_err() {
+        return false;
+    }
+    answer.await.unwrap_or(false)
 }
