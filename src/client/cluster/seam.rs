@@ -242,6 +242,17 @@ impl Deliveries {
 pub trait Producer: Send + Sync {
     /// Hand `record` to the client; `QueueFull` when its queue is full (deliveries make room).
     fn send(&self, record: &Outgoing<'_>) -> KafkaResult<()>;
+    /// Hand `records` to the client in order, as many as it takes: how many were taken from the
+    /// first, and why the next was not (`QueueFull`: none after it was taken either, and the
+    /// rest can be sent again once deliveries made room).
+    fn send_batch(&self, records: &[Outgoing<'_>]) -> (usize, Option<KafkaError>) {
+        for (i, record) in records.iter().enumerate() {
+            if let Err(e) = self.send(record) {
+                return (i, Some(e));
+            }
+        }
+        (records.len(), None)
+    }
     /// Wait up to `timeout` until every send is acknowledged (or failed).
     fn flush(&self, timeout: Duration) -> KafkaResult<()>;
     /// What the deliveries came to.

@@ -184,3 +184,93 @@ fn a_broker_that_creates_topics_on_demand_still_creates_the_sink_s() {
     super::targets::check_exists(&s, "made-on-demand").expect("created on demand, as a send would");
     assert!(super::targets::exists(&s, "made-on-demand").unwrap());
 }
+
+/// Reads `partitions` of `topic` at `servers` until `count` records came back, in each
+/// partition's order.
+fn read_back(servers: &str, topic: &str, partitions: i32, count: usize) -> Vec<rdkafka::message::OwnedMessage> {
+    use rdkafka::consumer::Consumer as _;
+    let consumer: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", servers)
+        .set("group.id", format!("{topic}-check"))
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
+            .expect("partition");
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut read = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while read.len() < count {
+        assert!(Instant::now() < deadline, "{} of {count} records read back", read.len());
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            read.push(m.expect("a record").detach());
+        }
+    }
+    read
+}
+
+#[test]
+fn a_write_beyond_the_producer_s_queue_goes_out_whole_in_order_with_headers_and_timestamps() {
+    use rdkafka::message::{Headers as _, Message as _};
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("batched", 2, 1).expect("topic");
+    let mut settings = settings(&cluster.bootstrap_servers(), "batched");
+    // a queue of 50 messages: one write of 3,000 records fills it again and again
+    settings
+        .properties
+        .insert("queue.buffering.max.messages".into(), "50".into());
+    settings.preserve_partition = true;
+    settings.flush_timeout = Duration::from_secs(30);
+    let mut sink = KafkaSink::new(settings, None).expect("sink");
+    let records: Vec<Record> = (0..3000i64)
+        .map(|i| Record {
+            partition: Some((i % 2) as i32),
+            key: (i % 3 == 0).then(|| Bytes::from(format!("k{i}"))),
+            value: (i % 13 != 0).then(|| Bytes::from(format!("v{i}"))),
+            timestamp: (i % 11 == 0).then_some(1_000_000 + i),
+            headers: if i % 7 == 0 {
+                vec![crate::record::Header {
+                    key: "h".into(),
+                    value: Some(format!("{i}").into_bytes()),
+                }]
+            } else {
+                Vec::new()
+            },
+            ..Record::default()
+        })
+        .collect();
+    sink.write(records).expect("write");
+    sink.prepare_commit(1).expect("every record acknowledged");
+    sink.close().expect("close");
+    let read = read_back(&cluster.bootstrap_servers(), "batched", 2, 3000);
+    // each partition in the order written, every record once, as it was written
+    let mut next = [0i64, 1];
+    for m in &read {
+        let p = m.partition();
+        let i = next[p as usize];
+        next[p as usize] += 2;
+        let value = (i % 13 != 0).then(|| format!("v{i}"));
+        assert_eq!(
+            m.payload().map(|v| String::from_utf8_lossy(v).into_owned()),
+            value,
+            "record {i}"
+        );
+        let key = (i % 3 == 0).then(|| format!("k{i}"));
+        assert_eq!(
+            m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+            key,
+            "record {i}"
+        );
+        if i % 11 == 0 {
+            assert_eq!(m.timestamp().to_millis(), Some(1_000_000 + i), "record {i}");
+        }
+        let header = m
+            .headers()
+            .and_then(|h| h.iter().next())
+            .and_then(|h| h.value.map(<[u8]>::to_vec));
+        assert_eq!(header, (i % 7 == 0).then(|| format!("{i}").into_bytes()), "record {i}");
+    }
+    assert_eq!(next, [3000, 3001], "every record read back once");
+}

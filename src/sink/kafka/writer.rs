@@ -100,13 +100,63 @@ impl KafkaSink {
         }
     }
 
-    fn send(&mut self, record: &Record, topic: &str, partition: Option<i32>) -> Result<()> {
+    /// Open the checkpoint's transaction before its first record (exactly once).
+    fn begin(&mut self, topic: &str) -> Result<()> {
         if !self.begun {
             if let Some(t) = &self.transactions {
                 lock(t).begin_if_needed(&self.producer, topic)?;
                 self.begun = true;
             }
         }
+        Ok(())
+    }
+
+    /// Wait for deliveries to make room in librdkafka's full queue (or for a failed one).
+    fn queue_full(&self) -> Result<()> {
+        self.check_failure()?;
+        std::thread::sleep(Duration::from_millis(1));
+        Ok(())
+    }
+
+    /// `records`, all to `topic` with the records' own headers, handed over in batches
+    /// (librdkafka's batch call where a record allows it).
+    fn send_all(&mut self, records: &[Record], topic: &str) -> Result<()> {
+        let preserve = self.settings.preserve_partition;
+        let partition_of = |r: &Record| if preserve { r.partition } else { None };
+        for r in records {
+            let partition = partition_of(r);
+            self.targets
+                .ready(self.producer.as_ref(), &self.settings, &self.route, topic, partition, r)?;
+        }
+        self.begin(topic)?;
+        let stamp = self.settings.stamp_now.then(crate::core::event_time::wall_millis);
+        let messages: Vec<Outgoing<'_>> = records
+            .iter()
+            .map(|r| Outgoing {
+                topic,
+                partition: partition_of(r),
+                key: r.key.as_deref(),
+                value: r.value.as_deref(),
+                headers: &r.headers,
+                timestamp: stamp.or(r.timestamp),
+            })
+            .collect();
+        let mut done = 0;
+        while done < messages.len() {
+            match self.producer.send_batch(&messages[done..]) {
+                (queued, None) => done += queued,
+                (queued, Some(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull))) => {
+                    done += queued;
+                    self.queue_full()?;
+                }
+                (_, Some(e)) => return Err(self.kafka_error(format!("producing to {topic}"), e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, record: &Record, topic: &str, partition: Option<i32>) -> Result<()> {
+        self.begin(topic)?;
         let ruled;
         let record_headers = if self.settings.headers.is_empty() {
             &record.headers
@@ -130,11 +180,7 @@ impl KafkaSink {
         loop {
             match self.producer.send(&message) {
                 Ok(()) => return Ok(()),
-                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
-                    // librdkafka's queue is full: wait for deliveries to make room
-                    self.check_failure()?;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => self.queue_full()?,
                 Err(e) => {
                     let context = format!("producing to {topic}");
                     return Err(self.kafka_error(context, e));
@@ -209,6 +255,10 @@ impl Sink<Record> for KafkaSink {
     fn write(&mut self, records: Vec<Record>) -> Result<()> {
         self.check_failure()?;
         let route = Arc::clone(&self.route);
+        if let (Some(topic), true) = (route.literal(), self.settings.headers.is_empty()) {
+            // one topic, the records' own headers: the whole write in batches
+            return self.send_all(&records, topic);
+        }
         for r in &records {
             let partition = if self.settings.preserve_partition {
                 r.partition

@@ -1,6 +1,7 @@
 //! The clients of a real cluster, over librdkafka: the [`super::Cluster`] calls as rust-rdkafka
 //! makes them, with librdkafka's logs and refusals kept by a [`TracingContext`].
 
+mod batch;
 mod described;
 mod group;
 
@@ -38,7 +39,10 @@ impl Cluster for Native {
                 deliveries: Deliveries::default(),
             })
             .map_err(|e| kafka(format!("creating the {} producer", spec.name), e))?;
-        Ok(Arc::new(NativeProducer(producer)))
+        Ok(Arc::new(NativeProducer {
+            topics: batch::Topics::default(),
+            producer,
+        }))
     }
 
     fn consumer(&self, spec: &ClientSpec<'_>) -> Result<Box<dyn Consumer>> {
@@ -145,7 +149,11 @@ impl ProducerContext for ProducerLog {
 }
 
 /// A producer polled by its own thread (rust-rdkafka's `ThreadedProducer`).
-struct NativeProducer(ThreadedProducer<ProducerLog>);
+struct NativeProducer {
+    /// The batches' topic handles: declared first, so released before the producer.
+    topics: batch::Topics,
+    producer: ThreadedProducer<ProducerLog>,
+}
 
 impl Producer for NativeProducer {
     fn send(&self, record: &Outgoing<'_>) -> KafkaResult<()> {
@@ -174,7 +182,33 @@ impl Producer for NativeProducer {
         if let Some(p) = record.partition {
             message = message.partition(p);
         }
-        self.0.send(message).map_err(|(e, _)| e)
+        self.producer.send(message).map_err(|(e, _)| e)
+    }
+
+    /// Runs of [`batch::batchable`] records of one topic in librdkafka's batch call; the others
+    /// one by one.
+    fn send_batch(&self, records: &[Outgoing<'_>]) -> (usize, Option<KafkaError>) {
+        let mut done = 0;
+        while let Some(first) = records.get(done) {
+            if !batch::batchable(first) {
+                if let Err(e) = self.send(first) {
+                    return (done, Some(e));
+                }
+                done += 1;
+                continue;
+            }
+            let run = records[done..]
+                .iter()
+                .take_while(|r| r.topic == first.topic && batch::batchable(r))
+                .count();
+            let rk = self.producer.client().native_ptr();
+            let (queued, error) = self.topics.produce(rk, first.topic, &records[done..done + run]);
+            done += queued;
+            if error.is_some() {
+                return (done, error);
+            }
+        }
+        (done, None)
     }
 
     /// librdkafka's `rd_kafka_flush` with the whole timeout: it sends lingering messages at once
@@ -186,7 +220,7 @@ impl Producer for NativeProducer {
         let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
         // SAFETY: the producer's handle is valid for as long as `self` lives; rd_kafka_flush is
         // thread-safe (the poll thread may serve delivery reports meanwhile).
-        let code = unsafe { rdkafka::bindings::rd_kafka_flush(self.0.client().native_ptr(), ms) };
+        let code = unsafe { rdkafka::bindings::rd_kafka_flush(self.producer.client().native_ptr(), ms) };
         match code {
             rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => Ok(()),
             code => Err(KafkaError::Flush(code.into())),
@@ -194,15 +228,15 @@ impl Producer for NativeProducer {
     }
 
     fn deliveries(&self) -> &Deliveries {
-        &self.0.context().deliveries
+        &self.producer.context().deliveries
     }
 
     fn fatal_error(&self) -> Option<(RDKafkaErrorCode, String)> {
-        self.0.client().fatal_error()
+        self.producer.client().fatal_error()
     }
 
     fn refusal(&self, properties: &BTreeMap<String, String>) -> Option<Error> {
-        self.0.context().tracing.authentication_failure(properties)
+        self.producer.context().tracing.authentication_failure(properties)
     }
 
     fn metadata(
@@ -212,18 +246,18 @@ impl Producer for NativeProducer {
         properties: &BTreeMap<String, String>,
         what: &str,
     ) -> Result<Metadata> {
-        crate::client::metadata_unless_refused(self.0.client(), topic, timeout, what, || {
-            self.0.context().tracing.authentication_failure(properties)
+        crate::client::metadata_unless_refused(self.producer.client(), topic, timeout, what, || {
+            self.producer.context().tracing.authentication_failure(properties)
         })
         .map(|m| convert(&m))
     }
 
     fn init_transactions(&self, timeout: Duration) -> KafkaResult<()> {
-        self.0.init_transactions(timeout)
+        self.producer.init_transactions(timeout)
     }
 
     fn begin_transaction(&self) -> KafkaResult<()> {
-        self.0.begin_transaction()
+        self.producer.begin_transaction()
     }
 
     fn send_offsets_to_transaction(
@@ -236,15 +270,16 @@ impl Producer for NativeProducer {
             // another cluster's metadata: a caller's mistake, refused as librdkafka would
             return Err(KafkaError::MessageProduction(RDKafkaErrorCode::InvalidArgument));
         };
-        self.0.send_offsets_to_transaction(&tpl_of(offsets)?, group, timeout)
+        self.producer
+            .send_offsets_to_transaction(&tpl_of(offsets)?, group, timeout)
     }
 
     fn commit_transaction(&self, timeout: Duration) -> KafkaResult<()> {
-        self.0.commit_transaction(timeout)
+        self.producer.commit_transaction(timeout)
     }
 
     fn abort_transaction(&self, timeout: Duration) -> KafkaResult<()> {
-        self.0.abort_transaction(timeout)
+        self.producer.abort_transaction(timeout)
     }
 }
 
