@@ -252,8 +252,14 @@ impl Producer for NativeProducer {
         .map(|m| convert(&m))
     }
 
+    /// librdkafka's, once a broker is up: a fresh producer asks for its transaction coordinator
+    /// at once, before it has a connection, and then only after a 500 ms timer
+    /// (rdkafka_txnmgr.c); asked when a broker is up, the coordinator is found at once.
     fn init_transactions(&self, timeout: Duration) -> KafkaResult<()> {
-        self.producer.init_transactions(timeout)
+        let deadline = std::time::Instant::now() + timeout;
+        await_a_broker(self.producer.client().native_ptr(), timeout);
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        self.producer.init_transactions(left)
     }
 
     fn begin_transaction(&self) -> KafkaResult<()> {
@@ -391,5 +397,20 @@ impl Consumer for NativeConsumer {
 
     fn group_members(&self, group: &str, timeout: Duration) -> KafkaResult<Vec<(String, String)>> {
         described::group_members(self.0.client().native_ptr(), group, timeout)
+    }
+}
+
+/// Wait up to `timeout` for a broker of `rk`'s to answer a metadata request for the topics it
+/// knows (none, for a fresh client: the cheapest request that needs a connection). A failure
+/// is left to the call that follows, which says what it needed the broker for.
+fn await_a_broker(rk: *mut rdkafka::bindings::rd_kafka_t, timeout: Duration) {
+    use rdkafka::bindings as rd;
+    let mut metadata: *const rd::rd_kafka_metadata = std::ptr::null();
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: `rk` is a live client; the metadata it answers is released below
+    let err = unsafe { rd::rd_kafka_metadata(rk, 0, std::ptr::null_mut(), &mut metadata, ms) };
+    if err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && !metadata.is_null() {
+        // SAFETY: answered by rd_kafka_metadata above, released once
+        unsafe { rd::rd_kafka_metadata_destroy(metadata) };
     }
 }
