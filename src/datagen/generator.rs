@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::template::{record_rng, Gen};
+use super::template::{Gen, RecordRng};
 use super::text::TextTemplate;
 use crate::error::{Error, Result};
 use crate::record::{Header, Record, ValueFormat};
@@ -51,7 +51,7 @@ pub struct TemplateGenerator {
 
 impl GeneratorFunction for TemplateGenerator {
     fn map(&mut self, index: u64) -> Result<Record> {
-        let mut rng = record_rng(self.seed, index);
+        let mut rng = RecordRng::new(self.seed, index);
         let fields = self.fields.generate(index, &mut rng);
         let mut key = self.key.as_ref().map(|t| t.render(&fields));
         let mut decoded_key = None;

@@ -100,8 +100,29 @@ impl FakeKind {
     }
 }
 
+/// Record `index`'s random stream, seeded at its first draw: a template that draws nothing
+/// (constants, sequences, timestamps without jitter) seeds none. Seeding ChaCha8 for every
+/// record was 3 % of the CPU of a generator of sequences into Kafka (`perf`, docs/performance.md).
+pub struct RecordRng {
+    seed: u64,
+    index: u64,
+    rng: Option<ChaCha8Rng>,
+}
+
+impl RecordRng {
+    pub fn new(seed: u64, index: u64) -> Self {
+        RecordRng { seed, index, rng: None }
+    }
+
+    /// The stream, seeded now if nothing drew from it before.
+    fn draw(&mut self) -> &mut ChaCha8Rng {
+        let (seed, index) = (self.seed, self.index);
+        self.rng.get_or_insert_with(|| record_rng(seed, index))
+    }
+}
+
 /// The random stream of record `index`.
-pub fn record_rng(seed: u64, index: u64) -> ChaCha8Rng {
+fn record_rng(seed: u64, index: u64) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(splitmix64(seed ^ splitmix64(index.wrapping_add(0x9E37_79B9_7F4A_7C15))))
 }
 
@@ -129,12 +150,12 @@ fn float(x: f64) -> Value {
 
 impl Gen {
     /// The value of this field for record `index`.
-    pub fn generate(&self, index: u64, rng: &mut ChaCha8Rng) -> Value {
+    pub fn generate(&self, index: u64, rng: &mut RecordRng) -> Value {
         match self {
             Gen::Const(v) => v.clone(),
             Gen::Sequence { start, step } => Value::from(start.wrapping_add(step.wrapping_mul(index as i64))),
-            Gen::UniformInt { min, max } => Value::from(rng.random_range(*min..=*max)),
-            Gen::UniformFloat { min, max, round } => float(rounded(rng.random_range(*min..*max), *round)),
+            Gen::UniformInt { min, max } => Value::from(rng.draw().random_range(*min..=*max)),
+            Gen::UniformFloat { min, max, round } => float(rounded(rng.draw().random_range(*min..*max), *round)),
             Gen::Normal {
                 mean,
                 stddev,
@@ -143,7 +164,7 @@ impl Gen {
                 max,
             } => {
                 let d = rand_distr::Normal::new(*mean, *stddev).expect("validated at compile time");
-                let mut x = d.sample(rng);
+                let mut x = d.sample(rng.draw());
                 if let Some(lo) = min {
                     x = x.max(*lo);
                 }
@@ -154,13 +175,13 @@ impl Gen {
             }
             Gen::Choice { items, weights } => {
                 let i = match weights {
-                    Some(w) => w.sample(rng),
-                    None => rng.random_range(0..items.len()),
+                    Some(w) => w.sample(rng.draw()),
+                    None => rng.draw().random_range(0..items.len()),
                 };
                 items[i].clone()
             }
             Gen::Uuid => {
-                let bytes: [u8; 16] = rng.random();
+                let bytes: [u8; 16] = rng.draw().random();
                 Value::String(uuid::Builder::from_random_bytes(bytes).into_uuid().to_string())
             }
             Gen::Timestamp {
@@ -170,7 +191,7 @@ impl Gen {
                 rfc3339,
             } => {
                 let jitter = if *jitter_ms > 0 {
-                    rng.random_range(0..=*jitter_ms)
+                    rng.draw().random_range(0..=*jitter_ms)
                 } else {
                     0
                 };
@@ -184,7 +205,7 @@ impl Gen {
                     Value::from(ms)
                 }
             }
-            Gen::Fake(kind) => Value::String(kind.generate(rng)),
+            Gen::Fake(kind) => Value::String(kind.generate(rng.draw())),
             Gen::Object(fields) => {
                 let mut map = Map::with_capacity(fields.len());
                 for (name, g) in fields {
@@ -222,7 +243,7 @@ mod tests {
             "ts": {"timestamp": {"start": "2026-11-27T09:30:00-05:00", "step": "1s", "jitter": "100ms"}},
             "nested": {"object": {"x": {"value": 1}}}
         }));
-        let one = |seed, i| g.generate(i, &mut record_rng(seed, i));
+        let one = |seed, i| g.generate(i, &mut RecordRng::new(seed, i));
         assert_eq!(one(7, 42), one(7, 42));
         assert_ne!(one(7, 42), one(8, 42));
         assert_ne!(one(7, 42), one(7, 43));
@@ -239,7 +260,7 @@ mod tests {
     fn weights_shape_the_distribution() {
         let g = compile(&json!({"choice": ["a", "b"], "weights": [9, 1]}), "f").unwrap();
         let a = (0..10_000u64)
-            .filter(|i| g.generate(*i, &mut record_rng(1, *i)) == json!("a"))
+            .filter(|i| g.generate(*i, &mut RecordRng::new(1, *i)) == json!("a"))
             .count();
         assert!((8_700..9_300).contains(&a), "{a}");
     }
@@ -311,7 +332,7 @@ mod tests {
     #[test]
     fn text_templates_render_fields() {
         let g = fields(json!({"symbol": {"value": "AAPL"}, "n": {"value": 3}, "o": {"object": {"p": {"value": "x"}}}}));
-        let record = g.generate(0, &mut record_rng(0, 0));
+        let record = g.generate(0, &mut RecordRng::new(0, 0));
         let t = TextTemplate::parse("{symbol}-{n}-{o.p}-{{lit}}", &g).unwrap();
         assert_eq!(t.render(&record), "AAPL-3-x-{lit}");
         assert!(TextTemplate::parse("{nope}", &g).is_err());
