@@ -7,6 +7,7 @@
 
 pub mod config;
 mod delivery;
+mod keyless;
 pub mod routing;
 mod settings;
 mod state_writer;

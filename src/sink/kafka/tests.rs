@@ -274,3 +274,62 @@ fn a_write_beyond_the_producer_s_queue_goes_out_whole_in_order_with_headers_and_
     }
     assert_eq!(next, [3000, 3001], "every record read back once");
 }
+
+#[test]
+fn each_write_s_keyless_records_go_together_to_the_next_partition_and_keyed_ones_by_key() {
+    use rdkafka::message::Message as _;
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("keyless", 3, 1).expect("topic");
+    let mut sink = KafkaSink::new(settings(&cluster.bootstrap_servers(), "keyless"), None).expect("sink");
+    for write in 0..3 {
+        let records = (0..100)
+            .map(|i| Record {
+                // every tenth record has a key: "k0".."k9", the same ten in each write
+                key: (i % 10 == 0).then(|| Bytes::from(format!("k{}", i / 10))),
+                value: Some(Bytes::from(format!("{write}-{i}"))),
+                ..Record::default()
+            })
+            .collect();
+        sink.write(records).expect("write");
+    }
+    sink.prepare_commit(1).expect("every record acknowledged");
+    let read = read_back(&cluster.bootstrap_servers(), "keyless", 3, 300);
+    let mut keyless_partitions: Vec<std::collections::BTreeSet<i32>> = vec![Default::default(); 3];
+    let mut key_partitions: std::collections::BTreeMap<Vec<u8>, std::collections::BTreeSet<i32>> = Default::default();
+    for m in &read {
+        match m.key() {
+            Some(k) => {
+                key_partitions.entry(k.to_vec()).or_default().insert(m.partition());
+            }
+            None => {
+                let value = String::from_utf8_lossy(m.payload().expect("a value")).into_owned();
+                let write: usize = value
+                    .split('-')
+                    .next()
+                    .and_then(|w| w.parse().ok())
+                    .expect("write index");
+                keyless_partitions[write].insert(m.partition());
+            }
+        }
+    }
+    // one partition per write, a different one each time
+    let chosen: Vec<i32> = keyless_partitions
+        .iter()
+        .map(|p| {
+            assert_eq!(p.len(), 1, "a write's keyless records went to partitions {p:?}");
+            *p.iter().next().expect("one partition")
+        })
+        .collect();
+    let distinct: std::collections::BTreeSet<_> = chosen.iter().collect();
+    assert_eq!(distinct.len(), 3, "the writes' partitions {chosen:?}");
+    // a key goes to its one partition, whatever the write
+    assert_eq!(key_partitions.len(), 10);
+    for (k, p) in &key_partitions {
+        assert_eq!(
+            p.len(),
+            1,
+            "key {:?} went to partitions {p:?}",
+            String::from_utf8_lossy(k)
+        );
+    }
+}

@@ -8,6 +8,7 @@ use std::time::Duration;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::delivery::check_failure;
+use super::keyless::KeylessPartitions;
 use super::routing::TopicTemplate;
 use super::settings::{producer_spec, KafkaSinkSettings};
 use super::state_writer::SinkStateWriter;
@@ -38,6 +39,8 @@ pub struct KafkaSink {
     /// The partition count of each topic written so far (when it matters: templates and
     /// `preserve_partition`).
     targets: Targets,
+    /// The partition of each write's records without a key.
+    keyless: KeylessPartitions,
 }
 
 impl KafkaSink {
@@ -51,6 +54,7 @@ impl KafkaSink {
             .map(|id| Transactions::new(&settings, id).map(|t| Arc::new(Mutex::new(t))))
             .transpose()?;
         let route = Arc::new(TopicTemplate::parse(&settings.topic)?);
+        let keyless = KeylessPartitions::new(&settings.properties);
         Ok(KafkaSink {
             producer,
             settings,
@@ -59,6 +63,7 @@ impl KafkaSink {
             begun: false,
             route,
             targets: Targets::default(),
+            keyless,
         })
     }
 
@@ -129,12 +134,18 @@ impl KafkaSink {
                 .ready(self.producer.as_ref(), &self.settings, &self.route, topic, partition, r)?;
         }
         self.begin(topic)?;
+        let keyless = match preserve || records.iter().all(|r| r.key.is_some()) {
+            true => None,
+            false => self
+                .keyless
+                .next(self.producer.as_ref(), &self.settings.properties, topic),
+        };
         let stamp = self.settings.stamp_now.then(crate::core::event_time::wall_millis);
         let messages: Vec<Outgoing<'_>> = records
             .iter()
             .map(|r| Outgoing {
                 topic,
-                partition: partition_of(r),
+                partition: partition_of(r).or(keyless.filter(|_| r.key.is_none())),
                 key: r.key.as_deref(),
                 value: r.value.as_deref(),
                 headers: &r.headers,
