@@ -243,8 +243,10 @@ pub trait Producer: Send + Sync {
     /// Hand `record` to the client; `QueueFull` when its queue is full (deliveries make room).
     fn send(&self, record: &Outgoing<'_>) -> KafkaResult<()>;
     /// Hand `records` to the client in order, as many as it takes: how many were taken from the
-    /// first, and why the next was not (`QueueFull`: none after it was taken either, and the
-    /// rest can be sent again once deliveries made room).
+    /// first, and why the next was not. After `QueueFull` none of the rest was taken, and it
+    /// can be sent again once deliveries made room; after another error (a record over
+    /// `message.max.bytes`, say) some of the rest may have been taken: the caller fails, and
+    /// at least once may repeat them, as it repeats those before.
     fn send_batch(&self, records: &[Outgoing<'_>]) -> (usize, Option<KafkaError>) {
         for (i, record) in records.iter().enumerate() {
             if let Err(e) = self.send(record) {

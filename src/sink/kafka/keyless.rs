@@ -44,14 +44,19 @@ impl KeylessPartitions {
         let random = properties
             .get("partitioner")
             .is_none_or(|p| RANDOM_PARTITIONERS.contains(&p.as_str()));
-        // a sticky period of 0 asks for a random partition for every message
-        let sticky = properties
-            .get("sticky.partitioning.linger.ms")
-            .is_none_or(|ms| ms.trim() != "0");
+        // a sticky period of 0 asks for a random partition for every message; unset, it is
+        // twice the linger (librdkafka's rdkafka_conf.c), the sink's 5 ms unless set
+        let zero = |key: &str| properties.get(key).is_some_and(|ms| ms.trim() == "0");
+        let sticky = match properties.get("sticky.partitioning.linger.ms") {
+            Some(_) => !zero("sticky.partitioning.linger.ms"),
+            None => !zero("linger.ms") && !zero("queue.buffering.max.ms"),
+        };
         KeylessPartitions {
             enabled: random && sticky,
             count: None,
-            next: 0,
+            // from a random partition, as librdkafka's sticky partitioner: sinks that start
+            // together do not write their first batches to the same partition
+            next: rand::random_range(0..i32::MAX),
         }
     }
 
@@ -99,5 +104,9 @@ mod tests {
         assert!(!KeylessPartitions::new(&properties(&[("partitioner", "consistent")])).enabled);
         // a random partition for every message
         assert!(!KeylessPartitions::new(&properties(&[("sticky.partitioning.linger.ms", "0")])).enabled);
+        assert!(!KeylessPartitions::new(&properties(&[("linger.ms", "0")])).enabled);
+        assert!(!KeylessPartitions::new(&properties(&[("queue.buffering.max.ms", "0")])).enabled);
+        let set = [("linger.ms", "0"), ("sticky.partitioning.linger.ms", "10")];
+        assert!(KeylessPartitions::new(&properties(&set)).enabled);
     }
 }

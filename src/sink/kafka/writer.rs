@@ -123,9 +123,14 @@ impl KafkaSink {
         Ok(())
     }
 
-    /// `records`, all to `topic` with the records' own headers, handed over in batches
-    /// (librdkafka's batch call where a record allows it).
+    /// `records`, all to `topic` with the records' own headers and timestamps, handed over in
+    /// batches (librdkafka's batch call where a record allows it).
     fn send_all(&mut self, records: &[Record], topic: &str) -> Result<()> {
+        if records.is_empty() {
+            // no transaction opened for nothing (a write whose records all went to the
+            // dead-letter topic)
+            return Ok(());
+        }
         let preserve = self.settings.preserve_partition;
         let partition_of = |r: &Record| if preserve { r.partition } else { None };
         for r in records {
@@ -140,7 +145,6 @@ impl KafkaSink {
                 .keyless
                 .next(self.producer.as_ref(), &self.settings.properties, topic),
         };
-        let stamp = self.settings.stamp_now.then(crate::core::event_time::wall_millis);
         let messages: Vec<Outgoing<'_>> = records
             .iter()
             .map(|r| Outgoing {
@@ -149,7 +153,7 @@ impl KafkaSink {
                 key: r.key.as_deref(),
                 value: r.value.as_deref(),
                 headers: &r.headers,
-                timestamp: stamp.or(r.timestamp),
+                timestamp: r.timestamp,
             })
             .collect();
         let mut done = 0;
@@ -266,8 +270,9 @@ impl Sink<Record> for KafkaSink {
     fn write(&mut self, records: Vec<Record>) -> Result<()> {
         self.check_failure()?;
         let route = Arc::clone(&self.route);
-        if let (Some(topic), true) = (route.literal(), self.settings.headers.is_empty()) {
-            // one topic, the records' own headers: the whole write in batches
+        let own = self.settings.headers.is_empty() && !self.settings.stamp_now;
+        if let (Some(topic), true) = (route.literal(), own) {
+            // one topic, the records' own headers and timestamps: the whole write in batches
             return self.send_all(&records, topic);
         }
         for r in &records {
