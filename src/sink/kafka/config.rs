@@ -74,7 +74,10 @@ pub struct RawKafkaSink {
     /// The timestamp of each written record: "source" (default: the one it was read with) or
     /// "now" (when it is written: for a paced replay into a topic a live system reads).
     pub timestamps: Option<String>,
-    /// librdkafka producer properties, passed through.
+    /// librdkafka producer properties, passed through. Under its default `partitioner`, each
+    /// write's records without a key go to one partition, the next in turn (librdkafka's sticky
+    /// spread, chosen by the sink); with another `partitioner`, or `linger.ms = 0`, librdkafka's
+    /// partitioner places them.
     #[serde(default)]
     pub properties: BTreeMap<String, PropertyValue>,
 }

@@ -139,11 +139,11 @@ impl KafkaSink {
                 .ready(self.producer.as_ref(), &self.settings, &self.route, topic, partition, r)?;
         }
         self.begin(topic)?;
-        let keyless = match preserve || records.iter().all(|r| r.key.is_some()) {
-            true => None,
-            false => self
-                .keyless
-                .next(self.producer.as_ref(), &self.settings.properties, topic),
+        let keyless = if preserve || records.iter().all(|r| r.key.is_some()) {
+            None
+        } else {
+            self.keyless
+                .next(self.producer.as_ref(), &self.settings.properties, topic)
         };
         let messages: Vec<Outgoing<'_>> = records
             .iter()
