@@ -1,13 +1,16 @@
 //! The Kafka broker of a test process: the one `KAFKA_BOOTSTRAP_SERVERS` names, else a container
 //! started with testcontainers, whose own lifecycle removes it (see [`Kafka::get`] for when).
 
-use std::sync::{Mutex, OnceLock};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use testcontainers_modules::kafka::apache::{Kafka as KafkaImage, KAFKA_PORT};
+use testcontainers_modules::testcontainers::core::logs::LogFrame;
 use testcontainers_modules::testcontainers::Container;
 
 use super::runtime::{block_on_own, off_runtime};
@@ -183,11 +186,74 @@ impl Kafka {
     }
 }
 
-/// How long a Kafka container may take to start.
-const CONTAINER_STARTUP: Duration = Duration::from_secs(300);
+/// How long one start of a Kafka container may take.
+const CONTAINER_STARTUP: Duration = Duration::from_secs(180);
+
+/// How many times a container is started before the tests give up on Docker.
+const CONTAINER_STARTS: u32 = 2;
 
 /// Start a Kafka container: its bootstrap address, id and handle.
+///
+/// A start that fails is tried once more, on a new container, after saying on stderr why the
+/// first failed (with what the container wrote): a CI run once saw every container of a test
+/// process time out at once, where every other run on machines of its kind started one in
+/// seconds.
 fn start_container() -> std::result::Result<(String, String, Container<KafkaImage>), String> {
+    let mut attempt = 1;
+    loop {
+        // a start that times out before testcontainers holds the container leaves it running:
+        // the label finds it
+        let start = format!(
+            "{}-{}",
+            std::process::id(),
+            START_TOKENS.fetch_add(1, Ordering::Relaxed)
+        );
+        let failed = match start_container_once(&start) {
+            Ok(started) => return Ok(started),
+            Err(e) => match block_on_own(|| remove_started(start)) {
+                Ok(()) => e,
+                Err(removal) => format!("{e}; removing it failed: {removal}"),
+            },
+        };
+        if attempt == CONTAINER_STARTS {
+            return Err(format!("no KAFKA_BOOTSTRAP_SERVERS, and {failed} ({attempt} tries)"));
+        }
+        eprintln!("tidegate tests: {failed}\ntidegate tests: starting another Kafka container");
+        attempt += 1;
+    }
+}
+
+/// Tells this process's container starts apart (with its pid) in their `tidegate.start` label.
+static START_TOKENS: AtomicU64 = AtomicU64::new(0);
+
+/// Remove the containers labelled `tidegate.start=<start>`, those of a start that failed.
+async fn remove_started(start: String) -> Result<()> {
+    use testcontainers_modules::testcontainers::bollard::query_parameters::{
+        ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    };
+    use testcontainers_modules::testcontainers::bollard::Docker;
+    let docker = Docker::connect_with_defaults().map_err(|e| Error::runtime("reaching Docker", e.to_string()))?;
+    let filters = HashMap::from([("label", vec![format!("tidegate.start={start}")])]);
+    let listed = docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::new().all(true).filters(&filters).build(),
+        ))
+        .await
+        .map_err(|e| Error::runtime("listing the containers of a failed start", e.to_string()))?;
+    for id in listed.iter().filter_map(|container| container.id.as_deref()) {
+        docker
+            .remove_container(
+                id,
+                Some(RemoveContainerOptionsBuilder::new().force(true).v(true).build()),
+            )
+            .await
+            .map_err(|e| Error::runtime(format!("removing container {id}"), e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// One try of [`start_container`].
+fn start_container_once(start: &str) -> std::result::Result<(String, String, Container<KafkaImage>), String> {
     use testcontainers_modules::testcontainers::runners::SyncRunner;
     use testcontainers_modules::testcontainers::{ContainerRequest, ImageExt};
     let kafka = KafkaImage::default();
@@ -200,16 +266,81 @@ fn start_container() -> std::result::Result<(String, String, Container<KafkaImag
         }
         _ => kafka.into(),
     };
+    // what the container wrote, so that a start that fails says why: testcontainers' own error
+    // is only "container startup timeout", and the container is gone by the time anyone looks
+    let output = OutputTail::default();
     // testcontainers waits 60 s for the broker's start by default: a busy two-core machine (CI
     // runs this beside two other lanes) took longer, and every test sharing the container failed
     let container = request
         .with_label("tidegate.test", "1")
+        .with_label("tidegate.start", start)
         .with_startup_timeout(CONTAINER_STARTUP)
+        .with_log_consumer(output.consumer())
         .start()
-        .map_err(|e| format!("no KAFKA_BOOTSTRAP_SERVERS, and a Kafka container ({image}) did not start: {e}"))?;
+        .map_err(|e| format!("a Kafka container ({image}) did not start: {e}; {}", output.describe()))?;
     let port = container
         .get_host_port_ipv4(KAFKA_PORT)
         .map_err(|e| format!("the Kafka container's port: {e}"))?;
     let id = container.id().to_string();
     Ok((format!("127.0.0.1:{port}"), id, container))
+}
+
+/// The last lines a container wrote (stdout and stderr), for the error of a start that failed.
+#[derive(Clone, Default)]
+struct OutputTail(Arc<Mutex<VecDeque<String>>>);
+
+impl OutputTail {
+    /// How many lines are kept.
+    const LINES: usize = 40;
+
+    /// A testcontainers log consumer that keeps the lines here.
+    fn consumer(&self) -> impl Fn(&LogFrame) + Send + Sync + 'static {
+        let tail = self.clone();
+        move |frame: &LogFrame| {
+            let (stream, bytes) = match frame {
+                LogFrame::StdOut(bytes) => ("stdout", bytes),
+                LogFrame::StdErr(bytes) => ("stderr", bytes),
+            };
+            let mut lines = tail.0.lock().unwrap_or_else(|p| p.into_inner());
+            for line in String::from_utf8_lossy(bytes).lines() {
+                if lines.len() == Self::LINES {
+                    lines.pop_front();
+                }
+                lines.push_back(format!("  {stream}: {line}"));
+            }
+        }
+    }
+
+    /// The lines kept, or that there were none.
+    fn describe(&self) -> String {
+        let lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if lines.is_empty() {
+            return "the container wrote nothing".to_string();
+        }
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        format!("the last {} lines it wrote:\n{}", lines.len(), lines.join("\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_start_says_the_last_lines_the_container_wrote() {
+        let tail = OutputTail::default();
+        assert_eq!(tail.describe(), "the container wrote nothing");
+        let consumer = tail.consumer();
+        for i in 0..50 {
+            consumer(&LogFrame::StdOut(format!("line {i}\nline {i}b\n").into_bytes().into()));
+        }
+        consumer(&LogFrame::StdErr(b"Exception in thread main".to_vec().into()));
+        let described = tail.describe();
+        let lines: Vec<&str> = described.lines().collect();
+        assert_eq!(lines[0], "the last 40 lines it wrote:");
+        assert_eq!(lines.len(), 41, "{described}");
+        assert_eq!(lines[1], "  stdout: line 30b");
+        assert_eq!(lines[39], "  stdout: line 49b");
+        assert_eq!(lines[40], "  stderr: Exception in thread main");
+    }
 }
