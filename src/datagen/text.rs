@@ -74,8 +74,22 @@ impl TextTemplate {
         Ok(TextTemplate { parts })
     }
 
-    /// Render against a generated record (an object).
+    /// Render against a generated record (an object): what the generator's own rendering
+    /// ([`TextTemplate::render_with`]) is checked against.
+    #[cfg(test)]
     pub fn render(&self, record: &Value) -> String {
+        self.render_with(|path| {
+            let mut v = record;
+            for seg in path {
+                v = v.get(seg)?;
+            }
+            Some(v)
+        })
+    }
+
+    /// Render with the value of each `{a.b}` from `field` (given `["a", "b"]`); a field it has
+    /// no value for renders as nothing, as does `null`.
+    pub fn render_with<'v>(&self, field: impl Fn(&[String]) -> Option<&'v Value>) -> String {
         use std::fmt::Write;
         // the literal text, and room for the fields (one allocation for most records)
         let literal: usize = self
@@ -90,20 +104,14 @@ impl TextTemplate {
         for p in &self.parts {
             match p {
                 Part::Text(t) => out.push_str(t),
-                Part::Field(path) => {
-                    let mut v = record;
-                    for seg in path {
-                        v = v.get(seg).unwrap_or(&Value::Null);
+                Part::Field(path) => match field(path) {
+                    Some(Value::String(s)) => out.push_str(s),
+                    Some(Value::Null) | None => {}
+                    // written in place (a `String` cannot fail to take it)
+                    Some(other) => {
+                        let _ = write!(out, "{other}");
                     }
-                    match v {
-                        Value::String(s) => out.push_str(s),
-                        Value::Null => {}
-                        // written in place (a `String` cannot fail to take it)
-                        other => {
-                            let _ = write!(out, "{other}");
-                        }
-                    }
-                }
+                },
             }
         }
         out
