@@ -4,15 +4,16 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use testcontainers_modules::kafka::apache::{Kafka as KafkaImage, KAFKA_PORT};
+use testcontainers_modules::kafka::apache::KAFKA_PORT;
 use testcontainers_modules::testcontainers::core::logs::LogFrame;
 use testcontainers_modules::testcontainers::Container;
 
+use super::kafka_image::KafkaImage;
 use super::runtime::{block_on_own, off_runtime};
 use crate::error::{Error, Result};
 
@@ -269,8 +270,9 @@ fn start_container_once(start: &str) -> std::result::Result<(String, String, Con
     // what the container wrote, so that a start that fails says why: testcontainers' own error
     // is only "container startup timeout", and the container is gone by the time anyone looks
     let output = OutputTail::default();
-    // testcontainers waits 60 s for the broker's start by default: a busy two-core machine (CI
-    // runs this beside two other lanes) took longer, and every test sharing the container failed
+    // the whole start is bounded: testcontainers' default of 60 s was too short on a busy
+    // two-core machine (CI runs this beside two other lanes)
+    let deadline = Instant::now() + CONTAINER_STARTUP;
     let container = request
         .with_label("tidegate.test", "1")
         .with_label("tidegate.start", start)
@@ -281,8 +283,44 @@ fn start_container_once(start: &str) -> std::result::Result<(String, String, Con
     let port = container
         .get_host_port_ipv4(KAFKA_PORT)
         .map_err(|e| format!("the Kafka container's port: {e}"))?;
+    let bootstrap = format!("127.0.0.1:{port}");
+    await_broker(&container, &bootstrap, deadline)
+        .map_err(|e| format!("the broker of a Kafka container ({image}) {e}; {}", output.describe()))?;
     let id = container.id().to_string();
-    Ok((format!("127.0.0.1:{port}"), id, container))
+    Ok((bootstrap, id, container))
+}
+
+/// Wait until the broker at `bootstrap` answers a metadata request, for as long as `container`
+/// runs and `deadline` is ahead.
+fn await_broker(
+    container: &Container<KafkaImage>,
+    bootstrap: &str,
+    deadline: Instant,
+) -> std::result::Result<(), String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let client: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .map_err(|e| format!("could not be asked: {e}"))?;
+    loop {
+        // (waits up to a second for an answer; a refusal that comes sooner waits the rest)
+        let asked_at = Instant::now();
+        let asked = client.fetch_metadata(None, Duration::from_secs(1));
+        if asked.as_ref().is_ok_and(|metadata| !metadata.brokers().is_empty()) {
+            return Ok(());
+        }
+        if !container.is_running().unwrap_or(true) {
+            let code = container.exit_code().ok().flatten();
+            return Err(format!("stopped (exit code {code:?}) before it answered"));
+        }
+        if Instant::now() >= deadline {
+            let last = asked
+                .err()
+                .map_or("no brokers in its metadata".to_string(), |e| e.to_string());
+            return Err(format!("did not answer within {CONTAINER_STARTUP:?} ({last})"));
+        }
+        std::thread::sleep(Duration::from_secs(1).saturating_sub(asked_at.elapsed()));
+    }
 }
 
 /// The last lines a container wrote (stdout and stderr), for the error of a start that failed.

@@ -45,6 +45,7 @@
 
 mod job;
 mod kafka;
+mod kafka_image;
 mod replay;
 mod runtime;
 
