@@ -78,9 +78,10 @@ pub fn producer_spec(settings: &KafkaSinkSettings) -> Result<ClientSpec<'_>> {
         .set("compression.type", "lz4")
         // what librdkafka holds before the broker has it, bounded in messages and in bytes so a
         // generator faster than the broker waits instead of growing (with 1,000,000 messages and
-        // librdkafka's 1 GiB, 100-byte records peaked at 286 MiB, bench/results-20261202005946.json);
-        // 100,000 messages are still 150 ms of the fastest producing measured
-        .set("queue.buffering.max.messages", "100000")
+        // librdkafka's 1 GiB, 100-byte records peaked at 286 MiB, bench/results-20261202005946.json;
+        // with 100,000 the producer's peak was 64-68 MiB, bench/results-20261207151946.json);
+        // 50,000 messages are still 75 ms of the fastest producing measured
+        .set("queue.buffering.max.messages", "50000")
         .set("queue.buffering.max.kbytes", "16384")
         // the delivery callback acts on failures only (the checkpoint's flush waits for every
         // acknowledgement): a report per delivered record cost the poll thread 7 % of the data
