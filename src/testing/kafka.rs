@@ -187,7 +187,7 @@ impl Kafka {
     }
 }
 
-/// How long one start of a Kafka container may take.
+/// How long testcontainers' start of a Kafka container may take, and the broker's start after it.
 const CONTAINER_STARTUP: Duration = Duration::from_secs(180);
 
 /// How many times a container is started before the tests give up on Docker.
@@ -204,13 +204,20 @@ fn start_container() -> std::result::Result<(String, String, Container<KafkaImag
     loop {
         // a start that times out before testcontainers holds the container leaves it running:
         // the label finds it
+        // (with the clock: processes of other pid namespaces may share the Docker engine)
+        let since_epoch = std::time::SystemTime::UNIX_EPOCH.elapsed().unwrap_or_default();
         let start = format!(
-            "{}-{}",
+            "{}-{}-{}",
             std::process::id(),
+            since_epoch.as_nanos(),
             START_TOKENS.fetch_add(1, Ordering::Relaxed)
         );
         let failed = match start_container_once(&start) {
             Ok(started) => return Ok(started),
+            // kept on purpose, as testcontainers keeps its own
+            Err(e) if std::env::var("TESTCONTAINERS_COMMAND").is_ok_and(|c| c == "keep") => {
+                format!("{e}; kept (TESTCONTAINERS_COMMAND=keep): label tidegate.start={start}")
+            }
             Err(e) => match block_on_own(|| remove_started(start)) {
                 Ok(()) => e,
                 Err(removal) => format!("{e}; removing it failed: {removal}"),
@@ -227,7 +234,9 @@ fn start_container() -> std::result::Result<(String, String, Container<KafkaImag
 /// Tells this process's container starts apart (with its pid) in their `tidegate.start` label.
 static START_TOKENS: AtomicU64 = AtomicU64::new(0);
 
-/// Remove the containers labelled `tidegate.start=<start>`, those of a start that failed.
+/// Remove the containers labelled `tidegate.start=<start>`, those of a start that failed. (The
+/// engine is the one `DOCKER_HOST` names, else the local socket: testcontainers' own settings
+/// file, `~/.testcontainers.properties`, is not read here.)
 async fn remove_started(start: String) -> Result<()> {
     use testcontainers_modules::testcontainers::bollard::query_parameters::{
         ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
@@ -270,9 +279,9 @@ fn start_container_once(start: &str) -> std::result::Result<(String, String, Con
     // what the container wrote, so that a start that fails says why: testcontainers' own error
     // is only "container startup timeout", and the container is gone by the time anyone looks
     let output = OutputTail::default();
-    // the whole start is bounded: testcontainers' default of 60 s was too short on a busy
-    // two-core machine (CI runs this beside two other lanes)
-    let deadline = Instant::now() + CONTAINER_STARTUP;
+    // testcontainers' default of 60 s was too short on a busy two-core machine (CI runs this
+    // beside two other lanes); the broker has as long again from there (an image pulled first
+    // is not counted in either)
     let container = request
         .with_label("tidegate.test", "1")
         .with_label("tidegate.start", start)
@@ -284,7 +293,7 @@ fn start_container_once(start: &str) -> std::result::Result<(String, String, Con
         .get_host_port_ipv4(KAFKA_PORT)
         .map_err(|e| format!("the Kafka container's port: {e}"))?;
     let bootstrap = format!("127.0.0.1:{port}");
-    await_broker(&container, &bootstrap, deadline)
+    await_broker(&container, &bootstrap, Instant::now() + CONTAINER_STARTUP)
         .map_err(|e| format!("the broker of a Kafka container ({image}) {e}; {}", output.describe()))?;
     let id = container.id().to_string();
     Ok((bootstrap, id, container))

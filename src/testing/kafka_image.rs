@@ -58,13 +58,34 @@ impl Image for KafkaImage {
         let script = format!(
             "#!/usr/bin/env bash\nexport KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://127.0.0.1:{port},BROKER://localhost:9093\n/etc/kafka/docker/run\n"
         );
-        let write = format!("printf '%s' \"$0\" > {START_SCRIPT}.new && mv {START_SCRIPT}.new {START_SCRIPT}");
+        // the script is $1; errors go to the container's stderr, which the start's error quotes
+        // (written again without that where the container's stderr cannot be opened)
+        let once = format!("printf '%s' \"$1\" > {START_SCRIPT}.new && mv {START_SCRIPT}.new {START_SCRIPT}");
+        let write = format!("{{ {once}; }} 2>/proc/1/fd/2 || {{ {once}; }}");
         Ok(vec![ExecCommand::new([
             "sh".to_string(),
             "-c".to_string(),
             write,
+            // $0, the name the shell's messages give
+            "sh".to_string(),
             script,
         ])
         .with_cmd_ready_condition(CmdWaitFor::exit_code(0))])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The module's container command waits for the script at the path written here.
+    #[test]
+    fn the_script_is_written_where_the_module_s_command_waits_for_it() {
+        let image = KafkaImage::default();
+        let command: Vec<String> = image.cmd().into_iter().map(|part| part.into().into_owned()).collect();
+        assert!(
+            command.iter().any(|part| part.contains(START_SCRIPT)),
+            "the module's command {command:?} waits for another script than {START_SCRIPT}"
+        );
     }
 }
